@@ -1,0 +1,181 @@
+// Package testdb gives tests isolated, migrated idem stores: a fresh
+// PostgreSQL schema per test (when IDEM_TEST_POSTGRES_URL is set) or a fresh
+// SQLite file. Business tables a test creates without a schema land in the
+// same isolated schema (search_path) or file.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/migrate"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/pgxstore"
+	"github.com/idemkit/idem/store/sqlstore"
+)
+
+// EnvPostgres names the variable holding the PostgreSQL URL for tests.
+const EnvPostgres = "IDEM_TEST_POSTGRES_URL"
+
+// PostgresURL returns the test server's URL, or skips t with a message when
+// the variable is unset.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(EnvPostgres)
+	if u == "" {
+		t.Skipf("%s is not set: skipping the PostgreSQL variant (set it to run against a real server)", EnvPostgres)
+	}
+	return u
+}
+
+func randomName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// PostgresSchema creates a fresh schema on the test server, dropped when t
+// ends, and returns a connection string whose search_path points at it.
+// It fails t (not skips) when the variable is set but the server is down.
+func PostgresSchema(t testing.TB) (connString, schema string) {
+	t.Helper()
+	base := PostgresURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	schema = randomName("t_")
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("testdb: %s is set but PostgreSQL is unreachable: %v", EnvPostgres, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
+		t.Fatalf("testdb: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Logf("testdb: drop schema %s: %v", schema, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`); err != nil {
+			t.Logf("testdb: drop schema %s: %v", schema, err)
+		}
+	})
+	sep := "?"
+	if containsQuery(base) {
+		sep = "&"
+	}
+	return base + sep + "search_path=" + schema, schema
+}
+
+func containsQuery(u string) bool {
+	for i := 0; i < len(u); i++ {
+		if u[i] == '?' {
+			return true
+		}
+	}
+	return false
+}
+
+// PgxPool returns a pool on a fresh schema, closed when t ends.
+func PgxPool(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	conn, schema := PostgresSchema(t)
+	cfg, err := pgxpool.ParseConfig(conn)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	if cfg.MaxConns < 16 {
+		cfg.MaxConns = 16
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, schema
+}
+
+// Pgx returns a migrated pgx driver whose idem tables and search_path live
+// in a fresh schema.
+func Pgx(t testing.TB) *pgxstore.Driver {
+	t.Helper()
+	pool, schema := PgxPool(t)
+	d, err := pgxstore.New(pool, pgxstore.Config{Names: store.Names{Schema: schema}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	MustMigrate(t, d)
+	return d
+}
+
+// SQLPostgres returns a migrated database/sql driver on PostgreSQL (pgx
+// stdlib) in a fresh schema.
+func SQLPostgres(t testing.TB) *sqlstore.Driver {
+	t.Helper()
+	conn, schema := PostgresSchema(t)
+	d, err := sqlstore.OpenPostgres(context.Background(), conn, sqlstore.Config{Names: store.Names{Schema: schema}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.DB().SetMaxOpenConns(16)
+	t.Cleanup(func() { d.Close() })
+	MustMigrate(t, d)
+	return d
+}
+
+// SQLitePath returns a fresh database file path under t.TempDir().
+func SQLitePath(t testing.TB) string {
+	return filepath.Join(t.TempDir(), "idem.db")
+}
+
+// SQLite returns a migrated SQLite driver on a fresh file.
+func SQLite(t testing.TB) *sqlstore.Driver {
+	t.Helper()
+	d, err := sqlstore.OpenSQLite(SQLitePath(t), sqlstore.SQLiteOptions{Synchronous: "NORMAL"}, sqlstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	MustMigrate(t, d)
+	return d
+}
+
+// MustMigrate applies idem's migrations or fails t.
+func MustMigrate[TTx any](t testing.TB, d store.Driver[TTx]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := migrate.Up(ctx, d); err != nil {
+		t.Fatalf("testdb: migrate: %v", err)
+	}
+}
+
+// Exec runs a statement outside any transaction or fails t.
+func Exec[TTx any](t testing.TB, d store.Driver[TTx], sql string, args ...any) {
+	t.Helper()
+	if _, err := d.Pool().Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("testdb: %s: %v", sql, err)
+	}
+}
+
+// Count returns the result of a SELECT count(*) query or fails t.
+func Count[TTx any](t testing.TB, d store.Driver[TTx], sql string, args ...any) int {
+	t.Helper()
+	var n int64
+	if err := d.Pool().QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("testdb: %s: %v", sql, err)
+	}
+	return int(n)
+}

@@ -1,0 +1,45 @@
+package idem
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Message is one delivery of a message, as the inbox and the consumer
+// runtime see it, independent of the broker that carried it.
+//
+// ID is the producer-assigned, stable identity (CloudEvents source+id,
+// Nats-Msg-Id, a Kafka header, AMQP message-id) or a business key derived
+// from the payload ("create-invoice:<orderId>"). It must never be a
+// transport-level id regenerated on redelivery, or dedup cannot work.
+type Message struct {
+	ID       string            // stable message identity; required, at most 255 bytes
+	Subject  string            // subject / topic / queue it was delivered on
+	Key      string            // ordering key (aggregate id), may be empty
+	Headers  map[string]string // broker headers / CloudEvents attributes
+	Payload  []byte            // message body
+	Attempt  int               // delivery attempt, 1 for the first delivery
+	Position string            // source position: stream sequence, partition/offset or delivery tag
+	Time     time.Time         // when the producer created it, zero if unknown
+}
+
+// Fingerprint returns [PayloadFingerprint] of the payload.
+func (m Message) Fingerprint() Fingerprint { return PayloadFingerprint(m.Payload) }
+
+// MaxKeyLen is the longest key or message id idem stores.
+const MaxKeyLen = 255
+
+// ValidateID checks a message id or key: non-empty, at most [MaxKeyLen]
+// bytes and valid printable text. Errors wrap [ErrInvalidInput].
+func ValidateID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty id", ErrInvalidInput)
+	case len(id) > MaxKeyLen:
+		return fmt.Errorf("%w: id of %d bytes exceeds %d", ErrInvalidInput, len(id), MaxKeyLen)
+	case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f || r == 0xfffd }):
+		return fmt.Errorf("%w: id contains control or invalid characters", ErrInvalidInput)
+	}
+	return nil
+}

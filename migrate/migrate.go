@@ -1,0 +1,235 @@
+// Package migrate ships idem's schema as embedded, versioned SQL migrations,
+// one directory per dialect (postgres/, sqlite/), and applies them.
+//
+// Every idem table is created here, one numbered file per part (0001 inbox,
+// 0002 HTTP idempotency keys, 0003 outbox, 0004 effects, 0005 dead letters,
+// …); a part that changes its schema later adds a new numbered file, never
+// edits a released one. Migrations only ever move up.
+//
+// Files may use three placeholders: {{t}} is the table qualifier ("schema".
+// on PostgreSQL, the prefix on SQLite), {{p}} prefixes index names (empty on
+// PostgreSQL, where indexes live in the schema; the prefix on SQLite) and
+// {{schema}} is the PostgreSQL schema name.
+//
+// [Migrator.Up] applies all pending migrations in one transaction, holding a
+// PostgreSQL advisory lock (SQLite: the write lock of BEGIN IMMEDIATE), so
+// concurrent starts of several processes are safe: one applies, the others
+// wait and then find nothing to do.
+package migrate
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/store"
+)
+
+//go:embed postgres/*.sql sqlite/*.sql
+var files embed.FS
+
+// FS returns the embedded migration files of dialect d.
+func FS(d store.Dialect) (fs.FS, error) {
+	switch d {
+	case store.Postgres, store.SQLite:
+		return fs.Sub(files, string(d))
+	}
+	return nil, fmt.Errorf("migrate: unknown dialect %q", d)
+}
+
+// Migration is one versioned schema change.
+type Migration struct {
+	Version int    // from the file name's leading number
+	Name    string // the rest of the file name, without .sql
+	SQL     string // with placeholders expanded
+}
+
+var fileRe = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.sql$`)
+
+// Migrations returns the migrations of d's dialect, in version order, with
+// placeholders expanded for names.
+func Migrations(d store.Dialect, names store.Names) ([]Migration, error) {
+	fsys, err := FS(d)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, err
+	}
+	var out []Migration
+	for _, e := range entries {
+		m := fileRe.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("migrate: %s/%s: file name must be NNNN_name.sql", d, e.Name())
+		}
+		v, _ := strconv.Atoi(m[1])
+		body, err := fs.ReadFile(fsys, path.Clean(e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Migration{Version: v, Name: m[2], SQL: expand(string(body), d, names)})
+	}
+	slices.SortFunc(out, func(a, b Migration) int { return a.Version - b.Version })
+	for i := 1; i < len(out); i++ {
+		if out[i].Version == out[i-1].Version {
+			return nil, fmt.Errorf("migrate: two %s migrations with version %04d", d, out[i].Version)
+		}
+	}
+	return out, nil
+}
+
+func expand(sql string, d store.Dialect, n store.Names) string {
+	t, p := n.Prefix, n.Prefix
+	if d == store.Postgres {
+		t, p = `"`+n.Schema+`".`, ""
+	}
+	return strings.NewReplacer("{{t}}", t, "{{p}}", p, "{{schema}}", n.Schema).Replace(sql)
+}
+
+// Status is the state of one migration in a database.
+type Status struct {
+	Version   int
+	Name      string
+	Applied   bool
+	AppliedAt time.Time // zero when not applied
+}
+
+// Migrator applies the embedded migrations through a driver.
+type Migrator[TTx any] struct {
+	d store.Driver[TTx]
+}
+
+// New returns a Migrator for d.
+func New[TTx any](d store.Driver[TTx]) *Migrator[TTx] { return &Migrator[TTx]{d: d} }
+
+// Up applies every pending migration in one transaction and returns those it
+// applied (none when the database is current). On error nothing is applied.
+func (m *Migrator[TTx]) Up(ctx context.Context) ([]Migration, error) {
+	all, err := Migrations(m.d.Dialect(), m.d.Names())
+	if err != nil {
+		return nil, err
+	}
+	var applied []Migration
+	err = store.InTx(ctx, m.d, func(tx TTx) error {
+		q := m.d.Tx(tx)
+		if err := m.prepare(ctx, q); err != nil {
+			return err
+		}
+		done, err := m.applied(ctx, q)
+		if err != nil {
+			return err
+		}
+		now := store.Micros(time.Now())
+		for _, mig := range all {
+			if _, ok := done[mig.Version]; ok {
+				continue
+			}
+			if _, err := q.Exec(ctx, mig.SQL); err != nil {
+				return fmt.Errorf("migrate: %04d_%s: %w", mig.Version, mig.Name, err)
+			}
+			if _, err := q.Exec(ctx, `INSERT INTO `+m.d.Table("migrations")+` (version, name, applied_at) VALUES ($1, $2, $3)`,
+				mig.Version, mig.Name, now); err != nil {
+				return fmt.Errorf("migrate: record %04d: %w", mig.Version, err)
+			}
+			applied = append(applied, mig)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
+}
+
+// Status lists every known migration and whether it is applied. It fails if
+// the database has a migration this build does not know (a newer idem ran
+// against it).
+func (m *Migrator[TTx]) Status(ctx context.Context) ([]Status, error) {
+	all, err := Migrations(m.d.Dialect(), m.d.Names())
+	if err != nil {
+		return nil, err
+	}
+	var out []Status
+	err = store.InTx(ctx, m.d, func(tx TTx) error {
+		q := m.d.Tx(tx)
+		if err := m.prepare(ctx, q); err != nil {
+			return err
+		}
+		done, err := m.applied(ctx, q)
+		if err != nil {
+			return err
+		}
+		for _, mig := range all {
+			at, ok := done[mig.Version]
+			out = append(out, Status{Version: mig.Version, Name: mig.Name, Applied: ok, AppliedAt: store.FromMicros(at)})
+			delete(done, mig.Version)
+		}
+		for v := range done {
+			return fmt.Errorf("migrate: database has migration %04d, unknown to this build (upgrade idem)", v)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Pending reports how many migrations are not applied yet.
+func (m *Migrator[TTx]) Pending(ctx context.Context) (int, error) {
+	st, err := m.Status(ctx)
+	n := 0
+	for _, s := range st {
+		if !s.Applied {
+			n++
+		}
+	}
+	return n, err
+}
+
+func (m *Migrator[TTx]) prepare(ctx context.Context, q store.Querier) error {
+	if m.d.Dialect() == store.Postgres {
+		schema := m.d.Names().Schema
+		if _, err := q.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "idem.migrate."+schema); err != nil {
+			return fmt.Errorf("migrate: lock: %w", err)
+		}
+		if _, err := q.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS "`+schema+`"`); err != nil {
+			return fmt.Errorf("migrate: create schema: %w", err)
+		}
+	}
+	_, err := q.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+m.d.Table("migrations")+
+		` (version integer PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL)`)
+	if err != nil {
+		return fmt.Errorf("migrate: create migrations table: %w", err)
+	}
+	return nil
+}
+
+func (m *Migrator[TTx]) applied(ctx context.Context, q store.Querier) (map[int]int64, error) {
+	rows, err := q.Query(ctx, `SELECT version, applied_at FROM `+m.d.Table("migrations"))
+	if err != nil {
+		return nil, fmt.Errorf("migrate: read applied: %w", err)
+	}
+	defer rows.Close()
+	done := map[int]int64{}
+	for rows.Next() {
+		var v int
+		var at int64
+		if err := rows.Scan(&v, &at); err != nil {
+			return nil, err
+		}
+		done[v] = at
+	}
+	return done, rows.Err()
+}
+
+// Up applies pending migrations through d; a shorthand for New(d).Up(ctx).
+func Up[TTx any](ctx context.Context, d store.Driver[TTx]) error {
+	_, err := New(d).Up(ctx)
+	return err
+}

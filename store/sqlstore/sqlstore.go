@@ -1,0 +1,268 @@
+// Package sqlstore is idem's database/sql driver: handlers receive the
+// caller's *sql.Tx. It serves SQLite through modernc.org/sqlite (pure Go, the
+// embedded default) and PostgreSQL through github.com/jackc/pgx/v5/stdlib.
+//
+// SQLite write transactions must start with BEGIN IMMEDIATE: a deferred
+// transaction that later upgrades to a writer fails with SQLITE_BUSY at once
+// instead of waiting. [OpenSQLite] opens a database configured for that
+// (_txlock=immediate), in WAL mode with a busy timeout; a *sql.DB opened
+// another way must set the same options.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/idemkit/idem/store"
+)
+
+// Config configures a Driver.
+type Config struct {
+	// Dialect of the database behind the *sql.DB. Defaults to store.SQLite.
+	Dialect store.Dialect
+	// Names sets the schema (PostgreSQL) or table prefix (SQLite). Defaults
+	// to schema "idem" / prefix "idem_".
+	Names store.Names
+}
+
+// Driver implements store.Driver[*sql.Tx]. It is safe for concurrent use.
+type Driver struct {
+	db      *sql.DB
+	dialect store.Dialect
+	names   store.Names
+	owned   bool
+}
+
+var _ store.Driver[*sql.Tx] = (*Driver)(nil)
+
+// New returns a driver over the caller's *sql.DB. Close does not close it.
+func New(db *sql.DB, cfg Config) (*Driver, error) {
+	if db == nil {
+		return nil, errors.New("sqlstore: nil *sql.DB")
+	}
+	if cfg.Dialect == "" {
+		cfg.Dialect = store.SQLite
+	}
+	if cfg.Dialect != store.SQLite && cfg.Dialect != store.Postgres {
+		return nil, fmt.Errorf("sqlstore: unknown dialect %q", cfg.Dialect)
+	}
+	names, err := cfg.Names.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{db: db, dialect: cfg.Dialect, names: names}, nil
+}
+
+// SQLiteOptions tunes OpenSQLite.
+type SQLiteOptions struct {
+	// BusyTimeout bounds how long a writer waits for the write lock.
+	// Defaults to 30s.
+	BusyTimeout time.Duration
+	// Synchronous is the PRAGMA synchronous level. Defaults to "FULL", which
+	// survives power loss; "NORMAL" survives process crashes only.
+	Synchronous string
+	// MaxOpenConns caps the pool. Defaults to 8.
+	MaxOpenConns int
+}
+
+// SQLiteDSN returns the modernc.org/sqlite DSN idem uses for path: WAL mode,
+// BEGIN IMMEDIATE transactions, a busy timeout and foreign keys on.
+func SQLiteDSN(path string, opt SQLiteOptions) string {
+	if opt.BusyTimeout <= 0 {
+		opt.BusyTimeout = 30 * time.Second
+	}
+	if opt.Synchronous == "" {
+		opt.Synchronous = "FULL"
+	}
+	q := url.Values{}
+	q.Set("_txlock", "immediate")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opt.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous("+opt.Synchronous+")")
+	q.Add("_pragma", "foreign_keys(1)")
+	return "file:" + path + "?" + q.Encode()
+}
+
+// OpenSQLite opens (creating if needed) the SQLite database file at path,
+// creating its directory, and returns a driver that owns it.
+func OpenSQLite(path string, opt SQLiteOptions, cfg Config) (*Driver, error) {
+	if path == "" {
+		return nil, errors.New("sqlstore: empty SQLite path")
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("sqlstore: %w", err)
+		}
+	}
+	db, err := sql.Open("sqlite", SQLiteDSN(path, opt))
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: %w", err)
+	}
+	if opt.MaxOpenConns <= 0 {
+		opt.MaxOpenConns = 8
+	}
+	db.SetMaxOpenConns(opt.MaxOpenConns)
+	db.SetMaxIdleConns(opt.MaxOpenConns)
+	if err := db.Ping(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlstore: open %s: %w", path, err)
+	}
+	cfg.Dialect = store.SQLite
+	d, err := New(db, cfg)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	d.owned = true
+	return d, nil
+}
+
+// OpenPostgres opens connString through pgx's database/sql adapter and
+// returns a driver that owns the *sql.DB.
+func OpenPostgres(ctx context.Context, connString string, cfg Config) (*Driver, error) {
+	db, err := sql.Open("pgx", connString)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: %w", err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlstore: connect: %w", err)
+	}
+	cfg.Dialect = store.Postgres
+	d, err := New(db, cfg)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	d.owned = true
+	return d, nil
+}
+
+// DB returns the underlying *sql.DB.
+func (d *Driver) DB() *sql.DB { return d.db }
+
+// Dialect returns the configured dialect.
+func (d *Driver) Dialect() store.Dialect { return d.dialect }
+
+// Names returns the configured names.
+func (d *Driver) Names() store.Names { return d.names }
+
+// Table returns the qualified table name.
+func (d *Driver) Table(name string) string { return d.names.Table(d.dialect, name) }
+
+// Begin starts a transaction (BEGIN IMMEDIATE on a database opened with
+// OpenSQLite).
+func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	return tx, Translate(err)
+}
+
+// Commit commits tx.
+func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error { return Translate(tx.Commit()) }
+
+// Rollback rolls tx back; a finished transaction is not an error.
+func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
+	err := tx.Rollback()
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return Translate(err)
+}
+
+// Tx wraps tx as a store.Querier.
+func (d *Driver) Tx(tx *sql.Tx) store.Querier { return querier{tx} }
+
+// Pool returns a store.Querier on the *sql.DB.
+func (d *Driver) Pool() store.Querier { return querier{d.db} }
+
+// Close closes the *sql.DB if this package opened it.
+func (d *Driver) Close() error {
+	if d.owned {
+		return d.db.Close()
+	}
+	return nil
+}
+
+type conn interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+type querier struct{ c conn }
+
+func (q querier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.c.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, Translate(err)
+	}
+	n, err := res.RowsAffected()
+	return n, Translate(err)
+}
+
+func (q querier) Query(ctx context.Context, query string, args ...any) (store.Rows, error) {
+	rows, err := q.c.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, Translate(err)
+	}
+	return sqlRows{rows}, nil
+}
+
+func (q querier) QueryRow(ctx context.Context, query string, args ...any) store.Row {
+	return sqlRow{q.c.QueryRowContext(ctx, query, args...)}
+}
+
+type sqlRows struct{ r *sql.Rows }
+
+func (r sqlRows) Next() bool             { return r.r.Next() }
+func (r sqlRows) Scan(dest ...any) error { return Translate(r.r.Scan(dest...)) }
+func (r sqlRows) Err() error             { return Translate(r.r.Err()) }
+func (r sqlRows) Close()                 { _ = r.r.Close() }
+
+type sqlRow struct{ r *sql.Row }
+
+func (r sqlRow) Scan(dest ...any) error { return Translate(r.r.Scan(dest...)) }
+
+// Translate maps database/sql, SQLite and PostgreSQL errors onto store's
+// sentinels, keeping the original error in the chain.
+func Translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %w", store.ErrNoRows, err)
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return fmt.Errorf("%w: %w", store.ErrUniqueViolation, err)
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_BUSY_SNAPSHOT, sqlite3.SQLITE_BUSY_TIMEOUT, sqlite3.SQLITE_LOCKED:
+			return fmt.Errorf("%w: %w", store.ErrLockTimeout, err)
+		}
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505":
+			return fmt.Errorf("%w: %w", store.ErrUniqueViolation, err)
+		case "55P03":
+			return fmt.Errorf("%w: %w", store.ErrLockTimeout, err)
+		case "40001", "40P01":
+			return fmt.Errorf("%w: %w", store.ErrSerialization, err)
+		}
+	}
+	return err
+}
