@@ -4,10 +4,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgxstore"
-	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store/sqlstore"
 )
 

@@ -1,0 +1,60 @@
+// Package broker is idem's seam to message brokers: a Publisher that returns
+// only after the broker durably accepted a message, and a pull Subscriber
+// whose deliveries are acknowledged explicitly.
+//
+// The message id (idem.Message.ID) travels as the broker's own dedup id
+// (JetStream Nats-Msg-Id, a Kafka header, AMQP message-id) and comes back
+// unchanged on every redelivery, so consumers can dedup on it.
+//
+// Adapters live in sub-packages (jetstream, kafka, amqp, memory) and pass
+// the shared conformance suite in broker/brokertest.
+package broker
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Publisher publishes messages.
+type Publisher interface {
+	// Publish sends msgs in order and returns only after the broker has
+	// durably accepted every one of them (JetStream PubAck, Kafka produce
+	// ack, AMQP publisher confirm). On error some messages may have been
+	// accepted: the caller retries them all, and the broker's dedup on the
+	// message id (or the consumer's inbox) absorbs the duplicates.
+	// msg.Subject is the subject / topic / routing key; msg.ID is required.
+	Publish(ctx context.Context, msgs ...idem.Message) error
+	// Close releases the publisher's resources.
+	Close() error
+}
+
+// Delivery is one delivery of a message. Exactly one of Ack, Nak or Term
+// should be called; until then the broker redelivers the message after its
+// ack wait.
+type Delivery interface {
+	// Message returns the message: stable ID, subject, key, headers,
+	// payload, delivery attempt (1-based) and source position.
+	Message() idem.Message
+	// Ack acknowledges the message: it will not be delivered again. Call it
+	// only after the transaction that recorded the message's effect has
+	// committed.
+	Ack(ctx context.Context) error
+	// Nak asks for redelivery after delay (0: as soon as possible).
+	Nak(ctx context.Context, delay time.Duration) error
+	// Term stops redelivery for good (the message was dead-lettered).
+	Term(ctx context.Context) error
+}
+
+// Subscriber pulls deliveries from one subscription (a durable JetStream
+// consumer, a Kafka consumer group, an AMQP queue).
+type Subscriber interface {
+	// Fetch waits until at least one delivery is available, maxWait passes
+	// or ctx is done, and returns up to max deliveries (possibly none, with
+	// a nil error, when maxWait passed).
+	Fetch(ctx context.Context, max int, maxWait time.Duration) ([]Delivery, error)
+	// Close stops the subscription; unacknowledged deliveries are
+	// redelivered later.
+	Close() error
+}
