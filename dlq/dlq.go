@@ -1,0 +1,396 @@
+// Package dlq is idem's dead-letter store: messages a consumer could not
+// process (permanent errors, invalid payloads, a reused message id with a
+// different payload, or too many transient failures) are parked in a SQL
+// table in the same database, with everything an operator needs to decide:
+// consumer, source subject/topic, position, message id, key, headers,
+// payload, error text and class, attempts and failure times.
+//
+// An operator lists and inspects letters, then redrives them (republishes
+// the original message, with its original id and headers, to the broker) or
+// discards them. A letter is redriven or discarded at most once: both only
+// act on a letter still in state parked. Redrive is safe even when the
+// message had partly taken effect, because consumers dedup on the message
+// id through their inbox.
+//
+// Parking the same message again while its letter is still parked (the
+// consumer crashed between parking and terminating the delivery, so the
+// broker redelivered it) updates that letter instead of adding one: the
+// unique key is (consumer, message id, payload fingerprint) among parked
+// letters. A message id reused with a different payload gets its own letter,
+// so neither payload is lost.
+package dlq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/store"
+)
+
+// State is the lifecycle state of a dead letter.
+type State string
+
+// The states of a letter. A letter starts parked and ends redriven or
+// discarded; it never goes back.
+const (
+	Parked    State = "parked"
+	Redriven  State = "redriven"
+	Discarded State = "discarded"
+)
+
+// ErrNotParked reports a redrive or discard of a letter that is no longer
+// parked (already redriven or discarded): nothing was done.
+var ErrNotParked = errors.New("dlq: letter is not parked")
+
+// Letter is one dead letter.
+type Letter struct {
+	ID            int64             // assigned by the store
+	Consumer      string            // consumer name that failed
+	Source        string            // subject / topic / queue the message came from
+	Position      string            // stream sequence, partition/offset or delivery tag
+	MessageID     string            // the original, stable message id
+	Key           string            // ordering key, may be empty
+	Headers       map[string]string // original headers
+	Payload       []byte            // original payload
+	Error         string            // error text of the last failure
+	ErrorClass    string            // idem.ErrorClass of the last failure
+	Attempts      int               // delivery attempts when parked
+	FirstFailedAt time.Time         // when the letter was first parked
+	LastFailedAt  time.Time         // when it was last parked
+	State         State             // parked, redriven or discarded
+	RedrivenBy    string            // who redrove it
+	RedrivenAt    time.Time         // when it was redriven, zero if not
+	ResolvedBy    string            // who redrove or discarded it
+	ResolvedAt    time.Time         // when it left state parked, zero if parked
+	CreatedAt     time.Time         // when the row was created
+}
+
+// FromMessage builds the letter for msg that consumer failed to process
+// with err.
+func FromMessage(consumer string, msg idem.Message, err error) Letter {
+	l := Letter{
+		Consumer:  consumer,
+		Source:    msg.Subject,
+		Position:  msg.Position,
+		MessageID: msg.ID,
+		Key:       msg.Key,
+		Headers:   msg.Headers,
+		Payload:   msg.Payload,
+		Attempts:  max(msg.Attempt, 1),
+	}
+	if err != nil {
+		l.Error = err.Error()
+		l.ErrorClass = idem.ErrorClass(err)
+	}
+	return l
+}
+
+// Message rebuilds the original message for republishing: same id, subject,
+// key, headers and payload. Attempt and Position are left zero (the broker
+// assigns new ones).
+func (l Letter) Message() idem.Message {
+	return idem.Message{ID: l.MessageID, Subject: l.Source, Key: l.Key, Headers: l.Headers, Payload: l.Payload}
+}
+
+// LogValue implements slog.LogValuer without the payload.
+func (l Letter) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Int64("id", l.ID), slog.String("consumer", l.Consumer), slog.String("message_id", l.MessageID),
+		slog.String("source", l.Source), slog.String("error_class", l.ErrorClass), slog.Int("attempts", l.Attempts),
+		slog.String("state", string(l.State)))
+}
+
+// Config configures a Store.
+type Config struct {
+	// Now returns the current time. Defaults to time.Now.
+	Now func() time.Time
+	// Logger receives a warning for every letter parked and an info line
+	// per redrive or discard. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Store is the dead-letter store of one database. It is safe for
+// concurrent use.
+type Store[TTx any] struct {
+	d   store.Driver[TTx]
+	q   queries
+	now func() time.Time
+	log *slog.Logger
+}
+
+// New returns the dead-letter store of d. The table comes from migration
+// 0005_dead_letters.
+func New[TTx any](d store.Driver[TTx], cfg Config) (*Store[TTx], error) {
+	if d == nil {
+		return nil, idem.InvalidOptionf("dlq: nil driver")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Store[TTx]{d: d, q: newQueries(d.Dialect(), d.Table("dead_letters")), now: cfg.Now,
+		log: cfg.Logger.With("component", "dlq")}, nil
+}
+
+// ParkTx parks l in the caller's transaction and returns the letter's id:
+// it becomes visible when tx commits and vanishes if tx rolls back. If the
+// same message (consumer, message id, payload) is already parked, that
+// letter's attempts, error and last failure time are updated and its id is
+// returned. Consumer and MessageID are required.
+func (s *Store[TTx]) ParkTx(ctx context.Context, tx TTx, l Letter) (int64, error) {
+	return s.park(ctx, s.d.Tx(tx), l)
+}
+
+// Park parks l in its own transaction; see [Store.ParkTx].
+func (s *Store[TTx]) Park(ctx context.Context, l Letter) (int64, error) {
+	return s.park(ctx, s.d.Pool(), l)
+}
+
+func (s *Store[TTx]) park(ctx context.Context, q store.Querier, l Letter) (int64, error) {
+	if l.Consumer == "" || l.MessageID == "" {
+		return 0, fmt.Errorf("%w: dlq: letter needs a consumer and a message id", idem.ErrInvalidInput)
+	}
+	headers := l.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	hj, err := json.Marshal(headers)
+	if err != nil {
+		return 0, fmt.Errorf("dlq: headers: %w", err)
+	}
+	payload := l.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	now := s.now()
+	if !l.LastFailedAt.IsZero() {
+		now = l.LastFailedAt
+	}
+	var id int64
+	err = q.QueryRow(ctx, s.q.park, l.Consumer, l.Source, l.Position, l.MessageID, l.Key, string(hj), payload,
+		idem.PayloadFingerprint(payload).Bytes(), l.Error, l.ErrorClass, max(l.Attempts, 1), store.Micros(now)).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("dlq: park %s/%s: %w", l.Consumer, l.MessageID, err)
+	}
+	s.log.WarnContext(ctx, "message parked in the dead-letter store", slog.Int64("letter", id),
+		slog.String("consumer", l.Consumer), slog.String("message_id", l.MessageID),
+		slog.String("error_class", l.ErrorClass), slog.String("error", l.Error), slog.Int("attempt", l.Attempts))
+	return id, nil
+}
+
+// Get returns the letter with id, or an error wrapping idem.ErrNotFound.
+func (s *Store[TTx]) Get(ctx context.Context, id int64) (Letter, error) {
+	l, err := scanLetter(s.d.Pool().QueryRow(ctx, s.q.get, id))
+	if errors.Is(err, store.ErrNoRows) {
+		return Letter{}, fmt.Errorf("%w: dead letter %d", idem.ErrNotFound, id)
+	}
+	return l, err
+}
+
+// Filter selects letters. Zero fields do not filter.
+type Filter struct {
+	Consumer   string
+	Since      time.Time // last failure at or after
+	Until      time.Time // last failure before
+	ErrorClass string
+	State      State // "" = every state
+	AfterID    int64 // only letters with a greater id (paging)
+	Limit      int   // defaults to 100; negative = no limit
+}
+
+// List returns the letters matching f, oldest id first.
+func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if f.Consumer != "" {
+		add("consumer = $%d", f.Consumer)
+	}
+	if !f.Since.IsZero() {
+		add("last_failed_at >= $%d", store.Micros(f.Since))
+	}
+	if !f.Until.IsZero() {
+		add("last_failed_at < $%d", store.Micros(f.Until))
+	}
+	if f.ErrorClass != "" {
+		add("error_class = $%d", f.ErrorClass)
+	}
+	if f.State != "" {
+		add("state = $%d", string(f.State))
+	}
+	if f.AfterID > 0 {
+		add("id > $%d", f.AfterID)
+	}
+	sql := s.q.list
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	sql += " ORDER BY id"
+	limit := f.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	if limit > 0 {
+		sql += fmt.Sprintf(" LIMIT %d", limit)
+	}
+	rows, err := s.d.Pool().Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("dlq: list: %w", err)
+	}
+	defer rows.Close()
+	var out []Letter
+	for rows.Next() {
+		l, err := scanLetter(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// Redrive republishes letter id through pub with its original message id,
+// subject, key, headers and payload, and marks it redriven by by (who).
+//
+// The letter is claimed (parked → redriven) in a transaction that commits
+// only after pub returned: if publishing fails the letter stays parked. A
+// letter that is not parked is refused with [ErrNotParked], so redriving
+// twice never publishes twice; concurrent redrives of one letter are
+// serialised by the database and only one publishes. If the process dies
+// after the broker accepted the message and before the commit, the letter
+// stays parked and a later redrive publishes it again: the consumer's inbox
+// absorbs that duplicate.
+func (s *Store[TTx]) Redrive(ctx context.Context, id int64, by string, pub broker.Publisher) (Letter, error) {
+	if pub == nil {
+		return Letter{}, idem.InvalidOptionf("dlq: redrive needs a publisher")
+	}
+	var l Letter
+	err := store.InTx(ctx, s.d, func(tx TTx) error {
+		var err error
+		l, err = scanLetter(s.d.Tx(tx).QueryRow(ctx, s.q.claimRedrive, id, by, store.Micros(s.now())))
+		if errors.Is(err, store.ErrNoRows) {
+			return s.notParked(ctx, id)
+		}
+		if err != nil {
+			return err
+		}
+		if err := pub.Publish(ctx, l.Message()); err != nil {
+			return fmt.Errorf("dlq: redrive %d: publish: %w", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Letter{}, err
+	}
+	s.log.InfoContext(ctx, "dead letter redriven", slog.Int64("letter", id), slog.String("by", by),
+		slog.String("consumer", l.Consumer), slog.String("message_id", l.MessageID))
+	return l, nil
+}
+
+// notParked explains why a letter could not be claimed.
+func (s *Store[TTx]) notParked(ctx context.Context, id int64) error {
+	l, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: dead letter %d is %s (by %q at %s)", ErrNotParked, id, l.State, l.ResolvedBy,
+		l.ResolvedAt.Format(time.RFC3339))
+}
+
+// RedriveAll redrives every parked letter matching f (its State is forced
+// to parked and its Limit ignored), oldest first, and returns how many it
+// redrove. progress, if not nil, is called after each letter with the
+// letters done so far and the total counted at the start. It stops at the
+// first error; letters already redriven stay redriven. Letters parked after
+// the call started are not included.
+func (s *Store[TTx]) RedriveAll(ctx context.Context, f Filter, by string, pub broker.Publisher, progress func(done, total int)) (int, error) {
+	f.State, f.Limit, f.AfterID = Parked, -1, 0
+	all, err := s.List(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	done := 0
+	for _, l := range all {
+		if _, err := s.Redrive(ctx, l.ID, by, pub); err != nil {
+			if errors.Is(err, ErrNotParked) { // resolved meanwhile by someone else
+				continue
+			}
+			return done, err
+		}
+		done++
+		if progress != nil {
+			progress(done, len(all))
+		}
+	}
+	return done, nil
+}
+
+// Discard marks letter id discarded by by (who): it will never be
+// redriven. A letter that is not parked is refused with [ErrNotParked].
+func (s *Store[TTx]) Discard(ctx context.Context, id int64, by string) error {
+	n, err := s.d.Pool().Exec(ctx, s.q.discard, id, by, store.Micros(s.now()))
+	if err != nil {
+		return fmt.Errorf("dlq: discard %d: %w", id, err)
+	}
+	if n == 0 {
+		return s.notParked(ctx, id)
+	}
+	s.log.InfoContext(ctx, "dead letter discarded", slog.Int64("letter", id), slog.String("by", by))
+	return nil
+}
+
+// CountParked returns the number of parked letters per consumer.
+func (s *Store[TTx]) CountParked(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.d.Pool().Query(ctx, s.q.countParked)
+	if err != nil {
+		return nil, fmt.Errorf("dlq: count: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var c string
+		var n int64
+		if err := rows.Scan(&c, &n); err != nil {
+			return nil, err
+		}
+		out[c] = n
+	}
+	return out, rows.Err()
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanLetter(r scanner) (Letter, error) {
+	var l Letter
+	var headers, state string
+	var fp []byte
+	var first, last, redrivenAt, resolvedAt, created int64
+	var attempts int64
+	err := r.Scan(&l.ID, &l.Consumer, &l.Source, &l.Position, &l.MessageID, &l.Key, &headers, &l.Payload, &fp,
+		&l.Error, &l.ErrorClass, &attempts, &first, &last, &state, &l.RedrivenBy, &redrivenAt,
+		&l.ResolvedBy, &resolvedAt, &created)
+	if err != nil {
+		return Letter{}, err
+	}
+	if err := json.Unmarshal([]byte(headers), &l.Headers); err != nil {
+		return Letter{}, fmt.Errorf("dlq: letter %d headers: %w", l.ID, err)
+	}
+	l.Attempts = int(attempts)
+	l.FirstFailedAt, l.LastFailedAt = store.FromMicros(first), store.FromMicros(last)
+	l.RedrivenAt, l.ResolvedAt, l.CreatedAt = store.FromMicros(redrivenAt), store.FromMicros(resolvedAt), store.FromMicros(created)
+	l.State = State(state)
+	return l, nil
+}
