@@ -1,0 +1,208 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+)
+
+// Outcome is the result of one message of a batch: Result when Err is nil.
+type Outcome struct {
+	Result Result
+	// Err is the handler's error, a validation error or a fingerprint
+	// mismatch for this message. The message's effect and inbox record were
+	// rolled back (to its savepoint); the other messages are unaffected.
+	Err error
+}
+
+// ProcessBatchTx records a batch of messages for consumer inside tx with one
+// multi-row insert (… ON CONFLICT DO NOTHING RETURNING) and runs h for each
+// new message, in the batch's order, each inside its own savepoint: a
+// failing message is rolled back to its savepoint and its inbox record
+// removed, so it is not recorded and its redelivery is processed, while the
+// other messages commit with tx.
+//
+// The returned slice has one Outcome per message, in order. A message id
+// repeated within the batch is processed once; its later copies are
+// Duplicate (or a fingerprint mismatch). The error return is for failures of
+// the transaction itself; then the caller must roll tx back and retry the
+// whole batch. Acknowledge each delivery whose Outcome has no error after
+// tx commits; Nak or dead-letter the others.
+func (in *Inbox[TTx]) ProcessBatchTx(ctx context.Context, tx TTx, consumer string, msgs []idem.Message, h Handler[TTx]) ([]Outcome, error) {
+	if h == nil {
+		return nil, idem.InvalidOptionf("inbox: nil handler")
+	}
+	if err := idem.ValidateID(consumer); err != nil {
+		return nil, fmt.Errorf("inbox: consumer: %w", err)
+	}
+	out := make([]Outcome, len(msgs))
+	fps := make([]idem.Fingerprint, len(msgs))
+	first := make(map[string]int, len(msgs)) // message id → index of its first copy
+	var ids []string
+	for i, m := range msgs {
+		if err := validate(consumer, m); err != nil {
+			out[i].Err = err
+			continue
+		}
+		fps[i] = m.Fingerprint()
+		if _, seen := first[m.ID]; !seen {
+			first[m.ID] = i
+			ids = append(ids, m.ID)
+		}
+	}
+	// Insert in id order: two batches overlapping in ids lock them in the
+	// same order and cannot deadlock.
+	slices.Sort(ids)
+	q := in.d.Tx(tx)
+	now := in.cfg.Now()
+	inserted := make(map[string]bool, len(ids))
+	for chunk := range slices.Chunk(ids, maxBatch) {
+		args := make([]any, 0, 3+2*len(chunk))
+		args = append(args, consumer, store.Micros(now), store.Micros(now.Add(in.retention(consumer))))
+		for _, id := range chunk {
+			args = append(args, id, fps[first[id]][:])
+		}
+		rows, err := q.Query(ctx, in.q.batchInsert(len(chunk)), args...)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: batch insert: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			inserted[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("inbox: batch insert: %w", err)
+		}
+	}
+	// Read the records that were already there.
+	var existing []string
+	for _, id := range ids {
+		if !inserted[id] {
+			existing = append(existing, id)
+		}
+	}
+	stored := make(map[string]record, len(existing))
+	for chunk := range slices.Chunk(existing, maxBatch) {
+		args := make([]any, 0, 1+len(chunk))
+		args = append(args, consumer)
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		rows, err := q.Query(ctx, in.q.batchSelect(len(chunk)), args...)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: batch read: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			var r record
+			if err := rows.Scan(&id, &r.fingerprint, &r.state); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			stored[id] = r
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("inbox: batch read: %w", err)
+		}
+	}
+
+	sp := false // a savepoint is open
+	runInSavepoint := func(fn func() error) (error, error) {
+		stmt := in.q.savepoint
+		if sp {
+			stmt = in.q.savepointRel
+		}
+		if _, err := q.Exec(ctx, stmt); err != nil {
+			return nil, fmt.Errorf("inbox: savepoint: %w", err)
+		}
+		sp = true
+		herr := fn()
+		if herr != nil {
+			if _, err := q.Exec(ctx, in.q.savepointRb); err != nil {
+				return herr, fmt.Errorf("inbox: rollback to savepoint: %w", err)
+			}
+		}
+		return herr, nil
+	}
+	for i, m := range msgs {
+		if out[i].Err != nil {
+			continue
+		}
+		if f := first[m.ID]; f != i {
+			// A repeat within the batch.
+			if fps[f] != fps[i] {
+				out[i].Err = &idem.FingerprintMismatchError{Key: consumer + "/" + m.ID, Stored: fps[f], Received: fps[i]}
+			} else {
+				out[i].Result = Duplicate
+			}
+			continue
+		}
+		switch r, ok := stored[m.ID]; {
+		case inserted[m.ID]:
+			herr, err := runInSavepoint(func() error { return h(ctx, tx, m) })
+			if err != nil {
+				return nil, err
+			}
+			if herr != nil {
+				// The inbox row was written before the savepoint: remove it
+				// so the message is not recorded.
+				if _, err := q.Exec(ctx, in.q.deleteOne, consumer, m.ID); err != nil {
+					return nil, fmt.Errorf("inbox: unrecord %s/%s: %w", consumer, m.ID, err)
+				}
+				out[i].Err = herr
+				continue
+			}
+			out[i].Result = Processed
+		case ok:
+			if err := r.check(consumer, m.ID, fps[i]); err != nil {
+				out[i].Err = err
+				continue
+			}
+			out[i].Result = Duplicate
+		default:
+			// The conflicting row vanished between insert and read (rolled
+			// back or deleted): take the single-message path.
+			var res Result
+			herr, err := runInSavepoint(func() error {
+				var e error
+				res, e = in.ProcessTx(ctx, tx, consumer, m, h)
+				return e
+			})
+			if err != nil {
+				return nil, err
+			}
+			out[i] = Outcome{Result: res, Err: herr}
+		}
+	}
+	if sp {
+		if _, err := q.Exec(ctx, `RELEASE SAVEPOINT idem_inbox_msg`); err != nil {
+			return nil, fmt.Errorf("inbox: release savepoint: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// ProcessBatch runs ProcessBatchTx in a transaction of its own and commits
+// it. On a transaction failure nothing is committed and the error is
+// returned; per-message failures are in the outcomes.
+func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []idem.Message, h Handler[TTx]) ([]Outcome, error) {
+	var out []Outcome
+	err := store.InTx(ctx, in.d, func(tx TTx) error {
+		var err error
+		out, err = in.ProcessBatchTx(ctx, tx, consumer, msgs, h)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,252 @@
+// Package inbox is the idempotent consumer: it records (consumer, message id)
+// in the caller's transaction, through the table's primary key, and runs the
+// handler only for the first delivery of each message.
+//
+// The flow for one message (SPEC §3):
+//
+//	begin
+//	INSERT inbox row … ON CONFLICT DO NOTHING
+//	  not inserted → duplicate: compare fingerprints (mismatch →
+//	                 idem.ErrFingerprintMismatch), handler not run
+//	  inserted     → run the handler with the same transaction
+//	commit, then acknowledge the broker
+//
+// Crash, retry and duplicate:
+//   - The inbox row and the handler's writes commit together or not at all.
+//     A handler error rolls both back, so the redelivery is processed.
+//   - A crash after commit and before the broker ack leads to a redelivery
+//     that finds the row: reported as [Duplicate], handler not run, ack it.
+//   - Concurrent deliveries of one message block on the primary key: on
+//     PostgreSQL (READ COMMITTED) the second insert waits for the first
+//     transaction and then does nothing; the inbox then re-reads the row in a
+//     new statement. On SQLite writers are serialised by BEGIN IMMEDIATE.
+//   - Same id with a different payload fails loudly with
+//     idem.ErrFingerprintMismatch; nothing is written.
+//
+// For operations too long for one transaction, [Inbox.Claim] records the
+// message as processing under a lease, and [Inbox.CompleteTx] finalises it
+// with a fencing token; abandoned claims are recovered after their lease.
+package inbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+)
+
+// Handler applies one message's effect using the caller's transaction tx.
+// Returning an error rolls back the effect and the inbox record.
+type Handler[TTx any] func(ctx context.Context, tx TTx, msg idem.Message) error
+
+// Result reports what happened to one delivery.
+type Result int
+
+const (
+	// Processed means the delivery was new and the handler ran.
+	Processed Result = 1
+	// Duplicate means the message was already recorded with the same
+	// payload; the handler did not run. Acknowledge the delivery.
+	Duplicate Result = 2
+)
+
+// String returns "processed" or "duplicate".
+func (r Result) String() string {
+	switch r {
+	case Processed:
+		return "processed"
+	case Duplicate:
+		return "duplicate"
+	}
+	return fmt.Sprintf("Result(%d)", int(r))
+}
+
+// Config configures an Inbox.
+type Config struct {
+	// Retention is how long a record is kept after it is received; the
+	// retention GC deletes it afterwards. It must cover the longest replay
+	// horizon (broker redelivery, operator redrive). Defaults to 7 days.
+	Retention time.Duration
+	// RetentionFor overrides Retention per consumer.
+	RetentionFor map[string]time.Duration
+	// Lease is the default lease of Claim. Defaults to 5 minutes.
+	Lease time.Duration
+	// Now returns the current time. Defaults to time.Now.
+	Now func() time.Time
+	// Logger receives debug logs of duplicates and conflicts. Defaults to
+	// discarding.
+	Logger *slog.Logger
+}
+
+// Inbox records processed messages. It is safe for concurrent use.
+type Inbox[TTx any] struct {
+	d   store.Driver[TTx]
+	cfg Config
+	q   *queries
+	log *slog.Logger
+}
+
+// maxBatch bounds the rows of one multi-row insert.
+const maxBatch = 500
+
+// New returns an Inbox on d. The inbox table must exist (migrate.Up).
+func New[TTx any](d store.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
+	if d == nil {
+		return nil, idem.InvalidOptionf("inbox: nil driver")
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = 7 * 24 * time.Hour
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = 5 * time.Minute
+	}
+	if cfg.Retention < 0 || cfg.Lease < 0 {
+		return nil, idem.InvalidOptionf("inbox: negative Retention or Lease")
+	}
+	for c, r := range cfg.RetentionFor {
+		if r <= 0 {
+			return nil, idem.InvalidOptionf("inbox: RetentionFor[%q] must be positive", c)
+		}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Inbox[TTx]{d: d, cfg: cfg, q: newQueries(d.Dialect(), d.Table("inbox")), log: cfg.Logger.With("component", "inbox")}, nil
+}
+
+// Driver returns the inbox's driver.
+func (in *Inbox[TTx]) Driver() store.Driver[TTx] { return in.d }
+
+func (in *Inbox[TTx]) retention(consumer string) time.Duration {
+	if r, ok := in.cfg.RetentionFor[consumer]; ok {
+		return r
+	}
+	return in.cfg.Retention
+}
+
+func validate(consumer string, msg idem.Message) error {
+	if err := idem.ValidateID(consumer); err != nil {
+		return fmt.Errorf("inbox: consumer: %w", err)
+	}
+	if err := idem.ValidateID(msg.ID); err != nil {
+		return fmt.Errorf("inbox: message id: %w", err)
+	}
+	return nil
+}
+
+// ProcessTx records msg for consumer inside the caller's transaction tx and,
+// if it is the first delivery, runs h with tx. The caller commits tx and only
+// then acknowledges the broker.
+//
+//   - New message: returns (Processed, nil) after h succeeded.
+//   - Duplicate with the same payload: returns (Duplicate, nil); h did not
+//     run and nothing was written.
+//   - Duplicate with another payload: returns an error matching
+//     idem.ErrFingerprintMismatch; h did not run and nothing was written.
+//   - A record held by a live Claim: idem.ErrInProgress; a record marked
+//     failed by Fail: idem.ErrNeedsReconciliation.
+//   - h fails: its error is returned unchanged and the caller must roll tx
+//     back (the inbox row was written in tx), so the redelivery is processed.
+//
+// On PostgreSQL, tx should be READ COMMITTED (the default); at REPEATABLE
+// READ or SERIALIZABLE a concurrent duplicate surfaces as a serialization
+// error (store.ErrSerialization) that the caller retries.
+func (in *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, msg idem.Message, h Handler[TTx]) (Result, error) {
+	if err := validate(consumer, msg); err != nil {
+		return 0, err
+	}
+	if h == nil {
+		return 0, idem.InvalidOptionf("inbox: nil handler")
+	}
+	q := in.d.Tx(tx)
+	fp := msg.Fingerprint()
+	now := in.cfg.Now()
+	for attempt := 0; ; attempt++ {
+		n, err := q.Exec(ctx, in.q.insert, consumer, msg.ID, fp[:], store.Micros(now), store.Micros(now.Add(in.retention(consumer))))
+		if err != nil {
+			return 0, fmt.Errorf("inbox: record %s/%s: %w", consumer, msg.ID, err)
+		}
+		if n == 1 {
+			if err := h(ctx, tx, msg); err != nil {
+				return 0, err
+			}
+			return Processed, nil
+		}
+		// Not inserted: a committed row exists (at READ COMMITTED the insert
+		// waited for any in-flight inserter). Read it in a new statement.
+		rec, err := in.read(ctx, q, consumer, msg.ID)
+		if errors.Is(err, store.ErrNoRows) {
+			// The conflicting row was rolled back or deleted in between: try
+			// the insert again.
+			if attempt < 5 {
+				continue
+			}
+			return 0, fmt.Errorf("inbox: %s/%s: record vanished repeatedly: %w", consumer, msg.ID, store.ErrSerialization)
+		}
+		if err != nil {
+			return 0, err
+		}
+		if err := rec.check(consumer, msg.ID, fp); err != nil {
+			return 0, err
+		}
+		in.log.DebugContext(ctx, "duplicate suppressed", "consumer", consumer, "message_id", msg.ID, "attempt", msg.Attempt)
+		return Duplicate, nil
+	}
+}
+
+// Process runs ProcessTx in a transaction of its own and commits it. A
+// duplicate or an error rolls the transaction back. After Process returns
+// (Processed or Duplicate, nil), acknowledge the delivery.
+func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg idem.Message, h Handler[TTx]) (Result, error) {
+	tx, err := in.d.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: begin: %w", err)
+	}
+	res, err := in.ProcessTx(ctx, tx, consumer, msg, h)
+	if err != nil || res == Duplicate {
+		_ = in.d.Rollback(context.WithoutCancel(ctx), tx)
+		return res, err
+	}
+	if err := in.d.Commit(ctx, tx); err != nil {
+		return 0, fmt.Errorf("inbox: commit %s/%s: %w", consumer, msg.ID, err)
+	}
+	return Processed, nil
+}
+
+// record is a stored inbox row.
+type record struct {
+	fingerprint []byte
+	state       string
+	token       int64
+	leaseUntil  int64
+	attempts    int
+}
+
+func (in *Inbox[TTx]) read(ctx context.Context, q store.Querier, consumer, id string) (record, error) {
+	var r record
+	err := q.QueryRow(ctx, in.q.selectOne, consumer, id).Scan(&r.fingerprint, &r.state, &r.token, &r.leaseUntil, &r.attempts)
+	return r, err
+}
+
+// check turns a stored record into the answer for a duplicate delivery.
+func (r record) check(consumer, id string, fp idem.Fingerprint) error {
+	if !bytes.Equal(r.fingerprint, fp[:]) {
+		stored, _ := idem.FingerprintFromBytes(r.fingerprint)
+		return &idem.FingerprintMismatchError{Key: consumer + "/" + id, Stored: stored, Received: fp}
+	}
+	switch r.state {
+	case "processing":
+		return fmt.Errorf("inbox: %s/%s: %w", consumer, id, idem.ErrInProgress)
+	case "failed":
+		return fmt.Errorf("inbox: %s/%s: %w", consumer, id, idem.ErrNeedsReconciliation)
+	}
+	return nil
+}
