@@ -1,0 +1,38 @@
+package broker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/idemkit/idem"
+)
+
+// PublishResult is what the broker reported for one message it accepted.
+type PublishResult struct {
+	ID       string // the message id that was published
+	Position string // where the broker stored it (stream sequence, partition/offset); empty if unknown
+	// Duplicate reports that the broker recognised the id as already
+	// published inside its duplicate window (JetStream Nats-Msg-Id) and did
+	// not store the message again. Brokers without id dedup never set it.
+	Duplicate bool
+}
+
+// ResultPublisher is an optional interface of publishers that report, per
+// message, what the broker did with it. The outbox relay and the drills use
+// it to observe broker-side dedup; plain Publish is enough to publish.
+//
+// PublishResults has Publish's semantics (returns only after every message
+// was durably accepted); on error it returns the results of the messages
+// accepted so far, in order, and the error.
+type ResultPublisher interface {
+	Publisher
+	PublishResults(ctx context.Context, msgs ...idem.Message) ([]PublishResult, error)
+}
+
+// ErrUnavailable reports that the broker could not be reached or refused
+// the operation for now (outage, connection closed). It is retryable: retry
+// the same messages later; their ids make the retry safe.
+var ErrUnavailable = errors.New("broker: unavailable")
+
+// ErrClosed reports an operation on a closed publisher or subscriber.
+var ErrClosed = errors.New("broker: closed")
