@@ -25,6 +25,12 @@ type Outcome struct {
 // removed, so it is not recorded and its redelivery is processed, while the
 // other messages commit with tx.
 //
+// To save round trips, the handlers first run together under one savepoint;
+// only when one of them fails is that pass rolled back and replayed with a
+// savepoint per message. A handler may therefore run twice inside tx, the
+// first run's writes rolled back: handlers must keep their effects in tx
+// (external effects are scheduled, SPEC §0.7).
+//
 // The returned slice has one Outcome per message, in order. A message id
 // repeated within the batch is processed once; its later copies are
 // Duplicate (or a fingerprint mismatch). The error return is for failures of
@@ -115,7 +121,47 @@ func (in *Inbox[TTx]) ProcessBatchTx(ctx context.Context, tx TTx, consumer strin
 		}
 	}
 
-	sp := false // a savepoint is open
+	// Fast path: run every new message's handler under one savepoint. If
+	// they all succeed, that is one round trip for the savepoint instead of
+	// one per message. If one fails, roll the whole pass back (the inbox
+	// rows written above survive) and replay it below with a savepoint per
+	// message, so only the failing messages are left out. Handlers are
+	// transactional (SPEC §0.7), so running one twice in a transaction whose
+	// first pass was rolled back leaves one effect.
+	fast := true
+	var toRun []int
+	for i, m := range msgs {
+		if out[i].Err == nil && first[m.ID] == i && inserted[m.ID] {
+			toRun = append(toRun, i)
+		}
+	}
+	if len(toRun) > 1 {
+		if _, err := q.Exec(ctx, `SAVEPOINT idem_inbox_batch`); err != nil {
+			return nil, fmt.Errorf("inbox: savepoint: %w", err)
+		}
+		for _, i := range toRun {
+			if err := h(ctx, tx, msgs[i]); err != nil {
+				fast = false
+				break
+			}
+		}
+		stmt := `RELEASE SAVEPOINT idem_inbox_batch`
+		if !fast {
+			stmt = `ROLLBACK TO SAVEPOINT idem_inbox_batch; RELEASE SAVEPOINT idem_inbox_batch`
+		}
+		if _, err := q.Exec(ctx, stmt); err != nil {
+			return nil, fmt.Errorf("inbox: batch savepoint: %w", err)
+		}
+		if fast {
+			for _, i := range toRun {
+				out[i].Result = Processed
+			}
+		}
+	} else {
+		fast = false
+	}
+
+	sp := false // a per-message savepoint is open
 	runInSavepoint := func(fn func() error) (error, error) {
 		stmt := in.q.savepoint
 		if sp {
@@ -147,6 +193,8 @@ func (in *Inbox[TTx]) ProcessBatchTx(ctx context.Context, tx TTx, consumer strin
 			continue
 		}
 		switch r, ok := stored[m.ID]; {
+		case inserted[m.ID] && fast:
+			// done in the fast pass
 		case inserted[m.ID]:
 			herr, err := runInSavepoint(func() error { return h(ctx, tx, m) })
 			if err != nil {
