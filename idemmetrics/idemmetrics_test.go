@@ -1,0 +1,160 @@
+package idemmetrics_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/store"
+)
+
+func TestRuntimeMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := idemmetrics.New(reg, idemmetrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idemmetrics.New(reg, idemmetrics.Options{}); err == nil {
+		t.Fatal("registering twice on one registry succeeded")
+	}
+	m.Duplicate("consumer", "billing")
+	m.Duplicate("consumer", "billing")
+	m.FingerprintConflict("consumer", "billing")
+	m.Processed("billing")
+	m.Failed("billing", "transient")
+	m.Retry("billing")
+	m.DeadLettered("billing", "permanent")
+	m.ObserveVersionGuard("seats", "stale")
+	m.GCDeleted("inbox", 5)
+	done := m.Start("billing")
+	if v := value(t, reg, "idem_in_flight", "consumer=billing"); v != 1 {
+		t.Fatalf("in flight = %v", v)
+	}
+	done()
+	for _, c := range []struct {
+		name, labels string
+		want         float64
+	}{
+		{"idem_duplicates_suppressed_total", "component=consumer,consumer=billing", 2},
+		{"idem_fingerprint_conflicts_total", "component=consumer,consumer=billing", 1},
+		{"idem_messages_processed_total", "consumer=billing", 1},
+		{"idem_messages_failed_total", "class=transient,consumer=billing", 1},
+		{"idem_retries_total", "consumer=billing", 1},
+		{"idem_dead_letters_total", "class=permanent,consumer=billing", 1},
+		{"idem_version_guard_total", "result=stale,table=seats", 1},
+		{"idem_gc_deleted_rows_total", "table=inbox", 5},
+		{"idem_in_flight", "consumer=billing", 0},
+		{"idem_handler_duration_seconds", "consumer=billing", 1}, // sample count
+	} {
+		if v := value(t, reg, c.name, c.labels); v != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, v, c.want)
+		}
+	}
+	// A nil *Metrics is a no-op.
+	var nilM *idemmetrics.Metrics
+	nilM.Processed("x")
+	nilM.Start("x")()
+}
+
+func TestDBCollector(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testDBCollector(t, testdb.SQLite(t)) })
+	t.Run("pgx", func(t *testing.T) { t.Parallel(); testDBCollector(t, testdb.Pgx(t)) })
+}
+
+func testDBCollector[TTx any](t *testing.T, d store.Driver[TTx]) {
+	ctx := context.Background()
+	now := time.Now()
+	letters, _ := dlq.New(d, dlq.Config{})
+	for _, id := range []string{"a", "b"} {
+		if _, err := letters.Park(ctx, dlq.FromMessage("billing", idem.Message{ID: id, Payload: []byte("x")}, errors.New("boom"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ins := `INSERT INTO ` + d.Table("outbox") + ` (source, event_id, type, subject, time, payload, state, created_at, published_at)
+ VALUES ($1, $2, 't', 's', 0, $3, $4, $5, $6)`
+	testdb.Exec(t, d, ins, "src", "e1", []byte("{}"), "pending", store.Micros(now.Add(-90*time.Second)), int64(0))
+	testdb.Exec(t, d, ins, "src", "e2", []byte("{}"), "pending", store.Micros(now.Add(-10*time.Second)), int64(0))
+	testdb.Exec(t, d, ins, "src", "e3", []byte("{}"), "published", store.Micros(now.Add(-200*time.Second)), store.Micros(now))
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(idemmetrics.NewDBCollector(d, idemmetrics.DBConfig{Now: func() time.Time { return now }}))
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	for _, line := range []string{
+		`idem_dead_letters_parked{consumer="billing"} 2`,
+		`idem_outbox_pending 2`,
+	} {
+		if !strings.Contains(text, line+"\n") {
+			t.Errorf("scrape lacks %q:\n%s", line, text)
+		}
+	}
+	if lag := value(t, reg, "idem_outbox_lag_seconds", ""); lag < 89 || lag > 91 {
+		t.Errorf("outbox lag = %v, want ~90s", lag)
+	}
+	if !strings.Contains(text, `idem_table_rows{table="inbox"}`) {
+		t.Errorf("no table row estimate:\n%s", text)
+	}
+
+	st, err := idemmetrics.Snapshot(ctx, d, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DeadLetters.By["parked"] != 2 || st.DeadParked.By["billing"] != 2 || st.Outbox.Pending != 2 ||
+		st.Outbox.Published != 1 || st.Outbox.LagSeconds < 89 {
+		t.Fatalf("snapshot = %+v", st)
+	}
+}
+
+// value gathers reg and returns the value of metric name whose labels,
+// rendered "k=v,k=v" in name order, equal labels (histograms: sample count).
+func value(t *testing.T, g prometheus.Gatherer, name, labels string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var parts []string
+			for _, lp := range m.GetLabel() {
+				parts = append(parts, lp.GetName()+"="+lp.GetValue())
+			}
+			if strings.Join(parts, ",") != labels {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return -1
+}

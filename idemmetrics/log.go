@@ -1,0 +1,57 @@
+package idemmetrics
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/idemkit/idem"
+)
+
+// The slog attribute keys idem uses in every log line about a message, so
+// logs of all components can be joined on them.
+const (
+	KeyConsumer  = "consumer"
+	KeyMessageID = "message_id"
+	KeyKey       = "key"
+	KeyAttempt   = "attempt"
+)
+
+// Consumer returns the consumer attribute.
+func Consumer(name string) slog.Attr { return slog.String(KeyConsumer, name) }
+
+// MessageID returns the message id attribute (the dedup key).
+func MessageID(id string) slog.Attr { return slog.String(KeyMessageID, id) }
+
+// Key returns the ordering key attribute.
+func Key(k string) slog.Attr { return slog.String(KeyKey, k) }
+
+// Attempt returns the delivery attempt attribute.
+func Attempt(n int) slog.Attr { return slog.Int(KeyAttempt, n) }
+
+// MessageAttrs returns the attributes of msg seen by consumer: consumer,
+// message id, key (when set) and attempt. The payload is never logged.
+func MessageAttrs(consumer string, msg idem.Message) []slog.Attr {
+	attrs := []slog.Attr{Consumer(consumer), MessageID(msg.ID)}
+	if msg.Key != "" {
+		attrs = append(attrs, Key(msg.Key))
+	}
+	return append(attrs, Attempt(msg.Attempt))
+}
+
+// Tracer is a tracing hook: Start opens a span named name with attrs and
+// returns the context carrying it and the function that ends it with the
+// operation's error (nil on success). An OpenTelemetry adapter is a few
+// lines (tracer.Start + span.SetAttributes + span.RecordError/End); idem
+// does not depend on OpenTelemetry. Implementations must be safe for
+// concurrent use.
+type Tracer interface {
+	Start(ctx context.Context, name string, attrs ...slog.Attr) (context.Context, func(err error))
+}
+
+// NopTracer is a Tracer that does nothing; the default.
+type NopTracer struct{}
+
+// Start returns ctx and a no-op end function.
+func (NopTracer) Start(ctx context.Context, _ string, _ ...slog.Attr) (context.Context, func(error)) {
+	return ctx, func(error) {}
+}

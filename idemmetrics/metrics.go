@@ -1,0 +1,174 @@
+// Package idemmetrics is idem's observability: Prometheus collectors with
+// idem_ names, registered on a caller-supplied prometheus.Registerer (never
+// the global registry), log/slog attribute helpers, and a tracing hook
+// interface that an OpenTelemetry adapter can implement without idem
+// depending on OpenTelemetry.
+//
+// Two kinds of collectors:
+//   - [Metrics]: counters, gauges and histograms updated by the runtime
+//     (consumer workers, HTTP middleware, version guard, GC) as things
+//     happen in this process;
+//   - [NewDBCollector]: gauges computed from the database at scrape time
+//     (parked dead letters, outbox lag, table row estimates), so they are
+//     right whichever process did the work.
+//
+// Every method of *Metrics is safe on a nil receiver (it does nothing), so
+// components take an optional *Metrics.
+package idemmetrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics holds idem's runtime metrics. It is safe for concurrent use.
+type Metrics struct {
+	duplicates   *prometheus.CounterVec
+	conflicts    *prometheus.CounterVec
+	processed    *prometheus.CounterVec
+	failed       *prometheus.CounterVec
+	retries      *prometheus.CounterVec
+	deadLettered *prometheus.CounterVec
+	inFlight     *prometheus.GaugeVec
+	duration     *prometheus.HistogramVec
+	guard        *prometheus.CounterVec
+	gcDeleted    *prometheus.CounterVec
+}
+
+// Options tunes New.
+type Options struct {
+	// Buckets of the handler duration histogram, in seconds. Defaults to
+	// prometheus.DefBuckets.
+	Buckets []float64
+	// ConstLabels are added to every metric (e.g. {"service": "billing"}).
+	ConstLabels prometheus.Labels
+}
+
+// New creates idem's runtime metrics and registers them on reg. It fails if
+// reg already holds metrics with the same names (register once per
+// registry and share the *Metrics).
+//
+// Metric names (labels):
+//
+//	idem_duplicates_suppressed_total  (component, consumer)  duplicates acked without running the handler
+//	idem_fingerprint_conflicts_total  (component, consumer)  same id/key, different payload
+//	idem_messages_processed_total     (consumer)             handler ran and the transaction committed
+//	idem_messages_failed_total        (consumer, class)      handler or processing failures, by idem.ErrorClass
+//	idem_retries_total                (consumer)             deliveries sent back for redelivery (Nak)
+//	idem_dead_letters_total           (consumer, class)      messages parked in the dead-letter store
+//	idem_in_flight                    (consumer)             messages being processed now
+//	idem_handler_duration_seconds     (consumer)             processing time of one message / batch item
+//	idem_version_guard_total          (table, result)        version-guarded writes, result applied|stale|missing
+//	idem_gc_deleted_rows_total        (table)                rows deleted by the retention GC
+func New(reg prometheus.Registerer, opt Options) (*Metrics, error) {
+	if opt.Buckets == nil {
+		opt.Buckets = prometheus.DefBuckets
+	}
+	cl := opt.ConstLabels
+	m := &Metrics{
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_duplicates_suppressed_total",
+			Help: "Duplicate deliveries or requests suppressed without running the handler.", ConstLabels: cl},
+			[]string{"component", "consumer"}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_fingerprint_conflicts_total",
+			Help: "Keys or message ids reused with a different payload.", ConstLabels: cl},
+			[]string{"component", "consumer"}),
+		processed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_messages_processed_total",
+			Help: "Messages whose handler ran and whose transaction committed.", ConstLabels: cl}, []string{"consumer"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_messages_failed_total",
+			Help: "Failed processing attempts by error class.", ConstLabels: cl}, []string{"consumer", "class"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_retries_total",
+			Help: "Deliveries negatively acknowledged for a later retry.", ConstLabels: cl}, []string{"consumer"}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_dead_letters_total",
+			Help: "Messages parked in the dead-letter store by this process.", ConstLabels: cl}, []string{"consumer", "class"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "idem_in_flight",
+			Help: "Messages being processed right now.", ConstLabels: cl}, []string{"consumer"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "idem_handler_duration_seconds",
+			Help: "Time to process one message (transaction included).", Buckets: opt.Buckets, ConstLabels: cl},
+			[]string{"consumer"}),
+		guard: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_version_guard_total",
+			Help: "Version-guarded writes by result (applied, stale, missing).", ConstLabels: cl}, []string{"table", "result"}),
+		gcDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_gc_deleted_rows_total",
+			Help: "Rows deleted by the retention GC.", ConstLabels: cl}, []string{"table"}),
+	}
+	for _, c := range []prometheus.Collector{m.duplicates, m.conflicts, m.processed, m.failed, m.retries,
+		m.deadLettered, m.inFlight, m.duration, m.guard, m.gcDeleted} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Duplicate counts a suppressed duplicate of component ("consumer", "http",
+// "webhook", …) for consumer (or operation).
+func (m *Metrics) Duplicate(component, consumer string) {
+	if m != nil {
+		m.duplicates.WithLabelValues(component, consumer).Inc()
+	}
+}
+
+// FingerprintConflict counts a key reused with a different payload.
+func (m *Metrics) FingerprintConflict(component, consumer string) {
+	if m != nil {
+		m.conflicts.WithLabelValues(component, consumer).Inc()
+	}
+}
+
+// Processed counts a message processed and committed.
+func (m *Metrics) Processed(consumer string) {
+	if m != nil {
+		m.processed.WithLabelValues(consumer).Inc()
+	}
+}
+
+// Failed counts a failed attempt of class (idem.ErrorClass).
+func (m *Metrics) Failed(consumer, class string) {
+	if m != nil {
+		m.failed.WithLabelValues(consumer, class).Inc()
+	}
+}
+
+// Retry counts a delivery sent back for redelivery.
+func (m *Metrics) Retry(consumer string) {
+	if m != nil {
+		m.retries.WithLabelValues(consumer).Inc()
+	}
+}
+
+// DeadLettered counts a message parked in the dead-letter store.
+func (m *Metrics) DeadLettered(consumer, class string) {
+	if m != nil {
+		m.deadLettered.WithLabelValues(consumer, class).Inc()
+	}
+}
+
+// Start marks one message of consumer in flight and returns the function
+// that ends it, observing its duration.
+func (m *Metrics) Start(consumer string) (done func()) {
+	if m == nil {
+		return func() {}
+	}
+	g := m.inFlight.WithLabelValues(consumer)
+	g.Inc()
+	t0 := time.Now()
+	return func() {
+		g.Dec()
+		m.duration.WithLabelValues(consumer).Observe(time.Since(t0).Seconds())
+	}
+}
+
+// ObserveVersionGuard counts a version-guarded write on table; result is
+// "applied", "stale" or "missing". Wire it to versionguard.Guard.Observe.
+func (m *Metrics) ObserveVersionGuard(table, result string) {
+	if m != nil {
+		m.guard.WithLabelValues(table, result).Inc()
+	}
+}
+
+// GCDeleted counts n rows of table deleted by the retention GC.
+func (m *Metrics) GCDeleted(table string, n int64) {
+	if m != nil && n > 0 {
+		m.gcDeleted.WithLabelValues(table).Add(float64(n))
+	}
+}
