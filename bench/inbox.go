@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/store"
+)
+
+// businessTable creates a fresh business table (id text primary key,
+// payload, created_at) and returns its name and its INSERT statement.
+func businessTable[TTx any](ctx context.Context, d store.Driver[TTx], name string) (insert string, err error) {
+	blob := "bytea"
+	if d.Dialect() == store.SQLite {
+		blob = "blob"
+	}
+	if _, err := d.Pool().Exec(ctx, `CREATE TABLE `+name+` (id text PRIMARY KEY, payload `+blob+` NOT NULL, created_at bigint NOT NULL)`); err != nil {
+		return "", fmt.Errorf("create %s: %w", name, err)
+	}
+	return `INSERT INTO ` + name + ` (id, payload, created_at) VALUES ($1, $2, $3)`, nil
+}
+
+// countRows returns the number of rows in table.
+func countRows[TTx any](ctx context.Context, d store.Driver[TTx], table string) (int, error) {
+	var n int
+	err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n)
+	return n, err
+}
+
+// inboxVsPlain: one message per transaction through the inbox (inbox row +
+// one business INSERT) against the business INSERT alone, on workers
+// concurrent workers.
+func inboxVsPlain[TTx any](e *Env, d store.Driver[TTx], storeName string, workers int) Pair {
+	var (
+		in       *inbox.Inbox[TTx]
+		insert   string
+		seq      atomic.Int64
+		consumer = e.name("bench")
+	)
+	p := Pair{Name: fmt.Sprintf("inbox_vs_plain_%dw_%s", workers, storeName)}
+	p.Setup = func(ctx context.Context) (err error) {
+		if in, err = inbox.New(d, inbox.Config{}); err != nil {
+			return err
+		}
+		insert, err = businessTable(ctx, d, e.name("rows_inbox_plain"))
+		return err
+	}
+	p.A = Side{Label: "inbox", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
+		h := func(ctx context.Context, tx TTx, msg idem.Message) error {
+			_, err := d.Tx(tx).Exec(ctx, insert, msg.ID, msg.Payload, store.Micros(time.Now()))
+			return err
+		}
+		return throughput(ctx, budget, workers, func(ctx context.Context, _ int) (int, error) {
+			msg := idem.Message{ID: "m-" + strconv.FormatInt(seq.Add(1), 10), Subject: "bench", Payload: payload}
+			err := store.InTx(ctx, d, func(tx TTx) error {
+				res, err := in.ProcessTx(ctx, tx, consumer, msg, h)
+				if err == nil && res != inbox.Processed {
+					err = fmt.Errorf("message %s: %v, want processed", msg.ID, res)
+				}
+				return err
+			})
+			return 1, err
+		})
+	}}
+	p.B = Side{Label: "plain", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
+		return throughput(ctx, budget, workers, func(ctx context.Context, _ int) (int, error) {
+			id := "p-" + strconv.FormatInt(seq.Add(1), 10)
+			return 1, store.InTx(ctx, d, func(tx TTx) error {
+				_, err := d.Tx(tx).Exec(ctx, insert, id, payload, store.Micros(time.Now()))
+				return err
+			})
+		})
+	}}
+	return p
+}
+
+// batchSize is the batch of inbox_batch_vs_single and of the batch consumers.
+const batchSize = 100
+
+// inboxBatchVsSingle: batches of 100 messages per transaction
+// (ProcessBatchTx: one multi-row inbox insert, each handler in a savepoint)
+// against one message per transaction (ProcessTx), one worker each.
+func inboxBatchVsSingle[TTx any](e *Env, d store.Driver[TTx], storeName string) Pair {
+	var (
+		in       *inbox.Inbox[TTx]
+		insert   string
+		seq      atomic.Int64
+		consumer = e.name("bench")
+	)
+	p := Pair{Name: "inbox_batch_vs_single_" + storeName}
+	p.Setup = func(ctx context.Context) (err error) {
+		if in, err = inbox.New(d, inbox.Config{}); err != nil {
+			return err
+		}
+		insert, err = businessTable(ctx, d, e.name("rows_inbox_batch"))
+		return err
+	}
+	h := func(ctx context.Context, tx TTx, msg idem.Message) error {
+		_, err := d.Tx(tx).Exec(ctx, insert, msg.ID, msg.Payload, store.Micros(time.Now()))
+		return err
+	}
+	p.A = Side{Label: "batch100", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
+		return throughput(ctx, budget, 1, func(ctx context.Context, _ int) (int, error) {
+			msgs := make([]idem.Message, batchSize)
+			for i := range msgs {
+				msgs[i] = idem.Message{ID: "m-" + strconv.FormatInt(seq.Add(1), 10), Subject: "bench", Payload: payload}
+			}
+			err := store.InTx(ctx, d, func(tx TTx) error {
+				out, err := in.ProcessBatchTx(ctx, tx, consumer, msgs, h)
+				if err != nil {
+					return err
+				}
+				for i, o := range out {
+					if o.Err != nil || o.Result != inbox.Processed {
+						return fmt.Errorf("message %s: %v %v, want processed", msgs[i].ID, o.Result, o.Err)
+					}
+				}
+				return nil
+			})
+			return batchSize, err
+		})
+	}}
+	p.B = Side{Label: "single", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
+		return throughput(ctx, budget, 1, func(ctx context.Context, _ int) (int, error) {
+			msg := idem.Message{ID: "m-" + strconv.FormatInt(seq.Add(1), 10), Subject: "bench", Payload: payload}
+			return 1, store.InTx(ctx, d, func(tx TTx) error {
+				_, err := in.ProcessTx(ctx, tx, consumer, msg, h)
+				return err
+			})
+		})
+	}}
+	return p
+}
