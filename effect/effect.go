@@ -1,0 +1,434 @@
+// Package effect is idem's ledger for external side effects: a charge, an
+// e-mail, a third-party call made once in effect even when the worker that
+// makes it crashes at the worst moment.
+//
+// The ledger never pretends to make an external call atomic with the
+// database; nothing can. Instead every effect has a stable key that is
+// recorded in the database and handed to the provider as its idempotency
+// key, so a call repeated after a crash is deduplicated by the provider:
+//
+//   - Scheduled effects (the usual path): [Ledger.Schedule] records the intent
+//     inside the business transaction (principle 7: scheduled, not performed,
+//     inside the transaction). A [Worker] claims due effects with a lease,
+//     calls the [Performer] registered for the kind with the effect key,
+//     and records completed + result under a fencing token.
+//   - Guarded inline calls: [Ledger.Do] runs a call now, two-phase: an
+//     in_progress record with a lease is committed first, the call runs, and
+//     the result is recorded under the fencing token.
+//
+// States: pending → in_progress → completed, or failed (permanent error or
+// exhausted attempts; [Ledger.Retry] redrives it). A crash between the
+// provider call and the completion record leaves the row in_progress; once
+// its lease runs out it is claimed again and the provider sees the same key a
+// second time (drill 7). The number of raw calls can therefore exceed the
+// number of effects; the provider's unique effects cannot.
+//
+// The table is {{t}}effects (migration 0004_effects).
+package effect
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+)
+
+// State is the lifecycle state of an effect.
+type State string
+
+// The states of an effect.
+const (
+	Pending    State = "pending"     // scheduled, waiting to be claimed (or released after a transient error)
+	InProgress State = "in_progress" // claimed under a lease; the call may or may not have reached the provider
+	Completed  State = "completed"   // the provider answered; Result holds the answer
+	Failed     State = "failed"      // permanent error or attempts exhausted; redrive with Retry
+)
+
+// Effect is one external side effect. Key, Kind, Payload and NotBefore are
+// set by the caller of [Ledger.Schedule]; the other fields are read back
+// from the ledger.
+type Effect struct {
+	// Key names the intent ("order-confirmed-email:<orderId>") and is passed
+	// to the provider as its idempotency key. Required, at most 255 bytes.
+	Key string
+	// Kind selects the [Performer] ("email.send"). Required for Schedule.
+	Kind string
+	// Payload is handed to the Performer unchanged.
+	Payload []byte
+	// NotBefore delays the first attempt. Zero means now.
+	NotBefore time.Time
+
+	State         State
+	Attempts      int    // claims so far (attempts interrupted by a graceful stop are not counted)
+	Token         int64  // fencing token: incremented on every claim
+	Result        []byte // the provider's answer once completed
+	LastError     string // the last error text
+	LeaseUntil    time.Time
+	NextAttemptAt time.Time
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	CompletedAt   time.Time
+	ExpiresAt     time.Time // zero: kept until deleted
+
+	fingerprint []byte
+}
+
+// ExpiredLeasePolicy decides what [Ledger.Do] does with a key whose
+// in_progress lease ran out: the earlier caller crashed or hung, and nobody
+// knows whether its call reached the provider.
+type ExpiredLeasePolicy int
+
+const (
+	// ReCall takes the key over (new fencing token) and calls fn again with
+	// the same key; safe when the provider honours idempotency keys. The
+	// default.
+	ReCall ExpiredLeasePolicy = iota
+	// Hold leaves the record untouched and returns
+	// [idem.ErrNeedsReconciliation]: an operator checks the provider and
+	// then calls [Ledger.Resolve] (it happened) or [Ledger.Retry] (call
+	// again).
+	Hold
+)
+
+// Config configures a Ledger.
+type Config struct {
+	// Lease is how long a claim (worker or Do) owns an effect before another
+	// owner may take it over. It must exceed the longest call plus the
+	// time to record its result. Defaults to 1 minute.
+	Lease time.Duration
+	// CallTimeout bounds one call to fn or a Performer. Defaults to half the
+	// Lease; must not exceed the Lease.
+	CallTimeout time.Duration
+	// Retention is how long a completed effect is kept (its expires_at),
+	// after which the retention GC may delete it; a later Schedule of the
+	// same key would then run again. Defaults to 30 days; negative keeps
+	// completed effects forever. Failed effects are always kept.
+	Retention time.Duration
+	// ExpiredLease is Do's policy for an abandoned in_progress key.
+	// Defaults to ReCall.
+	ExpiredLease ExpiredLeasePolicy
+	// Now returns the current time. Defaults to time.Now.
+	Now func() time.Time
+	// Logger receives warnings (lost leases, store errors). Defaults to
+	// discarding.
+	Logger *slog.Logger
+}
+
+// Ledger records and guards external side effects in one store. It is safe
+// for concurrent use by many goroutines and processes.
+type Ledger[TTx any] struct {
+	d   store.Driver[TTx]
+	cfg Config
+	q   queries
+	log *slog.Logger
+}
+
+// Errors of this package; the root sentinels (idem.ErrInProgress,
+// idem.ErrLeaseLost, idem.ErrNeedsReconciliation, idem.ErrNotFound,
+// idem.ErrFingerprintMismatch) are used where they fit.
+var (
+	// ErrFailed reports that the effect is in the failed state; see
+	// [FailedError].
+	ErrFailed = errors.New("effect: failed")
+	// ErrNotRetryable reports a Retry or Resolve of an effect that is
+	// neither failed nor abandoned (it is pending, completed or under a live
+	// lease).
+	ErrNotRetryable = errors.New("effect: not failed or abandoned")
+)
+
+// FailedError is returned by Do for a key whose effect failed permanently.
+// It matches [ErrFailed] with errors.Is.
+type FailedError struct {
+	Key       string
+	LastError string
+}
+
+// Error implements error.
+func (e *FailedError) Error() string {
+	return fmt.Sprintf("effect %q failed: %s", e.Key, e.LastError)
+}
+
+// Is reports whether target is ErrFailed.
+func (e *FailedError) Is(target error) bool { return target == ErrFailed }
+
+// New returns a Ledger on d; the 0004_effects migration must be applied.
+func New[TTx any](d store.Driver[TTx], cfg Config) (*Ledger[TTx], error) {
+	if d == nil {
+		return nil, idem.InvalidOptionf("effect: nil driver")
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = time.Minute
+	}
+	if cfg.Lease < 0 {
+		return nil, idem.InvalidOptionf("effect: negative Lease %v", cfg.Lease)
+	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = cfg.Lease / 2
+	}
+	if cfg.CallTimeout < 0 || cfg.CallTimeout > cfg.Lease {
+		return nil, idem.InvalidOptionf("effect: CallTimeout %v must be positive and at most the Lease %v", cfg.CallTimeout, cfg.Lease)
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = 30 * 24 * time.Hour
+	}
+	if cfg.ExpiredLease != ReCall && cfg.ExpiredLease != Hold {
+		return nil, idem.InvalidOptionf("effect: unknown ExpiredLease policy %d", cfg.ExpiredLease)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Ledger[TTx]{
+		d:   d,
+		cfg: cfg,
+		q:   newQueries(d.Dialect(), d.Table("effects")),
+		log: log.With("component", "effect"),
+	}, nil
+}
+
+func (l *Ledger[TTx]) now() time.Time { return l.cfg.Now() }
+
+func (l *Ledger[TTx]) expiresAt(now time.Time) int64 {
+	if l.cfg.Retention < 0 {
+		return 0
+	}
+	return store.Micros(now.Add(l.cfg.Retention))
+}
+
+func scheduledFingerprint(kind string, payload []byte) []byte {
+	return idem.FingerprintOf([]byte("scheduled"), []byte(kind), idem.PayloadFingerprint(payload).Bytes()).Bytes()
+}
+
+var inlineFingerprint = idem.FingerprintOf([]byte("inline")).Bytes()
+
+func mismatch(key string, stored, received []byte) error {
+	s, _ := idem.FingerprintFromBytes(stored)
+	r, _ := idem.FingerprintFromBytes(received)
+	return &idem.FingerprintMismatchError{Key: "effect/" + key, Stored: s, Received: r}
+}
+
+// Schedule records effect e in the caller's transaction tx; it is performed
+// by a [Worker] after tx commits (and never if tx rolls back). It returns
+// the stored effect and whether this call created it.
+//
+// Duplicate: scheduling a key that exists with the same kind and payload is
+// a no-op returning the existing effect (created false), whatever its state,
+// so a redelivered message or retried request schedules the intent once.
+// The same key with another kind or payload fails with an error wrapping
+// [idem.ErrFingerprintMismatch]; nothing is written. A key used by [Ledger.Do]
+// cannot be scheduled (mismatch too).
+//
+// Concurrency: two transactions scheduling one key serialise on the primary
+// key; the second waits for the first to finish and then returns its row.
+func (l *Ledger[TTx]) Schedule(ctx context.Context, tx TTx, e Effect) (Effect, bool, error) {
+	if err := idem.ValidateID(e.Key); err != nil {
+		return Effect{}, false, fmt.Errorf("effect: key: %w", err)
+	}
+	if e.Kind == "" {
+		return Effect{}, false, fmt.Errorf("effect: %w: empty kind for %q", idem.ErrInvalidInput, e.Key)
+	}
+	payload := e.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	fp := scheduledFingerprint(e.Kind, payload)
+	now := l.now()
+	due := now
+	if e.NotBefore.After(now) {
+		due = e.NotBefore
+	}
+	q := l.d.Tx(tx)
+	for range 10 {
+		got, err := scanEffect(q.QueryRow(ctx, l.q.schedule, e.Key, e.Kind, payload, fp, store.Micros(due), store.Micros(now)))
+		if err == nil {
+			return got, true, nil
+		}
+		if !errors.Is(err, store.ErrNoRows) {
+			return Effect{}, false, fmt.Errorf("effect: schedule %q: %w", e.Key, err)
+		}
+		// A conflicting row exists and its transaction has finished; read it
+		// in a new statement. It may have vanished (GC), then insert again.
+		got, err = scanEffect(q.QueryRow(ctx, l.q.get, e.Key))
+		if errors.Is(err, store.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return Effect{}, false, fmt.Errorf("effect: schedule %q: %w", e.Key, err)
+		}
+		if !bytes.Equal(got.fingerprint, fp) {
+			return Effect{}, false, mismatch(e.Key, got.fingerprint, fp)
+		}
+		return got, false, nil
+	}
+	return Effect{}, false, fmt.Errorf("effect: schedule %q: row keeps vanishing", e.Key)
+}
+
+// Get returns the effect stored under key, or an error wrapping
+// [idem.ErrNotFound].
+func (l *Ledger[TTx]) Get(ctx context.Context, key string) (Effect, error) {
+	e, err := scanEffect(l.d.Pool().QueryRow(ctx, l.q.get, key))
+	if errors.Is(err, store.ErrNoRows) {
+		return Effect{}, fmt.Errorf("effect %q: %w", key, idem.ErrNotFound)
+	}
+	return e, err
+}
+
+// List returns up to limit effects in state, oldest update first (e.g. the
+// failed ones for an operator).
+func (l *Ledger[TTx]) List(ctx context.Context, state State, limit int) ([]Effect, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := l.d.Pool().Query(ctx, l.q.listState, string(state), limit)
+	if err != nil {
+		return nil, fmt.Errorf("effect: list: %w", err)
+	}
+	defer rows.Close()
+	var out []Effect
+	for rows.Next() {
+		e, err := scanEffect(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Counts returns the number of effects per state.
+func (l *Ledger[TTx]) Counts(ctx context.Context) (map[State]int64, error) {
+	rows, err := l.d.Pool().Query(ctx, l.q.counts)
+	if err != nil {
+		return nil, fmt.Errorf("effect: counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[State]int64{}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, err
+		}
+		out[State(s)] = n
+	}
+	return out, rows.Err()
+}
+
+// Retry redrives a failed effect, or one abandoned in_progress (lease run
+// out, e.g. held by the Hold policy): it becomes pending, due now, with its
+// attempt count reset, and the next worker claim (or Do call) performs it
+// again with the same key. Redriving is safe because the provider
+// deduplicates on the key. It fails with [ErrNotRetryable] for a pending,
+// completed or live effect and [idem.ErrNotFound] for an unknown key.
+func (l *Ledger[TTx]) Retry(ctx context.Context, key string) error {
+	n, err := l.d.Pool().Exec(ctx, l.q.redrive, key, store.Micros(l.now()))
+	if err != nil {
+		return fmt.Errorf("effect: retry %q: %w", key, err)
+	}
+	if n == 0 {
+		return l.whyNot(ctx, key)
+	}
+	return nil
+}
+
+// Resolve marks an effect completed with result without calling the
+// provider: for an operator who reconciled a failed or held effect and found
+// that it did happen. Live or completed effects are not touched
+// ([ErrNotRetryable]).
+func (l *Ledger[TTx]) Resolve(ctx context.Context, key string, result []byte) error {
+	now := l.now()
+	if result == nil {
+		result = []byte{}
+	}
+	n, err := l.d.Pool().Exec(ctx, l.q.resolve, key, result, store.Micros(now), l.expiresAt(now))
+	if err != nil {
+		return fmt.Errorf("effect: resolve %q: %w", key, err)
+	}
+	if n == 0 {
+		return l.whyNot(ctx, key)
+	}
+	return nil
+}
+
+func (l *Ledger[TTx]) whyNot(ctx context.Context, key string) error {
+	e, err := l.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("effect %q is %s: %w", key, e.State, ErrNotRetryable)
+}
+
+// complete records the result under the fencing token.
+func (l *Ledger[TTx]) complete(ctx context.Context, key string, token int64, result []byte) error {
+	if result == nil {
+		result = []byte{}
+	}
+	now := l.now()
+	n, err := l.d.Pool().Exec(ctx, l.q.complete, key, token, result, store.Micros(now), l.expiresAt(now))
+	if err != nil {
+		return fmt.Errorf("effect: complete %q: %w", key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("effect %q (token %d): %w", key, token, idem.ErrLeaseLost)
+	}
+	return nil
+}
+
+// release puts the effect back to pending, due at next, under the token.
+func (l *Ledger[TTx]) release(ctx context.Context, key string, token int64, next time.Time, cause error, uncount bool) error {
+	delta := 0
+	if uncount {
+		delta = 1
+	}
+	msg := ""
+	if cause != nil {
+		msg = cause.Error()
+	}
+	n, err := l.d.Pool().Exec(ctx, l.q.release, key, token, store.Micros(next), msg, store.Micros(l.now()), delta)
+	if err != nil {
+		return fmt.Errorf("effect: release %q: %w", key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("effect %q (token %d): %w", key, token, idem.ErrLeaseLost)
+	}
+	return nil
+}
+
+// fail marks the effect failed under the token and runs hook in the same
+// transaction.
+func (l *Ledger[TTx]) fail(ctx context.Context, key string, token int64, cause error, hook func(ctx context.Context, tx TTx, e Effect) error) (Effect, error) {
+	var failed Effect
+	err := store.InTx(ctx, l.d, func(tx TTx) error {
+		e, err := scanEffect(l.d.Tx(tx).QueryRow(ctx, l.q.fail, key, token, cause.Error(), store.Micros(l.now())))
+		if errors.Is(err, store.ErrNoRows) {
+			return fmt.Errorf("effect %q (token %d): %w", key, token, idem.ErrLeaseLost)
+		}
+		if err != nil {
+			return fmt.Errorf("effect: fail %q: %w", key, err)
+		}
+		failed = e
+		if hook != nil {
+			return hook(ctx, tx, e)
+		}
+		return nil
+	})
+	return failed, err
+}
+
+// callSafely runs f, turning a panic into an error.
+func callSafely(f func() ([]byte, error)) (res []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("effect: call panicked: %v", p)
+		}
+	}()
+	return f()
+}

@@ -1,0 +1,386 @@
+package effect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+)
+
+// Performer performs one effect of a kind: it calls the provider with key
+// as the provider's idempotency key and returns the provider's answer, which
+// is stored as the effect's result.
+//
+// A Performer may run more than once for one key (after a crash, a timeout
+// or a lost lease), possibly concurrently with a zombie of itself, so the
+// provider must deduplicate on key. Return an error wrapped with
+// [idem.Permanent] when retrying can never succeed (a 4xx); any other error
+// is retried with backoff. ctx ends at the call timeout or when the worker
+// stops.
+type Performer func(ctx context.Context, key string, payload []byte) ([]byte, error)
+
+// Breaker is a circuit-breaker hook for one kind. The worker calls Allow
+// before claiming effects of the kind: a non-nil error skips the kind until
+// the next poll (the effects stay pending, nothing is claimed or counted as
+// an attempt). It calls Record with the outcome of every call (nil on
+// success). Implementations must be safe for concurrent use; when Allow
+// returns nil the worker may start up to Concurrency calls.
+type Breaker interface {
+	Allow() error
+	Record(err error)
+}
+
+// KindOption configures one kind at [Worker.Register].
+type KindOption func(*kind)
+
+// WithRateLimit caps calls of the kind to r per second with bursts of
+// burst (at least 1): the worker only claims as many effects as it has
+// tokens for, so a backlog drains at the provider's pace and leases do not
+// run out while waiting. The limit is per Worker (per process).
+func WithRateLimit(r rate.Limit, burst int) KindOption {
+	return func(k *kind) { k.lim = rate.NewLimiter(r, max(burst, 1)) }
+}
+
+// WithBreaker installs a circuit-breaker hook for the kind.
+func WithBreaker(b Breaker) KindOption { return func(k *kind) { k.breaker = b } }
+
+// WithMaxAttempts overrides [WorkerConfig.MaxAttempts] for the kind.
+func WithMaxAttempts(n int) KindOption { return func(k *kind) { k.maxAttempts = n } }
+
+type kind struct {
+	name        string
+	perform     Performer
+	lim         *rate.Limiter // nil: unlimited
+	breaker     Breaker       // nil: none
+	maxAttempts int
+}
+
+// WorkerConfig configures a Worker.
+type WorkerConfig[TTx any] struct {
+	// Concurrency is the maximum number of calls in flight. Defaults to 10.
+	Concurrency int
+	// PollInterval is how often the worker looks for due effects when it
+	// found none. Defaults to 1 second.
+	PollInterval time.Duration
+	// MaxAttempts is the number of claims after which a failing effect is
+	// marked failed. Defaults to 10.
+	MaxAttempts int
+	// Backoff returns the delay before attempt+1 after a transient failure
+	// of attempt (1-based). Defaults to FullJitter(time.Second, 5*time.Minute).
+	Backoff func(attempt int) time.Duration
+	// OnFailed runs in the transaction that marks an effect failed
+	// (permanent error or attempts exhausted), with the error that failed
+	// it: plug the dead-letter store here (e.g. park the effect with its
+	// key, kind, payload and error) so the failure and its dead letter
+	// commit together. If it returns an error the transaction rolls back and
+	// the effect is retried later as a transient failure. Defaults to none:
+	// the failed state itself is the dead letter, listed with
+	// [Ledger.List] and redriven with [Ledger.Retry].
+	OnFailed func(ctx context.Context, tx TTx, e Effect, cause error) error
+	// Logger receives the worker's logs. Defaults to the Ledger's.
+	Logger *slog.Logger
+}
+
+// Worker claims due scheduled effects and performs them with the registered
+// Performers. Several Workers (in one or many processes) may run on one
+// ledger: each effect is claimed by one of them at a time (SKIP LOCKED on
+// PostgreSQL, the single writer on SQLite), and a claim is fenced by a token
+// so a worker that lost its lease cannot record anything.
+type Worker[TTx any] struct {
+	l   *Ledger[TTx]
+	cfg WorkerConfig[TTx]
+	log *slog.Logger
+
+	mu      sync.Mutex // protects kinds and running
+	kinds   map[string]*kind
+	running bool
+}
+
+// NewWorker returns a Worker on the ledger; register Performers before Run.
+func NewWorker[TTx any](l *Ledger[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], error) {
+	if l == nil {
+		return nil, idem.InvalidOptionf("effect: nil ledger")
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 10
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = time.Second
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = 10
+	}
+	if cfg.Concurrency < 0 || cfg.PollInterval < 0 || cfg.MaxAttempts < 0 {
+		return nil, idem.InvalidOptionf("effect: negative Concurrency, PollInterval or MaxAttempts")
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = FullJitter(time.Second, 5*time.Minute)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = l.log
+	}
+	return &Worker[TTx]{l: l, cfg: cfg, log: log, kinds: map[string]*kind{}}, nil
+}
+
+// Register sets the Performer of kind. Registering a kind twice, or after
+// Run started, is an error. Only registered kinds are claimed, so workers
+// with different kinds can share one table.
+func (w *Worker[TTx]) Register(kindName string, p Performer, opts ...KindOption) error {
+	if kindName == "" || p == nil {
+		return idem.InvalidOptionf("effect: Register needs a kind and a Performer")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.running {
+		return idem.InvalidOptionf("effect: Register(%q) after Run", kindName)
+	}
+	if _, dup := w.kinds[kindName]; dup {
+		return idem.InvalidOptionf("effect: kind %q registered twice", kindName)
+	}
+	k := &kind{name: kindName, perform: p, maxAttempts: w.cfg.MaxAttempts}
+	for _, o := range opts {
+		o(k)
+	}
+	if k.maxAttempts <= 0 {
+		return idem.InvalidOptionf("effect: kind %q: MaxAttempts must be positive", kindName)
+	}
+	w.kinds[kindName] = k
+	return nil
+}
+
+// Run claims and performs effects until ctx ends, then waits for the calls
+// in flight and returns nil (or a configuration error at start). A Worker
+// runs at most once at a time; it may be run again after Run returned.
+//
+// Stopping: the context of calls in flight is cancelled. A call that still
+// returns a result is recorded; one that fails because of the stop is
+// released to pending (due now, the attempt not counted) so another worker
+// re-sends it with the same key. A crash instead leaves the effect
+// in_progress until its lease runs out, then it is claimed again.
+//
+// Outcomes per call: success → completed + result; permanent error
+// ([idem.IsPermanent]) or MaxAttempts reached → failed (+ OnFailed);
+// other errors → pending again after Backoff(attempt). A worker whose lease
+// was taken over writes nothing (logged as a lost lease).
+func (w *Worker[TTx]) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.running {
+		w.mu.Unlock()
+		return idem.InvalidOptionf("effect: Worker.Run called twice")
+	}
+	if len(w.kinds) == 0 {
+		w.mu.Unlock()
+		return idem.InvalidOptionf("effect: no kinds registered")
+	}
+	w.running = true
+	kinds := make([]*kind, 0, len(w.kinds))
+	for _, k := range w.kinds {
+		kinds = append(kinds, k)
+	}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.running = false
+		w.mu.Unlock()
+	}()
+	slices.SortFunc(kinds, func(a, b *kind) int {
+		if a.name < b.name {
+			return -1
+		}
+		return 1
+	})
+	claimSQL := make(map[string]string, len(kinds))
+	for _, k := range kinds {
+		claimSQL[k.name] = w.l.q.claim([]string{k.name})
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	freed := make(chan struct{}, 1)
+	start := 0
+	for ctx.Err() == nil {
+		wait := w.cfg.PollInterval
+		more := false // some kind returned a full batch: more may be due
+		for i := range kinds {
+			k := kinds[(start+i)%len(kinds)]
+			free := cap(slots) - len(slots)
+			if free == 0 {
+				break
+			}
+			if k.breaker != nil && k.breaker.Allow() != nil {
+				continue
+			}
+			n := free
+			if k.lim != nil {
+				tok := int(math.Floor(k.lim.Tokens()))
+				if tok < 1 {
+					r := k.lim.Reserve()
+					wait = min(wait, r.Delay())
+					r.Cancel()
+					continue
+				}
+				n = min(n, tok)
+			}
+			claimed, err := w.claim(ctx, claimSQL[k.name], k, n)
+			if err != nil {
+				if ctx.Err() == nil {
+					w.log.WarnContext(ctx, "claim failed", "kind", k.name, "err", err)
+				}
+				break
+			}
+			if k.lim != nil && len(claimed) > 0 {
+				k.lim.AllowN(time.Now(), len(claimed))
+			}
+			if len(claimed) == n {
+				more = true
+			}
+			for _, e := range claimed {
+				slots <- struct{}{}
+				wg.Go(func() {
+					defer func() {
+						<-slots
+						select {
+						case freed <- struct{}{}:
+						default:
+						}
+					}()
+					w.perform(ctx, k, e)
+				})
+			}
+		}
+		start++
+		if more && cap(slots)-len(slots) > 0 {
+			continue
+		}
+		timer := time.NewTimer(max(wait, time.Millisecond))
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		case <-freed:
+			if !more {
+				// A slot freed while idle-polling: keep to the poll interval.
+				select {
+				case <-ctx.Done():
+				case <-timer.C:
+				}
+			}
+		}
+		timer.Stop()
+	}
+	return nil
+}
+
+func (w *Worker[TTx]) claim(ctx context.Context, sql string, k *kind, n int) ([]Effect, error) {
+	now := w.l.now()
+	rows, err := w.l.d.Pool().Query(ctx, sql, store.Micros(now), n, store.Micros(now.Add(w.l.cfg.Lease)), k.name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Effect
+	for rows.Next() {
+		e, err := scanEffect(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// perform runs one claimed effect and records its outcome under its token.
+func (w *Worker[TTx]) perform(ctx context.Context, k *kind, e Effect) {
+	log := w.log.With("key", e.Key, "kind", k.name, "attempt", e.Attempts, "token", e.Token)
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer fcancel()
+	if e.Attempts > k.maxAttempts {
+		// Claimed again after the worker running it vanished too often.
+		w.failEffect(fctx, log, k, e, fmt.Errorf("effect: %d attempts exceed the maximum %d (workers lost mid-call)", e.Attempts, k.maxAttempts))
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, w.l.cfg.CallTimeout)
+	res, err := callSafely(func() ([]byte, error) { return k.perform(cctx, e.Key, e.Payload) })
+	cancel()
+	if k.breaker != nil {
+		k.breaker.Record(err)
+	}
+	switch {
+	case err == nil:
+		if cerr := w.l.complete(fctx, e.Key, e.Token, res); cerr != nil {
+			w.logFinalise(fctx, log, "complete", cerr)
+		}
+	case ctx.Err() != nil && !idem.IsPermanent(err):
+		// The worker is stopping: hand the effect back, attempt not counted.
+		if rerr := w.l.release(fctx, e.Key, e.Token, w.l.now(), err, true); rerr != nil {
+			w.logFinalise(fctx, log, "release", rerr)
+		}
+	case idem.IsPermanent(err) || e.Attempts >= k.maxAttempts:
+		w.failEffect(fctx, log, k, e, err)
+	default:
+		next := w.l.now().Add(w.cfg.Backoff(e.Attempts))
+		log.DebugContext(fctx, "transient failure, retrying later", "err", err, "next", next)
+		if rerr := w.l.release(fctx, e.Key, e.Token, next, err, false); rerr != nil {
+			w.logFinalise(fctx, log, "release", rerr)
+		}
+	}
+}
+
+func (w *Worker[TTx]) failEffect(ctx context.Context, log *slog.Logger, k *kind, e Effect, cause error) {
+	var hook func(ctx context.Context, tx TTx, e Effect) error
+	if w.cfg.OnFailed != nil {
+		hook = func(ctx context.Context, tx TTx, e Effect) error { return w.cfg.OnFailed(ctx, tx, e, cause) }
+	}
+	_, err := w.l.fail(ctx, e.Key, e.Token, cause, hook)
+	if err == nil {
+		log.WarnContext(ctx, "effect failed", "err", cause, "class", idem.ErrorClass(cause))
+		return
+	}
+	if errors.Is(err, idem.ErrLeaseLost) {
+		w.logFinalise(ctx, log, "fail", err)
+		return
+	}
+	// The hook or the store failed: keep the effect alive and try later.
+	log.ErrorContext(ctx, "cannot mark the effect failed; retrying later", "err", err, "cause", cause)
+	next := w.l.now().Add(w.cfg.Backoff(e.Attempts))
+	if rerr := w.l.release(ctx, e.Key, e.Token, next, errors.Join(cause, err), false); rerr != nil {
+		w.logFinalise(ctx, log, "release", rerr)
+	}
+}
+
+func (w *Worker[TTx]) logFinalise(ctx context.Context, log *slog.Logger, op string, err error) {
+	if errors.Is(err, idem.ErrLeaseLost) {
+		log.WarnContext(ctx, "lease lost before "+op+"; another worker owns the effect, nothing written", "err", err)
+		return
+	}
+	log.ErrorContext(ctx, op+" failed; the effect is retried once its lease runs out", "err", err)
+}
+
+// FullJitter returns an exponential backoff with full jitter: a uniformly
+// random delay in [0, min(max, base·2^(attempt-1))]. Safe for concurrent use.
+func FullJitter(base, max time.Duration) func(attempt int) time.Duration {
+	return func(attempt int) time.Duration {
+		ceil := base
+		for i := 1; i < attempt && ceil < max; i++ {
+			ceil *= 2
+		}
+		if ceil > max {
+			ceil = max
+		}
+		if ceil <= 0 {
+			return 0
+		}
+		return time.Duration(rand.Int64N(int64(ceil) + 1))
+	}
+}
