@@ -1,0 +1,296 @@
+package idemhttp
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Mode selects how the middleware brackets the handler.
+type Mode int
+
+const (
+	// Transactional (the default) runs the handler inside one database
+	// transaction that also holds the key record: the record, the handler's
+	// mutations (through [Tx], [PgxTx] or [SQLTx]) and the stored response
+	// commit together or not at all, and the response is sent only after the
+	// commit. A crash at any point leaves either nothing (the retry executes)
+	// or everything (the retry replays).
+	Transactional Mode = iota
+	// TwoPhase commits a pending record with a lease first, runs the handler
+	// outside any transaction (external effects, a proxy in front of another
+	// service), then records the response. A crash between the two phases
+	// leaves a pending record that is recovered after its lease by the
+	// [ExpiredPolicy]; the key ([Key]) should be propagated downstream so a
+	// re-execution is deduplicated there.
+	TwoPhase
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Transactional:
+		return "transactional"
+	case TwoPhase:
+		return "two-phase"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ExpiredPolicy decides what happens, in two-phase mode, to a pending
+// record whose lease expired (its owner crashed or hung).
+type ExpiredPolicy int
+
+const (
+	// ReExecute (the default) lets the next request with the same key and
+	// fingerprint take the record over and run the handler again, with the
+	// same key available through [Key] for propagation downstream. The
+	// previous owner's late finalisation is rejected by the fencing token.
+	ReExecute ExpiredPolicy = iota
+	// Hold marks the record failed and answers 409 "needs reconciliation"
+	// ([ErrNeedsReconciliation]) for that key until an operator resolves it
+	// (for example with [Forget]) or the record's retention passes.
+	Hold
+)
+
+func (p ExpiredPolicy) String() string {
+	switch p {
+	case ReExecute:
+		return "re-execute"
+	case Hold:
+		return "hold"
+	}
+	return "ExpiredPolicy(" + strconv.Itoa(int(p)) + ")"
+}
+
+// Defaults of [Config].
+const (
+	DefaultMaxBodyBytes  = 1 << 20
+	DefaultMaxStoredBody = 1 << 20
+	DefaultRetention     = 24 * time.Hour
+	DefaultLockTimeout   = 2 * time.Second
+	DefaultLease         = 30 * time.Second
+	DefaultRetryAfter    = 1 * time.Second
+)
+
+// Config configures a [Middleware]. The zero value is usable: transactional
+// mode, one shared tenant, operation = method + route pattern, key required
+// on POST and PATCH.
+type Config struct {
+	// Mode is Transactional (the default) or TwoPhase.
+	Mode Mode
+
+	// Tenant returns the tenant that scopes the key, typically the
+	// authenticated principal. An error answers 401 and the handler does
+	// not run. Defaults to one shared tenant "" — set it in any service
+	// with more than one client, or one client's key could replay
+	// another's response.
+	Tenant func(*http.Request) (string, error)
+
+	// Operation names the operation that scopes the key. Defaults to the
+	// method plus r.Pattern (stdlib ServeMux and chi set it when the
+	// middleware wraps a route), falling back to the method plus the URL
+	// path when the middleware runs before routing.
+	Operation func(*http.Request) string
+
+	// Optional lets POST and PATCH requests without an Idempotency-Key pass
+	// through untouched. Defaults to false: they get 400. Other unsafe
+	// methods (PUT, DELETE, …) are handled when they carry a key and pass
+	// through when they do not. Safe methods (GET, HEAD, OPTIONS, TRACE)
+	// always pass through.
+	Optional bool
+
+	// MaxBodyBytes caps the request body read for the fingerprint (through
+	// http.MaxBytesReader); a larger body answers 413. Defaults to 1 MiB.
+	MaxBodyBytes int64
+
+	// FingerprintHeaders lists request headers included in the fingerprint
+	// (for example Content-Type or an API version header). Defaults to none.
+	FingerprintHeaders []string
+
+	// ExcludeFields lists JSON fields left out of the fingerprint, as
+	// top-level names or dotted paths ("metadata.client_time"), for fields
+	// that legitimately change between retries.
+	ExcludeFields []string
+
+	// Retention is how long a record answers for its key. Defaults to 24h.
+	// A record past its retention is treated as absent: a late retry
+	// executes again (documented; the GC deletes such rows).
+	Retention time.Duration
+
+	// OperationRetention overrides Retention per operation name (as
+	// returned by Operation).
+	OperationRetention map[string]time.Duration
+
+	// LockTimeout bounds, in transactional mode on PostgreSQL, how long a
+	// concurrent duplicate waits on the unique index for the first request
+	// to finish (SET LOCAL lock_timeout) before answering 409. Defaults to
+	// 2s. On SQLite the wait for the write lock is bounded by the
+	// database's busy timeout instead.
+	LockTimeout time.Duration
+
+	// Lease is how long a two-phase pending record belongs to its owner.
+	// The handler's context is cancelled when the lease ends; after it, a
+	// retry recovers the record by ExpiredPolicy. Set it above the
+	// handler's longest run. Defaults to 30s.
+	Lease time.Duration
+
+	// WaitForInFlight, when positive, makes a request that finds its key in
+	// flight wait up to this long (polling) for the first request to finish
+	// and then replay its response, instead of answering 409 at once.
+	// Defaults to 0 (no wait).
+	WaitForInFlight time.Duration
+
+	// RetryAfter is the Retry-After sent with 409 in-flight answers.
+	// Defaults to 1s (rounded up to whole seconds).
+	RetryAfter time.Duration
+
+	// StoreStatus reports whether a response with this status is stored
+	// (and, in transactional mode, committed). A status that is not stored
+	// rolls the transaction back (two-phase: deletes the pending record), so
+	// a retry executes again. Defaults to [DefaultStoreStatus].
+	StoreStatus func(status int) bool
+
+	// ReplayHeaders lists the response headers stored and replayed.
+	// Defaults to Content-Type and Location.
+	ReplayHeaders []string
+
+	// MaxStoredBody caps the stored response body. Above it the record
+	// keeps the status and replay headers (Location points at the created
+	// resource) with an empty body, and the replay carries
+	// "Idempotent-Body-Omitted: true" without Content-Type. Defaults to
+	// 1 MiB.
+	MaxStoredBody int
+
+	// ErrorHandler writes the middleware's own error responses. Defaults to
+	// [WriteProblem] (RFC 9457 application/problem+json).
+	ErrorHandler func(w http.ResponseWriter, r *http.Request, p *Problem)
+
+	// ExpiredPolicy is the two-phase recovery of a pending record whose
+	// lease expired. Defaults to ReExecute.
+	ExpiredPolicy ExpiredPolicy
+
+	// Now is the clock used for record timestamps, leases and expiry.
+	// Defaults to time.Now.
+	Now func() time.Time
+
+	// Logger receives one line per replay, conflict and failure. Defaults
+	// to discarding.
+	Logger *slog.Logger
+}
+
+// DefaultStoreStatus stores 2xx, 3xx and 4xx responses except 400, 401,
+// 403, 409, 422 and 429 — those mean the request never started executing
+// (Stripe stores none of them), so a corrected request may reuse the key.
+// 5xx responses are never stored. 3xx is stored because a 303 See Other
+// after a POST is a completed request; not storing it would roll back the
+// mutation in transactional mode.
+func DefaultStoreStatus(status int) bool {
+	switch {
+	case status >= 200 && status < 400:
+		return true
+	case status >= 400 && status < 500:
+		switch status {
+		case 400, 401, 403, 409, 422, 429:
+			return false
+		}
+		return true
+	}
+	return false
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Mode != Transactional && c.Mode != TwoPhase {
+		return c, idem.InvalidOptionf("idemhttp: unknown Mode %d", c.Mode)
+	}
+	if c.ExpiredPolicy != ReExecute && c.ExpiredPolicy != Hold {
+		return c, idem.InvalidOptionf("idemhttp: unknown ExpiredPolicy %d", c.ExpiredPolicy)
+	}
+	for name, d := range map[string]time.Duration{
+		"Retention": c.Retention, "LockTimeout": c.LockTimeout, "Lease": c.Lease,
+		"WaitForInFlight": c.WaitForInFlight, "RetryAfter": c.RetryAfter,
+	} {
+		if d < 0 {
+			return c, idem.InvalidOptionf("idemhttp: %s must not be negative (got %v)", name, d)
+		}
+	}
+	if c.MaxBodyBytes < 0 || c.MaxStoredBody < 0 {
+		return c, idem.InvalidOptionf("idemhttp: MaxBodyBytes and MaxStoredBody must not be negative")
+	}
+	for op, d := range c.OperationRetention {
+		if d <= 0 {
+			return c, idem.InvalidOptionf("idemhttp: OperationRetention[%q] must be positive (got %v)", op, d)
+		}
+	}
+	if c.Tenant == nil {
+		c.Tenant = func(*http.Request) (string, error) { return "", nil }
+	}
+	if c.Operation == nil {
+		c.Operation = DefaultOperation
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxStoredBody == 0 {
+		c.MaxStoredBody = DefaultMaxStoredBody
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = DefaultLockTimeout
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.StoreStatus == nil {
+		c.StoreStatus = DefaultStoreStatus
+	}
+	if c.ReplayHeaders == nil {
+		c.ReplayHeaders = []string{"Content-Type", "Location"}
+	}
+	hs := make([]string, 0, len(c.ReplayHeaders))
+	for _, h := range c.ReplayHeaders {
+		hs = append(hs, http.CanonicalHeaderKey(strings.TrimSpace(h)))
+	}
+	c.ReplayHeaders = hs
+	fh := make([]string, 0, len(c.FingerprintHeaders))
+	for _, h := range c.FingerprintHeaders {
+		fh = append(fh, http.CanonicalHeaderKey(strings.TrimSpace(h)))
+	}
+	slices.Sort(fh)
+	c.FingerprintHeaders = slices.Compact(fh)
+	if c.ErrorHandler == nil {
+		c.ErrorHandler = WriteProblem
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c, nil
+}
+
+// DefaultOperation returns the method plus the route pattern (r.Pattern, as
+// set by http.ServeMux and chi once routed; a pattern that already starts
+// with the method is used as is), or the method plus the URL path when no
+// pattern is known.
+func DefaultOperation(r *http.Request) string {
+	p := r.Pattern
+	if p == "" {
+		return r.Method + " " + r.URL.Path
+	}
+	if i := strings.IndexAny(p, " \t"); i > 0 && p[:i] == strings.ToUpper(p[:i]) && !strings.ContainsAny(p[:i], "/.") {
+		return r.Method + " " + strings.TrimLeft(p[i:], " \t")
+	}
+	return r.Method + " " + p
+}

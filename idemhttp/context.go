@@ -1,0 +1,99 @@
+package idemhttp
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+)
+
+type ctxKey struct{}
+
+// reqState is what the middleware knows about one request; the handler
+// reads it through the accessors below.
+type reqState struct {
+	tenant, operation, key string
+	tx                     any // the request transaction (transactional mode)
+	hasTx                  bool
+	replayed               bool
+
+	mu           sync.Mutex // protects resourceType and resourceID
+	resourceType string
+	resourceID   string
+}
+
+func stateFrom(ctx context.Context) *reqState {
+	s, _ := ctx.Value(ctxKey{}).(*reqState)
+	return s
+}
+
+// Tx returns the request transaction in transactional mode. The handler
+// must run its mutations on it and must not commit or roll it back: the
+// middleware commits it together with the key record and the stored
+// response, or rolls it back (5xx, panic, a status that is not stored). ok
+// is false outside the middleware, in two-phase mode, or when TTx is not
+// the driver's transaction type.
+func Tx[TTx any](ctx context.Context) (TTx, bool) {
+	var zero TTx
+	s := stateFrom(ctx)
+	if s == nil || !s.hasTx {
+		return zero, false
+	}
+	tx, ok := s.tx.(TTx)
+	return tx, ok
+}
+
+// PgxTx is Tx[pgx.Tx], for the pgxstore driver.
+func PgxTx(ctx context.Context) (pgx.Tx, bool) { return Tx[pgx.Tx](ctx) }
+
+// SQLTx is Tx[*sql.Tx], for the sqlstore driver (SQLite or PostgreSQL).
+func SQLTx(ctx context.Context) (*sql.Tx, bool) { return Tx[*sql.Tx](ctx) }
+
+// Key returns the request's idempotency key, or "" when the request has
+// none. Propagate it to downstream calls (as their idempotency key) so a
+// re-execution after a crash is deduplicated there too.
+func Key(ctx context.Context) string {
+	if s := stateFrom(ctx); s != nil {
+		return s.key
+	}
+	return ""
+}
+
+// Tenant returns the tenant that scopes the request's key, or "".
+func Tenant(ctx context.Context) string {
+	if s := stateFrom(ctx); s != nil {
+		return s.tenant
+	}
+	return ""
+}
+
+// Operation returns the operation that scopes the request's key, or "".
+func Operation(ctx context.Context) string {
+	if s := stateFrom(ctx); s != nil {
+		return s.operation
+	}
+	return ""
+}
+
+// Replayed reports whether the response for this request is a replay of a
+// stored one. The handler never runs for a replay, so inside a handler it
+// is false; the ErrorHandler and Config.Logger see true for replays.
+func Replayed(ctx context.Context) bool {
+	if s := stateFrom(ctx); s != nil {
+		return s.replayed
+	}
+	return false
+}
+
+// SetResource records the type and id of the resource the handler created
+// (for example "order", "ord_123"); they are stored with the record and
+// shown by "idem keys show". Safe for concurrent use; a no-op outside the
+// middleware.
+func SetResource(ctx context.Context, typ, id string) {
+	if s := stateFrom(ctx); s != nil {
+		s.mu.Lock()
+		s.resourceType, s.resourceID = typ, id
+		s.mu.Unlock()
+	}
+}

@@ -1,0 +1,510 @@
+// Package idemhttp is net/http middleware for the Idempotency-Key header
+// (draft-ietf-httpapi-idempotency-key-header, with Stripe's semantics): a
+// retried POST or PATCH never creates a second effect, a key reused with
+// another payload fails loudly, and concurrent duplicates never run the
+// handler twice — also across several server instances sharing one
+// database, because every decision goes through the primary key of the
+// idempotency_keys table (migration 0002).
+//
+// Contract:
+//
+//	first request with a new key          handler runs; response stored with the record
+//	retry, same fingerprint, completed    stored status, body and ReplayHeaders, plus
+//	                                      "Idempotent-Replayed: true"; handler not run
+//	same key, different fingerprint       422 problem+json; handler not run
+//	same key still executing              409 problem+json with Retry-After (or, with
+//	                                      Config.WaitForInFlight, wait and replay)
+//	key missing on POST/PATCH             400 (unless Config.Optional)
+//	key malformed, several key headers    400
+//	Config.Tenant fails                   401
+//	body above Config.MaxBodyBytes        413
+//	record past its retention             treated as absent: the request executes again
+//	GET, HEAD, OPTIONS, TRACE             pass through untouched
+//
+// The scope of a key is tenant + operation + key: one tenant never receives
+// another tenant's stored response. The fingerprint is the SHA-256 of the
+// method, the operation, the body (canonical JSON for JSON content types,
+// so key order and whitespace do not matter; raw bytes otherwise) and
+// Config.FingerprintHeaders.
+//
+// Errors are RFC 9457 application/problem+json with a stable type URI per
+// error (TypeKeyMissing …); Config.ErrorHandler replaces the writer.
+//
+// In [Transactional] mode (the default) the handler runs inside the
+// transaction that holds the key record; it gets it with [Tx], [PgxTx] or
+// [SQLTx]. The response is buffered and sent only after the commit: a
+// crash, panic or 5xx leaves nothing recorded and a retry executes; a
+// commit that fails answers 503 with nothing recorded. A concurrent
+// duplicate blocks on the primary key (PostgreSQL: at most
+// Config.LockTimeout; SQLite: BEGIN IMMEDIATE serialises writers) and then
+// replays, or answers 409.
+//
+// In [TwoPhase] mode a pending record with a lease is committed before the
+// handler runs and completed afterwards; see [ExpiredPolicy] for recovery
+// of an abandoned lease, and the fencing token that rejects a zombie's late
+// finalisation.
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+)
+
+// Middleware enforces Idempotency-Key semantics in front of handlers. It is
+// safe for concurrent use; one Middleware may wrap many handlers (each
+// operation is scoped separately).
+type Middleware[TTx any] struct {
+	d   store.Driver[TTx]
+	cfg Config
+	q   queries
+	log *slog.Logger
+}
+
+// New returns a Middleware storing its records through d (migration 0002
+// must be applied). Configuration errors wrap idem.ErrInvalidOption.
+func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
+	if d == nil {
+		return nil, idem.InvalidOptionf("idemhttp: nil store driver")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Middleware[TTx]{
+		d:   d,
+		cfg: cfg,
+		q:   newQueries(d.Dialect(), d.Table("idempotency_keys")),
+		log: cfg.Logger.With("component", "idemhttp", "mode", cfg.Mode.String()),
+	}, nil
+}
+
+// Handler returns h wrapped by the middleware, in the shape of
+// func(http.Handler) http.Handler, so it plugs into any router.
+func (m *Middleware[TTx]) Handler(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, h) })
+}
+
+// request is one idempotent request after validation.
+type request struct {
+	scope
+	fp    idem.Fingerprint
+	state *reqState
+}
+
+// outcome is the decision of one attempt that did not execute the handler.
+type outcome int
+
+const (
+	outDone        outcome = iota // a response was written
+	outReplay                     // rec holds a completed record to replay
+	outMismatch                   // fingerprint differs
+	outInFlight                   // another execution owns the key
+	outHeld                       // needs reconciliation
+	outStoreFailed                // err holds the store error
+)
+
+func isSafe(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	if isSafe(r.Method) {
+		h.ServeHTTP(w, r)
+		return
+	}
+	if len(r.Header.Values(HeaderKey)) == 0 {
+		if m.cfg.Optional || (r.Method != http.MethodPost && r.Method != http.MethodPatch) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		m.fail(w, r, ErrKeyMissing, "", "")
+		return
+	}
+	key, err := ParseKey(r.Header)
+	if err != nil {
+		m.fail(w, r, err, "", err.Error())
+		return
+	}
+	tenant, err := m.cfg.Tenant(r)
+	if err != nil {
+		m.log.DebugContext(r.Context(), "tenant rejected", "err", err)
+		m.fail(w, r, ErrUnauthorized, key, "")
+		return
+	}
+	op := m.cfg.Operation(r)
+	body, err := m.readBody(w, r)
+	if err != nil {
+		m.fail(w, r, err, key, "")
+		return
+	}
+	req := &request{scope: scope{tenant, op, key}}
+	req.state = &reqState{tenant: tenant, operation: op, key: key}
+	req.fp = m.fingerprint(r, op, body)
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, req.state))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+
+	var waitUntil time.Time
+	if m.cfg.WaitForInFlight > 0 {
+		waitUntil = time.Now().Add(m.cfg.WaitForInFlight)
+	}
+	backoff := 10 * time.Millisecond
+	for {
+		var (
+			out outcome
+			rec *Record
+		)
+		if m.cfg.Mode == Transactional {
+			out, rec, err = m.attemptTx(w, r, h, req)
+		} else {
+			out, rec, err = m.attemptTwoPhase(w, r, h, req)
+		}
+		switch out {
+		case outDone:
+			return
+		case outReplay:
+			m.replay(w, r, req, rec)
+			return
+		case outMismatch:
+			m.log.InfoContext(r.Context(), "key reused with a different request", "key", key, "tenant", tenant, "operation", op,
+				"stored", rec.Fingerprint.Short(), "received", req.fp.Short())
+			m.fail(w, r, &idem.FingerprintMismatchError{Key: req.scope.String(), Stored: rec.Fingerprint, Received: req.fp}, key, "")
+			return
+		case outHeld:
+			m.log.WarnContext(r.Context(), "key held for reconciliation", "key", key, "tenant", tenant, "operation", op)
+			m.fail(w, r, idem.ErrNeedsReconciliation, key, "an earlier execution was abandoned; an operator must resolve this key")
+			return
+		case outStoreFailed:
+			m.log.ErrorContext(r.Context(), "key store failed", "key", key, "tenant", tenant, "operation", op, "err", err)
+			m.fail(w, r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err), key, "")
+			return
+		case outInFlight:
+			if !waitUntil.IsZero() && time.Now().Add(backoff).Before(waitUntil) {
+				t := time.NewTimer(backoff)
+				select {
+				case <-r.Context().Done():
+					t.Stop()
+					m.fail(w, r, idem.ErrInProgress, key, "")
+					return
+				case <-t.C:
+				}
+				backoff = min(backoff*2, 200*time.Millisecond)
+				continue
+			}
+			m.log.DebugContext(r.Context(), "key in flight", "key", key, "tenant", tenant, "operation", op)
+			m.fail(w, r, idem.ErrInProgress, key, "")
+			return
+		}
+	}
+}
+
+func (m *Middleware[TTx]) fail(w http.ResponseWriter, r *http.Request, err error, key, detail string) {
+	m.cfg.ErrorHandler(w, r, problemFor(err, key, m.cfg.RetryAfter, detail))
+}
+
+func (m *Middleware[TTx]) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, ErrBodyTooLarge
+		}
+		return nil, fmt.Errorf("idemhttp: read body: %w", err)
+	}
+	return body, nil
+}
+
+// fingerprint hashes method, operation, body and the configured headers.
+func (m *Middleware[TTx]) fingerprint(r *http.Request, op string, body []byte) idem.Fingerprint {
+	parts := make([][]byte, 0, 4+2*len(m.cfg.FingerprintHeaders))
+	parts = append(parts, []byte(r.Method), []byte(op))
+	if c, err := canonicalBody(r.Header.Get("Content-Type"), body, m.cfg.ExcludeFields); err == nil {
+		parts = append(parts, []byte("json"), c)
+	} else {
+		parts = append(parts, []byte("raw"), body)
+	}
+	for _, h := range m.cfg.FingerprintHeaders {
+		parts = append(parts, []byte(h), []byte(strings.Join(r.Header.Values(h), "\x00")))
+	}
+	return idem.FingerprintOf(parts...)
+}
+
+func canonicalBody(contentType string, body []byte, exclude []string) ([]byte, error) {
+	if !idem.IsJSONContentType(contentType) {
+		return nil, errors.New("not JSON")
+	}
+	return idem.CanonicalJSON(body, exclude...)
+}
+
+func (m *Middleware[TTx]) retention(op string) time.Duration {
+	if d, ok := m.cfg.OperationRetention[op]; ok {
+		return d
+	}
+	return m.cfg.Retention
+}
+
+// claim makes the request the owner of its key, through the primary key:
+// insert a pending record, or take over one that expired (retention, or a
+// two-phase lease under ReExecute). It returns the fencing token when the
+// request owns the key, or the decision for the existing record.
+//
+// On PostgreSQL, an INSERT … ON CONFLICT DO NOTHING that returns no row
+// means the conflicting transaction has finished; the record is re-read in
+// a new statement, and the claim restarts if it vanished meanwhile (GC).
+//
+// insertExtra holds further insert arguments (the PostgreSQL lock_timeout,
+// $8 of the transactional insert).
+func (m *Middleware[TTx]) claim(ctx context.Context, q store.Querier, req *request, insertSQL, takeoverSQL string, insertExtra ...any) (token int64, out outcome, rec *Record, err error) {
+	for range 5 {
+		now := m.cfg.Now()
+		lockedUntil := int64(0)
+		if m.cfg.Mode == TwoPhase {
+			lockedUntil = store.Micros(now.Add(m.cfg.Lease))
+		}
+		exp := store.Micros(now.Add(m.retention(req.operation)))
+		var ignored string
+		args := req.args(req.fp.Bytes(), store.Micros(now), lockedUntil, exp)
+		err = q.QueryRow(ctx, insertSQL, append(args, insertExtra...)...).Scan(&token, &ignored)
+		if err == nil {
+			return token, 0, nil, nil
+		}
+		if !errors.Is(err, store.ErrNoRows) {
+			return 0, errOutcome(err), nil, err
+		}
+		rec, found, err := load(ctx, q, m.q.load, req.scope)
+		if err != nil {
+			return 0, errOutcome(err), nil, err
+		}
+		if !found {
+			continue // deleted between the two statements: insert again
+		}
+		out, takeover := m.classify(rec, req.fp, now)
+		switch {
+		case takeover:
+			lease := 0
+			if m.cfg.Mode == TwoPhase && m.cfg.ExpiredPolicy == ReExecute {
+				lease = 1
+			}
+			targs := req.args(rec.Token, req.fp.Bytes(), store.Micros(now), lockedUntil, exp, store.Micros(now), lease)
+			err = q.QueryRow(ctx, takeoverSQL, targs...).Scan(&token, &ignored)
+			if err == nil {
+				m.log.InfoContext(ctx, "key taken over", "key", req.key, "tenant", req.tenant, "operation", req.operation,
+					"previous_state", string(rec.State), "expired", rec.Expired(now), "token", token)
+				return token, 0, nil, nil
+			}
+			if !errors.Is(err, store.ErrNoRows) {
+				return 0, errOutcome(err), nil, err
+			}
+			continue // changed meanwhile: look again
+		case out == outHeld && rec.State == StatePending:
+			n, err := q.Exec(ctx, m.q.hold, req.args(rec.Token, store.Micros(now))...)
+			if err != nil {
+				return 0, errOutcome(err), nil, err
+			}
+			if n == 0 {
+				continue
+			}
+		}
+		return 0, out, rec, nil
+	}
+	return 0, outInFlight, nil, nil
+}
+
+func errOutcome(err error) outcome {
+	if errors.Is(err, store.ErrLockTimeout) {
+		return outInFlight
+	}
+	return outStoreFailed
+}
+
+// classify decides what an existing record means for a request with
+// fingerprint fp at now. takeover reports that the request may claim it.
+func (m *Middleware[TTx]) classify(rec *Record, fp idem.Fingerprint, now time.Time) (out outcome, takeover bool) {
+	if rec.Expired(now) {
+		return 0, true // past retention: absent, whatever it held
+	}
+	if rec.Fingerprint != fp {
+		return outMismatch, false
+	}
+	switch rec.State {
+	case StateCompleted:
+		return outReplay, false
+	case StateFailed:
+		return outHeld, false
+	}
+	if now.Before(rec.LockedUntil) {
+		return outInFlight, false
+	}
+	// A pending record whose lease expired: its owner crashed or hung.
+	if m.cfg.ExpiredPolicy == Hold {
+		return outHeld, false
+	}
+	if m.cfg.Mode == TwoPhase {
+		return 0, true
+	}
+	return outInFlight, false
+}
+
+// attemptTx is one transactional attempt: begin, claim, run the handler on
+// the transaction, store the response, commit, send.
+func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h http.Handler, req *request) (outcome, *Record, error) {
+	ctx := r.Context()
+	tx, err := m.d.Begin(ctx)
+	if err != nil {
+		return errOutcome(err), nil, err
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			_ = m.d.Rollback(context.WithoutCancel(ctx), tx)
+		}
+	}()
+	q := m.d.Tx(tx)
+	insertSQL, takeoverSQL := m.q.insert, m.q.takeover
+	var extra []any
+	if m.d.Dialect() == store.Postgres {
+		insertSQL, takeoverSQL = m.q.insertLocked, m.q.takeoverLocked
+		extra = []any{pgInterval(m.cfg.LockTimeout.Milliseconds())}
+	}
+	token, out, rec, err := m.claim(ctx, q, req, insertSQL, takeoverSQL, extra...)
+	if err != nil || token == 0 {
+		return out, rec, err
+	}
+
+	req.state.tx, req.state.hasTx = tx, true
+	cw := newCapture(w)
+	h.ServeHTTP(cw, r) // a panic propagates; the deferred rollback runs
+	req.state.tx, req.state.hasTx = nil, false
+	cw.finish()
+	if !m.cfg.StoreStatus(cw.status) {
+		finished = true
+		if err := m.d.Rollback(context.WithoutCancel(ctx), tx); err != nil {
+			m.log.WarnContext(ctx, "rollback failed", "key", req.key, "err", err)
+		}
+		cw.send()
+		return outDone, nil, nil
+	}
+	now := m.cfg.Now()
+	n, err := q.Exec(ctx, m.q.complete, m.completeArgs(req, token, cw, now)...)
+	if err == nil && n != 1 {
+		err = fmt.Errorf("idemhttp: record %s vanished before completion", req.scope)
+	}
+	if err != nil {
+		return outStoreFailed, nil, err
+	}
+	finished = true
+	if err := m.d.Commit(ctx, tx); err != nil {
+		_ = m.d.Rollback(context.WithoutCancel(ctx), tx)
+		return outStoreFailed, nil, fmt.Errorf("commit failed, nothing was recorded: %w", err)
+	}
+	cw.send()
+	return outDone, nil, nil
+}
+
+// attemptTwoPhase is one two-phase attempt: commit a pending record with a
+// lease, run the handler outside any transaction, record the response
+// fenced by the token, send.
+func (m *Middleware[TTx]) attemptTwoPhase(w http.ResponseWriter, r *http.Request, h http.Handler, req *request) (outcome, *Record, error) {
+	ctx := r.Context()
+	pool := m.d.Pool()
+	token, out, rec, err := m.claim(ctx, pool, req, m.q.insert, m.q.takeover)
+	if err != nil || token == 0 {
+		return out, rec, err
+	}
+	bg := context.WithoutCancel(ctx)
+	release := func() {
+		if _, err := pool.Exec(bg, m.q.release, req.args(token)...); err != nil {
+			m.log.ErrorContext(bg, "release of pending key failed; it is recovered after its lease", "key", req.key, "err", err)
+		}
+	}
+	hctx, cancel := context.WithTimeout(ctx, m.cfg.Lease)
+	defer cancel()
+	cw := newCapture(w)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				release()
+				panic(p)
+			}
+		}()
+		h.ServeHTTP(cw, r.WithContext(hctx))
+	}()
+	cw.finish()
+	if !m.cfg.StoreStatus(cw.status) {
+		release()
+		cw.send()
+		return outDone, nil, nil
+	}
+	n, err := pool.Exec(bg, m.q.complete, m.completeArgs(req, token, cw, m.cfg.Now())...)
+	if err != nil {
+		return outStoreFailed, nil, err
+	}
+	if n == 0 {
+		m.log.WarnContext(ctx, "lease lost: another execution took the key over; result not recorded",
+			"key", req.key, "tenant", req.tenant, "operation", req.operation, "token", token)
+		m.fail(w, r, idem.ErrLeaseLost, req.key, "")
+		return outDone, nil, nil
+	}
+	cw.send()
+	return outDone, nil, nil
+}
+
+func (m *Middleware[TTx]) completeArgs(req *request, token int64, cw *capture, now time.Time) []any {
+	stored := http.Header{}
+	for _, k := range m.cfg.ReplayHeaders {
+		if v, ok := cw.header[k]; ok {
+			stored[k] = v
+		}
+	}
+	body := cw.body.Bytes()
+	omitted := 0
+	if len(body) > m.cfg.MaxStoredBody {
+		body, omitted = []byte{}, 1
+		stored.Del("Content-Type")
+		stored.Del("Content-Length")
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	hj, _ := json.Marshal(stored)
+	req.state.mu.Lock()
+	rt, rid := req.state.resourceType, req.state.resourceID
+	req.state.mu.Unlock()
+	return req.args(token, cw.status, string(hj), body, omitted, rt, rid,
+		store.Micros(now), store.Micros(now.Add(m.retention(req.operation))))
+}
+
+func (m *Middleware[TTx]) replay(w http.ResponseWriter, r *http.Request, req *request, rec *Record) {
+	req.state.replayed = true
+	m.log.DebugContext(r.Context(), "replayed stored response", "key", req.key, "tenant", req.tenant,
+		"operation", req.operation, "status", rec.Status)
+	h := w.Header()
+	for k, v := range rec.Header {
+		h[k] = v
+	}
+	h.Set(HeaderReplayed, "true")
+	if rec.BodyOmitted {
+		h.Set(HeaderBodyOmitted, "true")
+	}
+	w.WriteHeader(rec.Status)
+	_, _ = w.Write(rec.Body)
+}
