@@ -1,0 +1,5 @@
+package idem_test
+
+import "context"
+
+func contextDeadline() error { return context.DeadlineExceeded }
