@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,7 +121,7 @@ func testConcurrent[TTx any](t *testing.T, d store.Driver[TTx]) {
 			defer func() { <-sem }()
 			err := store.InTx(ctx, d, func(tx TTx) error {
 				r, err := versionguard.ApplyTx(ctx, d, tx, versionguard.Spec{Table: "proj", KeyColumns: []string{"tenant", "id"},
-					KeyValues: []any{"t", "x"}, VersionColumn: "v", Set: map[string]any{"val": v}, Upsert: true}, v)
+					KeyValues: []any{"t", "x"}, VersionColumn: "v", Set: map[string]any{"val": strconv.FormatInt(v, 10)}, Upsert: true}, v)
 				if err == nil {
 					if r.Applied {
 						applied.Add(1)

@@ -1,0 +1,267 @@
+// Package retention keeps idem's tables bounded: a garbage collector that
+// deletes, in bounded batches, the records whose replay horizon has passed:
+//
+//   - inbox rows past expires_at (the inbox sets it per consumer at insert
+//     time), optionally kept longer per consumer with Config.InboxMinAge;
+//   - HTTP idempotency key records past expires_at (per operation, set at
+//     insert time);
+//   - published outbox events older than Config.OutboxRetention;
+//   - completed effects past their expires_at (0 keeps them);
+//   - dead letters resolved (redriven or discarded) longer ago than
+//     Config.DLQRetention.
+//
+// Pending work is never deleted: pending or parked outbox events, parked
+// dead letters, effects not completed. Each batch is its own short
+// statement (at most Config.BatchSize rows), so consumers, relays and HTTP
+// handlers keep running while the GC works. Running several GCs at once is
+// safe (each row is deleted once; the others find fewer rows). A crash
+// between batches loses nothing: the next run continues.
+//
+// Deleting a record ends its dedup protection: a duplicate arriving after
+// that is processed again. Retentions must therefore cover the longest
+// replay horizon (client retry, broker redelivery / stream max age, webhook
+// replay, operator redrive); [CheckRetention] warns at start-up when they
+// do not.
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/internal/sqlmeta"
+	"github.com/idemkit/idem/store"
+)
+
+// Config configures a GC.
+type Config struct {
+	// BatchSize is the most rows one DELETE removes. Defaults to 1000.
+	BatchSize int
+	// Interval is the pause between passes of Run. Defaults to 1 minute.
+	Interval time.Duration
+	// OutboxRetention is how long published outbox events are kept.
+	// Defaults to 7 days.
+	OutboxRetention time.Duration
+	// DLQRetention is how long resolved dead letters are kept. Defaults to
+	// 30 days.
+	DLQRetention time.Duration
+	// InboxMinAge keeps the inbox rows of the named consumers at least this
+	// long after they were received, even past their expires_at: use it to
+	// lengthen a consumer's retention after the fact (e.g. after a
+	// CheckRetention warning) without rewriting rows.
+	InboxMinAge map[string]time.Duration
+	// Now returns the current time. Defaults to time.Now.
+	Now func() time.Time
+	// Logger receives a summary of every pass that deleted rows and errors.
+	// Defaults to discarding.
+	Logger *slog.Logger
+	// Metrics, if set, counts deleted rows (idem_gc_deleted_rows_total).
+	Metrics *idemmetrics.Metrics
+}
+
+// Report summarises one pass.
+type Report struct {
+	// Deleted counts rows deleted per table (inbox, idempotency_keys,
+	// outbox, effects, dead_letters).
+	Deleted map[string]int64 `json:"deleted"`
+	// Batches is the number of DELETE statements run.
+	Batches int `json:"batches"`
+	// Skipped lists tables that do not exist (yet) in the database.
+	Skipped []string `json:"skipped,omitempty"`
+	// Took is the duration of the pass.
+	Took time.Duration `json:"took_ns"`
+}
+
+// Total is the number of rows deleted from every table.
+func (r Report) Total() int64 {
+	var n int64
+	for _, v := range r.Deleted {
+		n += v
+	}
+	return n
+}
+
+// GC deletes expired records. It is safe for concurrent use.
+type GC[TTx any] struct {
+	d   store.Driver[TTx]
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	exists map[string]bool // protected by mu; only positive answers are cached
+}
+
+// New returns a GC over d.
+func New[TTx any](d store.Driver[TTx], cfg Config) (*GC[TTx], error) {
+	if d == nil {
+		return nil, idem.InvalidOptionf("retention: nil driver")
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 1000
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Minute
+	}
+	if cfg.OutboxRetention == 0 {
+		cfg.OutboxRetention = 7 * 24 * time.Hour
+	}
+	if cfg.DLQRetention == 0 {
+		cfg.DLQRetention = 30 * 24 * time.Hour
+	}
+	if cfg.BatchSize < 0 || cfg.Interval < 0 || cfg.OutboxRetention < 0 || cfg.DLQRetention < 0 {
+		return nil, idem.InvalidOptionf("retention: negative BatchSize, Interval or retention")
+	}
+	for c, a := range cfg.InboxMinAge {
+		if a <= 0 || c == "" {
+			return nil, idem.InvalidOptionf("retention: InboxMinAge[%q] must be positive", c)
+		}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &GC[TTx]{d: d, cfg: cfg, log: cfg.Logger.With("component", "retention"), exists: map[string]bool{}}, nil
+}
+
+// job is one table's expiry rule.
+type job struct {
+	table string
+	cond  string
+	args  []any
+}
+
+func (g *GC[TTx]) jobs(now time.Time) []job {
+	inboxCond, inboxArgs := condInbox, []any{store.Micros(now)}
+	for _, c := range slices.Sorted(maps.Keys(g.cfg.InboxMinAge)) {
+		inboxArgs = append(inboxArgs, c, store.Micros(now.Add(-g.cfg.InboxMinAge[c])))
+		inboxCond += fmt.Sprintf(` AND NOT (consumer = $%d AND received_at >= $%d)`, len(inboxArgs)-1, len(inboxArgs))
+	}
+	return []job{
+		{"inbox", inboxCond, inboxArgs},
+		{"idempotency_keys", condHTTPKeys, []any{store.Micros(now)}},
+		{"outbox", condOutbox, []any{store.Micros(now.Add(-g.cfg.OutboxRetention))}},
+		{"effects", condEffects, []any{store.Micros(now)}},
+		{"dead_letters", condDeadLetters, []any{store.Micros(now.Add(-g.cfg.DLQRetention))}},
+	}
+}
+
+// RunOnce deletes every expired record, batch by batch, until no table has
+// any left, and reports what it deleted. On error (or ctx done) it stops
+// and returns what it deleted so far with the error.
+func (g *GC[TTx]) RunOnce(ctx context.Context) (Report, error) {
+	t0 := time.Now()
+	rep := Report{Deleted: map[string]int64{}}
+	now := g.cfg.Now()
+	for _, j := range g.jobs(now) {
+		ok, err := g.tableExists(ctx, j.table)
+		if err != nil {
+			return rep, err
+		}
+		if !ok {
+			rep.Skipped = append(rep.Skipped, j.table)
+			continue
+		}
+		stmt := batchDelete(g.d.Dialect(), g.d.Table(j.table), j.cond, g.cfg.BatchSize)
+		for {
+			if err := ctx.Err(); err != nil {
+				rep.Took = time.Since(t0)
+				return rep, err
+			}
+			n, err := g.d.Pool().Exec(ctx, stmt, j.args...)
+			if err != nil {
+				rep.Took = time.Since(t0)
+				return rep, fmt.Errorf("retention: %s: %w", j.table, err)
+			}
+			rep.Batches++
+			rep.Deleted[j.table] += n
+			g.cfg.Metrics.GCDeleted(j.table, n)
+			if n < int64(g.cfg.BatchSize) {
+				break
+			}
+		}
+	}
+	rep.Took = time.Since(t0)
+	if rep.Total() > 0 {
+		g.log.InfoContext(ctx, "expired records deleted", "deleted", rep.Deleted, "batches", rep.Batches, "took", rep.Took)
+	}
+	return rep, nil
+}
+
+// tableExists checks a table once; missing tables are checked again on the
+// next pass (their migration may be applied meanwhile).
+func (g *GC[TTx]) tableExists(ctx context.Context, name string) (bool, error) {
+	g.mu.Lock()
+	ok := g.exists[name]
+	g.mu.Unlock()
+	if ok {
+		return true, nil
+	}
+	ok, err := sqlmeta.Exists(ctx, g.d.Pool(), g.d.Dialect(), g.d.Names(), name)
+	if err != nil {
+		return false, fmt.Errorf("retention: %w", err)
+	}
+	if ok {
+		g.mu.Lock()
+		g.exists[name] = true
+		g.mu.Unlock()
+	}
+	return ok, nil
+}
+
+// Run runs a pass every Config.Interval until ctx is done, then returns
+// nil. A failing pass is logged and retried at the next interval.
+func (g *GC[TTx]) Run(ctx context.Context) error {
+	t := time.NewTicker(g.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := g.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			g.log.ErrorContext(ctx, "retention pass failed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// ErrRetentionTooShort reports a consumer retention shorter than the time
+// its broker may still redeliver a message: a redelivery after the inbox
+// row is deleted would be processed twice.
+var ErrRetentionTooShort = errors.New("retention: inbox retention shorter than the redelivery horizon")
+
+// CheckRetention returns an error wrapping ErrRetentionTooShort when
+// consumer's inbox retention is shorter than streamMaxAge (the stream's max
+// age, or more generally the longest time after which the broker or an
+// operator may still deliver the message). streamMaxAge <= 0 means unknown
+// or unlimited and is not checked. Call it at start-up and log the result
+// (see [WarnRetention]).
+func CheckRetention(consumer string, retention, streamMaxAge time.Duration) error {
+	if streamMaxAge > 0 && retention < streamMaxAge {
+		return fmt.Errorf("%w: consumer %q keeps inbox records %s but its stream keeps messages %s; "+
+			"raise the inbox retention (inbox.Config.RetentionFor) to at least %s",
+			ErrRetentionTooShort, consumer, retention, streamMaxAge, streamMaxAge)
+	}
+	return nil
+}
+
+// WarnRetention runs CheckRetention and logs its error as a warning on
+// logger; it reports whether the retention is long enough.
+func WarnRetention(ctx context.Context, logger *slog.Logger, consumer string, retention, streamMaxAge time.Duration) bool {
+	if err := CheckRetention(consumer, retention, streamMaxAge); err != nil {
+		if logger != nil {
+			logger.WarnContext(ctx, err.Error(), "consumer", consumer, "retention", retention, "stream_max_age", streamMaxAge)
+		}
+		return false
+	}
+	return true
+}

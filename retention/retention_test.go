@@ -1,0 +1,176 @@
+package retention_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/retention"
+	"github.com/idemkit/idem/store"
+)
+
+func TestGC(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testGC(t, testdb.SQLite(t)) })
+	t.Run("pgx", func(t *testing.T) { t.Parallel(); testGC(t, testdb.Pgx(t)) })
+	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); testGC(t, testdb.SQLPostgres(t)) })
+}
+
+// seedInbox inserts n inbox rows for consumer, ids prefix0..prefix(n-1),
+// received at recv and expiring at exp.
+func seedInbox[TTx any](t *testing.T, d store.Driver[TTx], consumer, prefix string, n int, recv, exp time.Time) {
+	testdb.Exec(t, d, `WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < $1)
+ INSERT INTO `+d.Table("inbox")+` (consumer, message_id, fingerprint, received_at, expires_at)
+ SELECT $2, $3 || i, $4, $5, $6 FROM s`, n, consumer, prefix, []byte{1}, store.Micros(recv), store.Micros(exp))
+}
+
+// GC deletes only expired rows, in batches, while a consumer keeps
+// processing new messages.
+func testGC[TTx any](t *testing.T, d store.Driver[TTx]) {
+	ctx := context.Background()
+	now := time.Now()
+	past, future := now.Add(-time.Hour), now.Add(time.Hour)
+	seedInbox(t, d, "billing", "old-", 2500, now.Add(-8*24*time.Hour), past)
+	seedInbox(t, d, "billing", "live-", 300, now, future)
+	// A consumer whose retention was lengthened by the GC's InboxMinAge.
+	seedInbox(t, d, "audit", "recent-", 50, now.Add(-2*time.Hour), past)
+	seedInbox(t, d, "audit", "ancient-", 20, now.Add(-48*time.Hour), past)
+
+	keys := `INSERT INTO ` + d.Table("idempotency_keys") + ` (tenant, operation, idem_key, fingerprint, created_at, expires_at) VALUES ($1, 'op', $2, $3, 0, $4)`
+	testdb.Exec(t, d, keys, "t", "k-old", []byte{1}, store.Micros(past))
+	testdb.Exec(t, d, keys, "t", "k-live", []byte{1}, store.Micros(future))
+	ob := `INSERT INTO ` + d.Table("outbox") + ` (source, event_id, type, subject, time, payload, state, created_at, published_at)
+ VALUES ('s', $1, 't', 's', 0, $2, $3, 0, $4)`
+	testdb.Exec(t, d, ob, "e-old", []byte("{}"), "published", store.Micros(now.Add(-8*24*time.Hour)))
+	testdb.Exec(t, d, ob, "e-recent", []byte("{}"), "published", store.Micros(now.Add(-time.Hour)))
+	testdb.Exec(t, d, ob, "e-pending", []byte("{}"), "pending", int64(0))
+	testdb.Exec(t, d, ob, "e-parked", []byte("{}"), "parked", int64(0))
+	ef := `INSERT INTO ` + d.Table("effects") + ` (effect_key, kind, payload, fingerprint, state, created_at, updated_at, expires_at)
+ VALUES ($1, 'k', $2, $2, $3, 0, 0, $4)`
+	testdb.Exec(t, d, ef, "f-done-old", []byte("x"), "completed", store.Micros(past))
+	testdb.Exec(t, d, ef, "f-done-keep", []byte("x"), "completed", int64(0))
+	testdb.Exec(t, d, ef, "f-failed-old", []byte("x"), "failed", store.Micros(past))
+	dl := `INSERT INTO ` + d.Table("dead_letters") + ` (consumer, message_id, payload, fingerprint, first_failed_at, last_failed_at, state, resolved_at, created_at)
+ VALUES ('c', $1, $2, $2, 0, 0, $3, $4, 0)`
+	testdb.Exec(t, d, dl, "d-redriven-old", []byte("x"), "redriven", store.Micros(now.Add(-40*24*time.Hour)))
+	testdb.Exec(t, d, dl, "d-discarded-old", []byte("x"), "discarded", store.Micros(now.Add(-40*24*time.Hour)))
+	testdb.Exec(t, d, dl, "d-discarded-new", []byte("x"), "discarded", store.Micros(now.Add(-time.Hour)))
+	testdb.Exec(t, d, dl, "d-parked", []byte("x"), "parked", int64(0))
+
+	gc, err := retention.New(d, retention.Config{BatchSize: 1000, InboxMinAge: map[string]time.Duration{"audit": 24 * time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := inbox.New(d, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The consumer keeps running while the GC deletes.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	processed := 0
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			msg := idem.Message{ID: fmt.Sprintf("new-%d", i), Payload: []byte(`{}`)}
+			if _, err := ib.Process(ctx, "billing", msg, func(context.Context, TTx, idem.Message) error { return nil }); err != nil {
+				t.Error(err)
+				return
+			}
+			processed++
+		}
+	})
+	rep, err := gc.RunOnce(ctx)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"inbox": 2520, "idempotency_keys": 1, "outbox": 1, "effects": 1, "dead_letters": 2}
+	for table, n := range want {
+		if rep.Deleted[table] != n {
+			t.Errorf("deleted from %s = %d, want %d (report %+v)", table, rep.Deleted[table], n, rep)
+		}
+	}
+	if rep.Batches < 3+4 { // inbox needs 3 batches of ≤1000; one for each other table
+		t.Errorf("batches = %d, want ≥ 7", rep.Batches)
+	}
+	count := func(table, where string) int {
+		return testdb.Count(t, d, `SELECT count(*) FROM `+d.Table(table)+` WHERE `+where)
+	}
+	if n := count("inbox", `consumer = 'billing' AND message_id LIKE 'live-%'`); n != 300 {
+		t.Errorf("live inbox rows = %d, want 300", n)
+	}
+	if n := count("inbox", `message_id LIKE 'new-%'`); n != processed {
+		t.Errorf("rows written during the GC = %d, want %d", n, processed)
+	}
+	if n := count("inbox", `consumer = 'audit'`); n != 50 {
+		t.Errorf("audit rows = %d, want the 50 younger than InboxMinAge", n)
+	}
+	if n := count("outbox", `event_id IN ('e-recent', 'e-pending', 'e-parked')`); n != 3 {
+		t.Errorf("outbox kept %d of 3", n)
+	}
+	if n := count("effects", `effect_key IN ('f-done-keep', 'f-failed-old')`); n != 2 {
+		t.Errorf("effects kept %d of 2", n)
+	}
+	if n := count("dead_letters", `message_id IN ('d-discarded-new', 'd-parked')`); n != 2 {
+		t.Errorf("dead letters kept %d of 2", n)
+	}
+	// A second pass finds nothing.
+	rep, err = gc.RunOnce(ctx)
+	if err != nil || rep.Total() != 0 {
+		t.Fatalf("second pass: %+v, %v", rep, err)
+	}
+}
+
+func TestMissingTablesSkipped(t *testing.T) {
+	t.Parallel()
+	d := testdb.SQLite(t)
+	testdb.Exec(t, d, `DROP TABLE `+d.Table("effects"))
+	gc, _ := retention.New(d, retention.Config{})
+	rep, err := gc.RunOnce(context.Background())
+	if err != nil || len(rep.Skipped) != 1 || rep.Skipped[0] != "effects" {
+		t.Fatalf("report %+v, %v", rep, err)
+	}
+}
+
+func TestRunStops(t *testing.T) {
+	t.Parallel()
+	d := testdb.SQLite(t)
+	gc, _ := retention.New(d, retention.Config{Interval: 10 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := gc.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckRetention(t *testing.T) {
+	t.Parallel()
+	if err := retention.CheckRetention("billing", 24*time.Hour, 7*24*time.Hour); !errors.Is(err, retention.ErrRetentionTooShort) {
+		t.Fatalf("1d retention for a 7d stream: %v", err)
+	}
+	if err := retention.CheckRetention("billing", 7*24*time.Hour, 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := retention.CheckRetention("billing", time.Hour, 0); err != nil {
+		t.Fatal("unknown max age must not warn")
+	}
+	var buf bytes.Buffer
+	if retention.WarnRetention(context.Background(), slog.New(slog.NewTextHandler(&buf, nil)), "billing", time.Hour, 2*time.Hour) ||
+		!bytes.Contains(buf.Bytes(), []byte("level=WARN")) {
+		t.Fatalf("no warning logged: %q", buf.String())
+	}
+}
