@@ -50,6 +50,12 @@ const (
 // parked (already redriven or discarded): nothing was done.
 var ErrNotParked = errors.New("dlq: letter is not parked")
 
+// ErrDroppedAsDuplicate reports a redrive the broker dropped because the
+// original message id was published inside its duplicate window (JetStream
+// Nats-Msg-Id dedup, default 2 minutes): nothing was delivered, so the
+// letter stays parked. Redrive it again after the window has passed.
+var ErrDroppedAsDuplicate = errors.New("dlq: broker dropped the redrive as a duplicate of the original publish")
+
 // Letter is one dead letter.
 type Letter struct {
 	ID            int64             // assigned by the store
@@ -273,6 +279,10 @@ func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
 // after the broker accepted the message and before the commit, the letter
 // stays parked and a later redrive publishes it again: the consumer's inbox
 // absorbs that duplicate.
+//
+// When pub is a [broker.ResultPublisher] and the broker reports the message
+// as a duplicate (its dedup window still remembers the original id), the
+// redrive fails with [ErrDroppedAsDuplicate] and the letter stays parked.
 func (s *Store[TTx]) Redrive(ctx context.Context, id int64, by string, pub broker.Publisher) (Letter, error) {
 	if pub == nil {
 		return Letter{}, idem.InvalidOptionf("dlq: redrive needs a publisher")
@@ -286,6 +296,16 @@ func (s *Store[TTx]) Redrive(ctx context.Context, id int64, by string, pub broke
 		}
 		if err != nil {
 			return err
+		}
+		if rp, ok := pub.(broker.ResultPublisher); ok {
+			res, err := rp.PublishResults(ctx, l.Message())
+			if err != nil {
+				return fmt.Errorf("dlq: redrive %d: publish: %w", id, err)
+			}
+			if len(res) == 1 && res[0].Duplicate {
+				return fmt.Errorf("%w: dead letter %d (message %q)", ErrDroppedAsDuplicate, id, l.MessageID)
+			}
+			return nil
 		}
 		if err := pub.Publish(ctx, l.Message()); err != nil {
 			return fmt.Errorf("dlq: redrive %d: publish: %w", id, err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker/memory"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
@@ -210,5 +211,30 @@ func testRedriveAllConcurrent[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 	if c := testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("dead_letters")+` WHERE state = 'redriven'`); c != n {
 		t.Fatalf("redriven rows = %d", c)
+	}
+}
+
+// A broker that drops the redrive as a duplicate (JetStream inside its
+// duplicate window) leaves the letter parked.
+func TestRedriveDroppedAsDuplicate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := testdb.SQLite(t)
+	s, _ := dlq.New(d, dlq.Config{})
+	b, err := memory.New(memory.Config{DedupWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	msg := idem.Message{ID: "m-1", Subject: "orders", Payload: []byte("x")}
+	if err := b.Publisher().Publish(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := s.Park(ctx, dlq.FromMessage("c", msg, idem.Permanent(errors.New("bad"))))
+	if _, err := s.Redrive(ctx, id, "ops", b.Publisher()); !errors.Is(err, dlq.ErrDroppedAsDuplicate) {
+		t.Fatalf("redrive = %v, want ErrDroppedAsDuplicate", err)
+	}
+	if l, _ := s.Get(ctx, id); l.State != dlq.Parked {
+		t.Fatalf("state = %s, want parked", l.State)
 	}
 }
