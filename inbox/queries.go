@@ -11,6 +11,7 @@ import (
 // dialects accept the same text; the table name differs.
 type queries struct {
 	insert       string
+	insertStrict string
 	selectOne    string
 	deleteOne    string
 	claim        string
@@ -32,6 +33,8 @@ func newQueries(d store.Dialect, table string) *queries {
 	q := &queries{dialect: d}
 	q.insert = `INSERT INTO ` + table + ` (consumer, message_id, fingerprint, state, received_at, processed_at, expires_at)
 VALUES ($1, $2, $3, 'completed', $4, $4, $5) ON CONFLICT (consumer, message_id) DO NOTHING`
+	q.insertStrict = `INSERT INTO ` + table + ` (consumer, message_id, fingerprint, state, received_at, processed_at, expires_at)
+VALUES ($1, $2, $3, 'completed', $4, $4, $5)`
 	q.selectOne = `SELECT fingerprint, state, token, lease_until, attempts FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`
 	q.deleteOne = `DELETE FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`
 	q.claim = `INSERT INTO ` + table + ` (consumer, message_id, fingerprint, state, token, attempts, lease_until, received_at, expires_at)

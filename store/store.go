@@ -180,3 +180,17 @@ func InTx[TTx any](ctx context.Context, d Driver[TTx], fn func(tx TTx) error) (e
 	}
 	return d.Commit(ctx, tx)
 }
+
+// BeginInserter is implemented by drivers that can begin a transaction and
+// run its first INSERT in a single round trip (pgxstore). The inbox uses it
+// for first deliveries, saving one round trip per message.
+type BeginInserter[TTx any] interface {
+	// BeginInsert begins a transaction and runs insertSQL (an INSERT
+	// without ON CONFLICT, with $n placeholders for args of type string,
+	// []byte or int64) as its first statement. When the INSERT hits a
+	// unique violation it rolls back and returns inserted=false with no
+	// transaction open and a nil error; the caller then takes its ordinary
+	// ON CONFLICT path. ok=false (with a nil error) means the fast path is
+	// unavailable on this connection and nothing was done.
+	BeginInsert(ctx context.Context, insertSQL string, args ...any) (tx TTx, inserted, ok bool, err error)
+}
