@@ -120,4 +120,3 @@ func inlineArgs(sql string, args []any) (string, bool) {
 	}
 	return b.String(), true
 }
-
