@@ -1,0 +1,321 @@
+// Package outbox is idem's transactional outbox: a service writes its
+// business change and the events about it in one database transaction, and a
+// [Relay] gets every committed event to the broker at least once, in order per
+// ordering key, with a stable message id that brokers and consumers dedup on.
+//
+// # Guarantees
+//
+//   - Atomic with the business change: [Outbox.Enqueue] inserts into the
+//     caller's transaction. Roll it back and the events never existed; no
+//     event of a rolled-back transaction is ever published.
+//   - At least once: the relay marks an event published only after the
+//     broker's durable ack. A crash between the ack and the mark publishes the
+//     event again with the same id: the broker's dedup window (JetStream
+//     Nats-Msg-Id) or the consumer's inbox absorbs the duplicate.
+//   - No skipped late commits: the relay claims rows by state ('pending'),
+//     never "everything after the last seq I saw", so a transaction that took
+//     its seq first and commits last is still published.
+//   - Per-key order: an event is never published while an earlier event of
+//     the same non-empty ordering key is unpublished. On PostgreSQL Enqueue
+//     takes a transaction-scoped advisory lock per ordering key, so
+//     transactions enqueuing for the same key commit in seq order (set
+//     Config.DisableKeyLock to opt out, then your own locking must ensure it).
+//     A parked event blocks its key until it is retried ([Outbox.RetryParked])
+//     or deleted by an operator.
+//   - Never dropped: an event that fails Config.MaxAttempts times is parked
+//     (state 'parked', last_error kept), reported through the relay's hooks
+//     and logs, and counted by [Outbox.Stats].
+//
+// # Identity
+//
+// Consumers dedup on CloudEvents source + id. Brokers dedup on the message
+// id alone, so an event id must be unique by itself: the default UUIDv7 is.
+package outbox
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+)
+
+// Config configures an Outbox.
+type Config struct {
+	// Source is the CloudEvents source given to events that have none.
+	// Defaults to "idem".
+	Source string
+	// DisableKeyLock skips the per-ordering-key advisory lock Enqueue takes
+	// on PostgreSQL. Without it, two concurrent transactions enqueuing for
+	// the same key may commit out of seq order and the relay may publish
+	// the later one first. Defaults to false (lock taken). Ignored on SQLite,
+	// where writers are serialized anyway.
+	DisableKeyLock bool
+	// DisableNotify skips the pg_notify Enqueue sends on PostgreSQL (it is
+	// delivered only when the caller's transaction commits and wakes relays
+	// listening on the same database). Defaults to false (notify sent).
+	DisableNotify bool
+	// Now returns the current time. Defaults to time.Now.
+	Now func() time.Time
+	// Logger receives debug logs. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Outbox writes events in the caller's transaction and administers the
+// outbox table. It is safe for concurrent use.
+type Outbox[TTx any] struct {
+	d   store.Driver[TTx]
+	cfg Config
+	q   queries
+	log *slog.Logger
+}
+
+// New returns an Outbox on d, whose database must be migrated (package
+// migrate, file 0003_outbox).
+func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
+	if d == nil {
+		return nil, idem.InvalidOptionf("outbox: nil driver")
+	}
+	cfg.Source = cmp.Or(cfg.Source, "idem")
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Outbox[TTx]{d: d, cfg: cfg, q: newQueries(d.Dialect(), d.Names(), d.Table), log: cfg.Logger.With("component", "idem.outbox")}, nil
+}
+
+// Enqueue writes events in the caller's transaction tx and returns them with
+// ID, Source, Time and Seq filled in. Nothing is visible to the relay until
+// tx commits; if tx rolls back, the events never existed.
+//
+// Each event needs Type and Topic. An event whose (Source, ID) is already
+// in the outbox (a retried enqueue with a caller-chosen id) is not written
+// again: with the same type, topic and payload it is accepted as a
+// duplicate (its Seq is 0 in the result); with different content Enqueue
+// returns an error wrapping [idem.ErrFingerprintMismatch]. Other errors
+// leave tx in an unknown state: roll it back.
+//
+// On PostgreSQL Enqueue also takes the ordering-key locks (see
+// Config.DisableKeyLock) and sends a pg_notify that wakes listening relays
+// after commit. On SQLite call [Relay.Notify] after commit for an
+// immediate wake-up, otherwise the relay polls.
+func (o *Outbox[TTx]) Enqueue(ctx context.Context, tx TTx, events ...Event) ([]Event, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	now := o.cfg.Now()
+	out := make([]Event, len(events))
+	var keys []string
+	for i, e := range events {
+		if e.ID == "" {
+			u, err := uuid.NewV7()
+			if err != nil {
+				return nil, fmt.Errorf("outbox: new id: %w", err)
+			}
+			e.ID = u.String()
+		}
+		e.Source = cmp.Or(e.Source, o.cfg.Source)
+		if e.Time.IsZero() {
+			e.Time = now
+		}
+		if err := validate(e); err != nil {
+			return nil, err
+		}
+		e.Seq, e.Attempts = 0, 0
+		out[i] = e
+		if e.Key != "" {
+			keys = append(keys, e.Key)
+		}
+	}
+	q := o.d.Tx(tx)
+	if o.q.dialect == store.Postgres && !o.cfg.DisableKeyLock && len(keys) > 0 {
+		if _, err := q.Exec(ctx, o.q.lockKeys, o.q.ns32, keys); err != nil {
+			return nil, fmt.Errorf("outbox: lock ordering keys: %w", err)
+		}
+	}
+	type ident struct{ source, id string }
+	seqs := make(map[ident]int64, len(out))
+	for start := 0; start < len(out); start += maxRowsPerInsert {
+		chunk := out[start:min(start+maxRowsPerInsert, len(out))]
+		args := make([]any, 0, len(chunk)*insertArgs)
+		for _, e := range chunk {
+			h, err := json.Marshal(e.Headers)
+			if err != nil {
+				return nil, fmt.Errorf("outbox: headers of %s: %w", e.ID, err)
+			}
+			if e.Headers == nil {
+				h = []byte("{}")
+			}
+			payload := e.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			args = append(args, e.Source, e.ID, e.Type, e.Topic, e.Subject, store.Micros(e.Time),
+				e.DataContentType, e.Key, string(h), payload, store.Micros(now))
+		}
+		rows, err := q.Query(ctx, o.q.insert(len(chunk)), args...)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: insert: %w", err)
+		}
+		for rows.Next() {
+			var id ident
+			var seq int64
+			if err := rows.Scan(&id.source, &id.id, &seq); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("outbox: insert: %w", err)
+			}
+			seqs[id] = seq
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("outbox: insert: %w", err)
+		}
+	}
+	for i := range out {
+		seq, ok := seqs[ident{out[i].Source, out[i].ID}]
+		if ok {
+			out[i].Seq = seq
+			continue
+		}
+		// Not inserted: the (source, id) exists, committed (READ COMMITTED:
+		// ON CONFLICT DO NOTHING waited for the conflicting transaction)
+		// or written earlier in this transaction. Compare contents.
+		if err := o.compareExisting(ctx, q, out[i]); err != nil {
+			return nil, err
+		}
+	}
+	if o.q.dialect == store.Postgres && !o.cfg.DisableNotify {
+		if _, err := q.Exec(ctx, o.q.notify, o.q.channel); err != nil {
+			return nil, fmt.Errorf("outbox: notify: %w", err)
+		}
+	}
+	return out, nil
+}
+
+func (o *Outbox[TTx]) compareExisting(ctx context.Context, q store.Querier, e Event) error {
+	var typ, topic string
+	var payload []byte
+	err := q.QueryRow(ctx, o.q.existing, e.Source, e.ID).Scan(&typ, &topic, &payload)
+	if err != nil {
+		return fmt.Errorf("outbox: re-read duplicate event %s/%s: %w", e.Source, e.ID, err)
+	}
+	if typ != e.Type || topic != e.Topic || !bytes.Equal(payload, e.Payload) {
+		return &idem.FingerprintMismatchError{
+			Key:      e.Source + "/" + e.ID,
+			Stored:   idem.PayloadFingerprint(payload),
+			Received: idem.PayloadFingerprint(e.Payload),
+		}
+	}
+	o.log.DebugContext(ctx, "duplicate enqueue ignored", "source", e.Source, "id", e.ID)
+	return nil
+}
+
+func validate(e Event) error {
+	if err := idem.ValidateID(e.ID); err != nil {
+		return fmt.Errorf("outbox: event id: %w", err)
+	}
+	switch {
+	case len(e.Source) > idem.MaxKeyLen:
+		return fmt.Errorf("%w: outbox: source of %d bytes", idem.ErrInvalidInput, len(e.Source))
+	case e.Type == "":
+		return fmt.Errorf("%w: outbox: event %s has no type", idem.ErrInvalidInput, e.ID)
+	case e.Topic == "":
+		return fmt.Errorf("%w: outbox: event %s has no topic", idem.ErrInvalidInput, e.ID)
+	}
+	return nil
+}
+
+// Prune deletes published events whose published_at is older than
+// olderThan, batch rows per statement (defaults to 1000 when ≤ 0), until
+// none are left, and returns how many it deleted. Pending and parked events
+// are never deleted. Safe to run while relays run.
+func (o *Outbox[TTx]) Prune(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	before := store.Micros(o.cfg.Now().Add(-olderThan))
+	var total int64
+	for {
+		n, err := o.d.Pool().Exec(ctx, o.q.prune, before, batch)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("outbox: prune: %w", err)
+		}
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// RetryParked moves parked events (all of them, or only those with the
+// given seqs) back to pending with their attempts reset, and returns how
+// many it moved. Their keys are unblocked once they are published.
+func (o *Outbox[TTx]) RetryParked(ctx context.Context, seqs ...int64) (int64, error) {
+	var n int64
+	err := store.InTx(ctx, o.d, func(tx TTx) error {
+		q := o.d.Tx(tx)
+		if o.q.dialect == store.Postgres {
+			if _, err := q.Exec(ctx, o.q.lockOwner, o.q.ns64); err != nil {
+				return err
+			}
+		}
+		var err error
+		if len(seqs) == 0 {
+			n, err = q.Exec(ctx, o.q.retryParked)
+		} else {
+			n, err = q.Exec(ctx, o.q.retryParkedS, o.q.seqArg(seqs))
+		}
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outbox: retry parked: %w", err)
+	}
+	return n, nil
+}
+
+// Stats is a snapshot of the outbox.
+type Stats struct {
+	Pending       int64     // events not yet published (including claimed ones)
+	Parked        int64     // events that exhausted their attempts
+	OldestPending time.Time     // created_at of the oldest pending event; zero if none
+	Lag           time.Duration // age of the oldest pending event (outbox lag); 0 if none
+}
+
+// Stats counts pending and parked events and measures the outbox lag.
+func (o *Outbox[TTx]) Stats(ctx context.Context) (Stats, error) {
+	var s Stats
+	p := o.d.Pool()
+	if err := p.QueryRow(ctx, o.q.countState, "pending").Scan(&s.Pending); err != nil {
+		return s, fmt.Errorf("outbox: stats: %w", err)
+	}
+	if err := p.QueryRow(ctx, o.q.countState, "parked").Scan(&s.Parked); err != nil {
+		return s, fmt.Errorf("outbox: stats: %w", err)
+	}
+	var created int64
+	switch err := p.QueryRow(ctx, o.q.oldest).Scan(&created); {
+	case err == nil:
+		s.OldestPending = store.FromMicros(created)
+		s.Lag = max(0, o.cfg.Now().Sub(s.OldestPending))
+	case !isNoRows(err):
+		return s, fmt.Errorf("outbox: stats: %w", err)
+	}
+	return s, nil
+}
+
+func isNoRows(err error) bool { return errors.Is(err, store.ErrNoRows) }
+
+func sortBySeq(evs []Event) {
+	slices.SortFunc(evs, func(a, b Event) int { return cmp.Compare(a.Seq, b.Seq) })
+}

@@ -1,0 +1,161 @@
+package outbox
+
+import (
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/idemkit/idem/store"
+)
+
+// All of the outbox's SQL, once per dialect.
+
+// insertCols is the column list of an enqueued row; insertArgs per row.
+const (
+	insertCols = `source, event_id, type, subject, ce_subject, time, datacontenttype, ordering_key, headers, payload, created_at`
+	insertArgs = 11
+	// maxRowsPerInsert bounds the bind variables of one INSERT (PostgreSQL:
+	// 65535, SQLite: 32766).
+	maxRowsPerInsert = 500
+
+	claimCols = `seq, source, event_id, type, subject, ce_subject, time, datacontenttype, ordering_key, headers, payload, attempts`
+)
+
+type queries struct {
+	dialect store.Dialect
+	table   string
+	lease   string
+
+	lockKeys     string // PostgreSQL: lock ordering keys in the caller's tx ($1 ns int4, $2 text[])
+	notify       string // PostgreSQL: pg_notify($1, '')
+	lockClaim    string // PostgreSQL: exclusive relay lock ($1 bigint)
+	lockOwner    string // PostgreSQL: shared relay lock ($1 bigint)
+	acquireLease string // SQLite: $1 name, $2 holder, $3 until, $4 now
+	releaseLease string // SQLite: $1 name, $2 holder
+	claim        string // $1 holder, $2 until, $3 now, $4 limit
+	markDone     string // $1 now, $2 seqs
+	release      string // $1 holder, $2 seqs
+	fail         string // $1 holder, $2 seq, $3 state, $4 error, $5 next attempt
+	existing     string // $1 source, $2 id
+	prune        string // $1 before, $2 limit
+	retryParked  string // no args
+	retryParkedS string // $1 seqs
+	countState   string // $1 state
+	oldest       string
+	ns32         int32 // key-lock namespace (two-int advisory lock space)
+	ns64         int64 // relay lock (bigint advisory lock space)
+	channel      string
+}
+
+func newQueries(d store.Dialect, names store.Names, table func(string) string) queries {
+	t := table("outbox")
+	q := queries{dialect: d, table: t, lease: table("outbox_lease")}
+	h := fnv.New64a()
+	h.Write([]byte("idem.outbox." + names.Schema + "." + names.Prefix))
+	sum := h.Sum64()
+	q.ns64 = int64(sum)
+	q.ns32 = int32(sum >> 32)
+	q.channel = "idem_outbox_" + names.Schema
+	if len(q.channel) > 63 {
+		q.channel = q.channel[:63]
+	}
+
+	// seqs: PostgreSQL binds a bigint[]; SQLite a JSON array text.
+	inSeqs := func(n int) string {
+		if d == store.Postgres {
+			return `seq = ANY($` + strconv.Itoa(n) + `)`
+		}
+		return `seq IN (SELECT value FROM json_each($` + strconv.Itoa(n) + `))`
+	}
+
+	// A row is claimable when it is pending and due, not under a live claim,
+	// and no earlier row of its ordering key blocks it. A blocker is an
+	// earlier row that is parked, waiting for a retry, or claimed by someone
+	// else: an earlier row that is itself claimable is claimed in the same
+	// batch (ORDER BY seq LIMIT takes a prefix), so it is published first.
+	claimable := `
+		SELECT o.seq FROM ` + t + ` o
+		WHERE o.state = 'pending' AND o.next_attempt_at <= $3 AND o.claim_until <= $3
+		  AND (o.ordering_key = '' OR NOT EXISTS (
+		        SELECT 1 FROM ` + t + ` b
+		        WHERE b.ordering_key = o.ordering_key AND b.seq < o.seq AND b.state <> 'published'
+		          AND (b.state = 'parked' OR b.next_attempt_at > $3 OR b.claim_until > $3)))
+		ORDER BY o.seq
+		LIMIT $4`
+	if d == store.Postgres {
+		claimable += ` FOR UPDATE OF o SKIP LOCKED`
+	}
+	q.claim = `UPDATE ` + t + ` SET claimed_by = $1, claim_until = $2
+		WHERE seq IN (` + claimable + `)
+		RETURNING ` + claimCols
+	q.markDone = `UPDATE ` + t + ` SET state = 'published', published_at = $1, claimed_by = '', claim_until = 0, last_error = ''
+		WHERE ` + inSeqs(2) + ` AND state = 'pending'`
+	q.release = `UPDATE ` + t + ` SET claimed_by = '', claim_until = 0
+		WHERE ` + inSeqs(2) + ` AND claimed_by = $1 AND state = 'pending'`
+	q.fail = `UPDATE ` + t + ` SET state = $3, attempts = attempts + 1, last_error = $4, next_attempt_at = $5, claimed_by = '', claim_until = 0
+		WHERE seq = $2 AND claimed_by = $1 AND state = 'pending'`
+	q.existing = `SELECT type, subject, payload FROM ` + t + ` WHERE source = $1 AND event_id = $2`
+	q.prune = `DELETE FROM ` + t + ` WHERE seq IN (
+		SELECT seq FROM ` + t + ` WHERE state = 'published' AND published_at < $1 ORDER BY published_at LIMIT $2)`
+	q.retryParked = `UPDATE ` + t + ` SET state = 'pending', attempts = 0, next_attempt_at = 0, claimed_by = '', claim_until = 0
+		WHERE state = 'parked'`
+	q.retryParkedS = q.retryParked + ` AND ` + inSeqs(1)
+	q.countState = `SELECT count(*) FROM ` + t + ` WHERE state = $1`
+	q.oldest = `SELECT created_at FROM ` + t + ` WHERE state = 'pending' ORDER BY seq LIMIT 1`
+
+	if d == store.Postgres {
+		// Locks are taken in hash order (OFFSET 0 keeps the sorted subquery
+		// from being flattened), so two enqueuers cannot deadlock on keys.
+		q.lockKeys = `SELECT pg_advisory_xact_lock($1::int4, h) FROM (
+			SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS u(k) ORDER BY 1 OFFSET 0) s`
+		q.notify = `SELECT pg_notify($1, '')`
+		q.lockClaim = `SELECT pg_advisory_xact_lock($1::bigint)`
+		q.lockOwner = `SELECT pg_advisory_xact_lock_shared($1::bigint)`
+	} else {
+		q.acquireLease = `INSERT INTO ` + q.lease + ` (name, holder, lease_until) VALUES ($1, $2, $3)
+			ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, lease_until = excluded.lease_until
+			WHERE ` + q.lease + `.holder = excluded.holder OR ` + q.lease + `.lease_until <= $4`
+		q.releaseLease = `UPDATE ` + q.lease + ` SET lease_until = 0 WHERE name = $1 AND holder = $2`
+	}
+	return q
+}
+
+// insert returns the multi-row INSERT for n events; it returns the
+// inserted (source, event_id, seq) and skips existing (source, event_id).
+func (q queries) insert(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO ` + q.table + ` (` + insertCols + `) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('(')
+		for j := range insertArgs {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(i*insertArgs + j + 1))
+		}
+		b.WriteByte(')')
+	}
+	b.WriteString(` ON CONFLICT (source, event_id) DO NOTHING RETURNING source, event_id, seq`)
+	return b.String()
+}
+
+// seqArg binds a list of seqs for inSeqs.
+func (q queries) seqArg(seqs []int64) any {
+	if q.dialect == store.Postgres {
+		return seqs
+	}
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, s := range seqs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(s, 10))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
