@@ -18,10 +18,10 @@ import (
 // fails on command. It accepts messages in order and stops at the first
 // failure, like a real adapter.
 type fakePub struct {
-	mu       sync.Mutex
-	msgs     []idem.Message
-	down     bool
-	fail     map[string]error // per message id
+	mu   sync.Mutex
+	msgs []idem.Message
+	down bool
+	fail map[string]error // per message id
 }
 
 func (p *fakePub) Publish(ctx context.Context, msgs ...idem.Message) error {

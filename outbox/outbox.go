@@ -287,8 +287,8 @@ func (o *Outbox[TTx]) RetryParked(ctx context.Context, seqs ...int64) (int64, er
 
 // Stats is a snapshot of the outbox.
 type Stats struct {
-	Pending       int64     // events not yet published (including claimed ones)
-	Parked        int64     // events that exhausted their attempts
+	Pending       int64         // events not yet published (including claimed ones)
+	Parked        int64         // events that exhausted their attempts
 	OldestPending time.Time     // created_at of the oldest pending event; zero if none
 	Lag           time.Duration // age of the oldest pending event (outbox lag); 0 if none
 }
