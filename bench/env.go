@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
@@ -62,6 +64,16 @@ type Env struct {
 	closeOnce   sync.Once
 	seq         atomic.Int64
 	pgConnected bool
+
+	extraSchemas []string // per-pair PostgreSQL schemas, dropped at Close
+
+	jsOnce sync.Once
+	js     natsjs.JetStream
+	jsErr  error
+
+	sqlOnce sync.Once
+	sqlDB   *sql.DB
+	sqlErr  error
 }
 
 // Open prepares a run: a fresh SQLite file, and a fresh PostgreSQL schema
@@ -145,8 +157,13 @@ func (e *Env) dropSchema() error {
 		return err
 	}
 	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+e.schema+` CASCADE`)
-	return err
+	var errs []error
+	for _, s := range append(e.extraSchemas, e.schema) {
+		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS "`+s+`" CASCADE`); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Close releases the run's servers and drivers, drops the PostgreSQL schema
@@ -190,6 +207,9 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// errDone ends a throughput worker early without failing the sample.
+var errDone = errors.New("done")
+
 // throughput runs op on workers goroutines until budget is spent and
 // counts the operations each call reports. Elapsed runs from the start to
 // the end of the last call.
@@ -209,6 +229,10 @@ func throughput(ctx context.Context, budget time.Duration, workers int, op func(
 					return
 				}
 				n, err := op(ctx, w)
+				if errors.Is(err, errDone) {
+					errc <- err
+					return
+				}
 				if err != nil {
 					errc <- err
 					return

@@ -1,8 +1,18 @@
 package bench
 
+import (
+	"context"
+	"database/sql"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/store"
+)
+
 // Pairs returns the pairs this run measures, in order: the store-level
-// pairs on SQLite (and PostgreSQL when configured), then the broker-level
-// pairs on the run's main store, then the peer pairs.
+// pairs on SQLite (and PostgreSQL when configured), then the HTTP and
+// broker pairs on the run's main store (PostgreSQL when configured, else
+// SQLite), then the peer pairs.
 func (e *Env) Pairs() []Pair {
 	var ps []Pair
 	for _, w := range []int{1, 8} {
@@ -14,6 +24,15 @@ func (e *Env) Pairs() []Pair {
 	ps = append(ps, inboxBatchVsSingle(e, e.sqlite, "sqlite"))
 	if e.hasPostgres() {
 		ps = append(ps, inboxBatchVsSingle(e, e.pg, "postgres"))
+	}
+	if e.hasPostgres() {
+		ps = append(ps, httpPairs(e, e.pg, "postgres")...)
+		ns := func(ctx context.Context) (store.Driver[pgx.Tx], error) { return e.pgxNS(ctx) }
+		ps = append(ps, outboxRelay(e, ns, "postgres"))
+	} else {
+		ps = append(ps, httpPairs(e, e.sqlite, "sqlite")...)
+		ns := func(ctx context.Context) (store.Driver[*sql.Tx], error) { return e.sqliteNS(ctx) }
+		ps = append(ps, outboxRelay(e, ns, "sqlite"))
 	}
 	return ps
 }

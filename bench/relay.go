@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/store"
+)
+
+// latencyRate is the fixed event rate of the outbox_relay latency phase.
+const latencyRate = 1000
+
+// enqueueN commits n events for topic into ob, 500 per transaction.
+func enqueueN[TTx any](ctx context.Context, d store.Driver[TTx], ob *outbox.Outbox[TTx], topic string, n int) error {
+	for i := 0; i < n; i += 500 {
+		evs := make([]outbox.Event, 0, 500)
+		for range min(500, n-i) {
+			evs = append(evs, outbox.Event{Type: "bench.order.created", Topic: topic, Payload: payload})
+		}
+		if err := store.InTx(ctx, d, func(tx TTx) error {
+			_, err := ob.Enqueue(ctx, tx, evs...)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runningRelay is a relay started for one round, counting what it
+// published and recording when each event id was acknowledged.
+type runningRelay[TTx any] struct {
+	r         *outbox.Relay[TTx]
+	published atomic.Int64
+	acked     sync.Map // event id → time.Time, when recordAcks is set
+	record    atomic.Bool
+	stop      context.CancelFunc
+	done      chan error
+}
+
+func startRelay[TTx any](ctx context.Context, d store.Driver[TTx], pub broker.Publisher) (*runningRelay[TTx], error) {
+	rr := &runningRelay[TTx]{done: make(chan error, 1)}
+	r, err := outbox.NewRelay(d, pub, outbox.RelayConfig{
+		OnPublished: func(_ context.Context, evs []outbox.Event) {
+			if rr.record.Load() {
+				now := time.Now()
+				for _, ev := range evs {
+					rr.acked.Store(ev.ID, now)
+				}
+			}
+			rr.published.Add(int64(len(evs)))
+		},
+		OnParked: func(_ context.Context, ev outbox.Event, err error) {
+			select {
+			case rr.done <- fmt.Errorf("relay parked event %s: %w", ev.ID, err):
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	rr.r = r
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	rr.stop = cancel
+	go func() {
+		if err := r.Run(rctx); err != nil {
+			select {
+			case rr.done <- err:
+			default:
+			}
+		}
+	}()
+	return rr, nil
+}
+
+// waitPublished waits until the relay published n events in total.
+func (rr *runningRelay[TTx]) waitPublished(ctx context.Context, n int64) error {
+	for rr.published.Load() < n {
+		select {
+		case err := <-rr.done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// outboxRelay: A publishes N committed outbox events to JetStream through
+// the relay (timed from the relay's start until the last event is acked
+// and marked published), then measures commit-to-publish latency at a
+// fixed 1,000 events/s; B publishes the same number of messages straight
+// to JetStream (the broker's own ceiling, no database).
+func outboxRelay[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], error), storeName string) Pair {
+	var (
+		d          store.Driver[TTx]
+		ob         *outbox.Outbox[TTx]
+		estA, estB = 10000.0, 30000.0
+		seq        atomic.Int64
+	)
+	p := Pair{Name: "outbox_relay_" + storeName}
+	p.Setup = func(ctx context.Context) (err error) {
+		if d, err = ns(ctx); err != nil {
+			return err
+		}
+		ob, err = outbox.New(d, outbox.Config{})
+		return err
+	}
+	p.A = Side{Label: "relay", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
+		topic, err := e.stream(ctx, "relay")
+		if err != nil {
+			return Sample{}, err
+		}
+		pub, err := e.publisher()
+		if err != nil {
+			return Sample{}, err
+		}
+		n := max(1000, int(estA*budget.Seconds()*0.6))
+		if err := enqueueN(ctx, d, ob, topic, n); err != nil {
+			return Sample{}, err
+		}
+		start := time.Now()
+		rr, err := startRelay(ctx, d, pub)
+		if err != nil {
+			return Sample{}, err
+		}
+		defer rr.stop()
+		if err := rr.waitPublished(ctx, int64(n)); err != nil {
+			return Sample{}, err
+		}
+		s := Sample{Ops: n, Elapsed: time.Since(start)}
+		estA = s.PerSecond()
+
+		// Latency at a fixed rate: 4 producers, event i due at t0 + i/rate.
+		rr.record.Store(true)
+		total := max(200, int(budget.Seconds()*0.4*latencyRate))
+		var committed sync.Map
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		errc := make(chan error, 4)
+		t0 := time.Now()
+		for range 4 {
+			wg.Go(func() {
+				for {
+					i := next.Add(1) - 1
+					if i >= int64(total) {
+						return
+					}
+					time.Sleep(time.Until(t0.Add(time.Duration(i) * time.Second / latencyRate)))
+					id := "lat-" + e.runID + "-" + strconv.FormatInt(seq.Add(1), 10)
+					err := store.InTx(ctx, d, func(tx TTx) error {
+						_, err := ob.Enqueue(ctx, tx, outbox.Event{ID: id, Type: "bench.order.created", Topic: topic, Payload: payload})
+						return err
+					})
+					if err != nil {
+						errc <- err
+						return
+					}
+					committed.Store(id, time.Now())
+					if d.Dialect() == store.SQLite {
+						rr.r.Notify() // no LISTEN/NOTIFY on SQLite
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errc)
+		if err := <-errc; err != nil {
+			return Sample{}, err
+		}
+		if err := rr.waitPublished(ctx, int64(n+total)); err != nil {
+			return Sample{}, err
+		}
+		committed.Range(func(k, v any) bool {
+			if at, ok := rr.acked.Load(k); ok {
+				s.Latencies = append(s.Latencies, max(0, at.(time.Time).Sub(v.(time.Time))))
+			}
+			return true
+		})
+		if len(s.Latencies) != total {
+			return Sample{}, fmt.Errorf("latency phase: %d of %d events seen published", len(s.Latencies), total)
+		}
+		return s, nil
+	}}
+	p.B = Side{Label: "jetstream-direct", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
+		topic, err := e.stream(ctx, "direct")
+		if err != nil {
+			return Sample{}, err
+		}
+		pub, err := e.publisher()
+		if err != nil {
+			return Sample{}, err
+		}
+		n := max(1000, int(estB*budget.Seconds()*0.6))
+		start := time.Now()
+		for i := 0; i < n; i += 256 {
+			msgs := make([]idem.Message, 0, 256)
+			for range min(256, n-i) {
+				msgs = append(msgs, idem.Message{ID: "d-" + e.runID + "-" + strconv.FormatInt(seq.Add(1), 10), Subject: topic, Payload: payload})
+			}
+			if err := pub.Publish(ctx, msgs...); err != nil {
+				return Sample{}, err
+			}
+		}
+		s := Sample{Ops: n, Elapsed: time.Since(start)}
+		estB = s.PerSecond()
+		return s, nil
+	}}
+	return p
+}
