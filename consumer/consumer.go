@@ -1,0 +1,458 @@
+// Package consumer runs idempotent consumers end to end: a worker pulls
+// deliveries from a broker.Subscriber, processes each through the inbox in
+// the handler's own transaction, acknowledges only after the commit,
+// retries transient failures with exponential backoff and full jitter, and
+// parks poison messages in the dead-letter store.
+//
+// What happens to a delivery:
+//
+//   - new message, handler succeeds: inbox row + effect commit together,
+//     then Ack. A crash between commit and Ack leads to a redelivery that
+//     the inbox recognises as a duplicate: acked without running the
+//     handler again.
+//   - duplicate (same id, same payload): Ack without running the handler.
+//   - same id with a different payload (idem.ErrFingerprintMismatch),
+//     idem.Permanent errors, idem.ErrInvalidInput, undecodable payloads or
+//     payloads failing the JSON Schema: nothing is committed; the message
+//     is parked in the dead-letter store (its own transaction), then Term.
+//   - any other error: the transaction rolls back and the delivery is
+//     negatively acknowledged with a backoff delay (broker-native, e.g.
+//     JetStream NakWithDelay); once msg.Attempt reaches MaxAttempts it is
+//     parked instead.
+//   - parking fails (database down): Nak, so the message is never lost.
+//
+// A poison message never blocks the messages behind it: each delivery is
+// settled on its own, and the broker keeps delivering the others while one
+// waits for its retry.
+package consumer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/store"
+)
+
+// Backoff is an exponential backoff with full jitter: the delay before
+// retry n (n = the failed delivery's attempt, 1-based) is uniformly random
+// in [0, min(Max, Base·2^(n-1))].
+type Backoff struct {
+	// Base is the first retry's upper bound. Defaults to 1s.
+	Base time.Duration
+	// Max caps the delay. Defaults to 1 minute.
+	Max time.Duration
+}
+
+// Delay returns the delay before retrying a delivery whose attempt failed.
+// rnd returns a float in [0, 1); nil uses math/rand/v2.
+func (b Backoff) Delay(attempt int, rnd func() float64) time.Duration {
+	if rnd == nil {
+		rnd = rand.Float64
+	}
+	ceil := b.Base
+	for i := 1; i < attempt && ceil < b.Max; i++ {
+		ceil *= 2
+	}
+	ceil = min(ceil, b.Max)
+	return time.Duration(rnd() * float64(ceil))
+}
+
+// Hooks are test and drill seams.
+type Hooks struct {
+	// AfterCommit runs after a message's transaction committed and before
+	// its Ack. Returning an error skips the Ack, as if the process crashed
+	// there: the broker redelivers the message after its ack wait.
+	AfterCommit func(msg idem.Message) error
+}
+
+// Config configures a Consumer.
+type Config[TTx any] struct {
+	// Name is the consumer name, the inbox scope: (Name, message id) is
+	// the dedup identity. Required.
+	Name string
+	// Handler applies a message's effect with the transaction tx. Required.
+	// Return idem.Permanent(err) for failures a retry cannot fix.
+	Handler inbox.Handler[TTx]
+	// Concurrency is the number of worker goroutines, each fetching and
+	// processing its own deliveries. Defaults to 1.
+	Concurrency int
+	// BatchSize is the most deliveries fetched at once. Above 1 a fetched
+	// batch is processed in one transaction with inbox.ProcessBatchTx (each
+	// message in a savepoint). Defaults to 1.
+	BatchSize int
+	// FetchWait bounds one Fetch's wait for messages. Defaults to 1s.
+	FetchWait time.Duration
+	// MaxAttempts parks a message whose delivery attempt reached it and
+	// still failed transiently. Defaults to 5.
+	MaxAttempts int
+	// Backoff is the retry delay policy. Defaults to Base 1s, Max 1m.
+	Backoff Backoff
+	// DLQ is the dead-letter store. Defaults to dlq.New on the consumer's
+	// driver.
+	DLQ *dlq.Store[TTx]
+	// Schema, if set, is a JSON Schema every payload must satisfy before
+	// the handler runs; an invalid or non-JSON payload is dead-lettered.
+	Schema []byte
+	// Metrics, if set, receives processed / duplicate / conflict / failure
+	// / retry / dead-letter counts, in-flight and handler duration.
+	Metrics *idemmetrics.Metrics
+	// Logger receives warnings (retries, dead letters) and errors. Defaults
+	// to discarding.
+	Logger *slog.Logger
+	// Tracer opens a span per processed delivery (or batch). Defaults to
+	// idemmetrics.NopTracer.
+	Tracer idemmetrics.Tracer
+	// Hooks are seams for tests and drills.
+	Hooks Hooks
+}
+
+// Consumer binds a broker subscription to the inbox. It is safe to run
+// several Consumers (in one or many processes) with the same Name on the
+// same subscription: the inbox's unique key lets exactly one commit the
+// effect of a message.
+type Consumer[TTx any] struct {
+	d      store.Driver[TTx]
+	ib     *inbox.Inbox[TTx]
+	sub    broker.Subscriber
+	cfg    Config[TTx]
+	schema *jsonschema.Schema
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	running bool // protected by mu
+}
+
+// New validates cfg and returns a consumer; call Run.
+func New[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], sub broker.Subscriber, cfg Config[TTx]) (*Consumer[TTx], error) {
+	switch {
+	case d == nil || ib == nil || sub == nil:
+		return nil, idem.InvalidOptionf("consumer: nil driver, inbox or subscriber")
+	case cfg.Handler == nil:
+		return nil, idem.InvalidOptionf("consumer: nil Handler")
+	case cfg.Concurrency < 0 || cfg.BatchSize < 0 || cfg.MaxAttempts < 0 || cfg.FetchWait < 0 ||
+		cfg.Backoff.Base < 0 || cfg.Backoff.Max < 0:
+		return nil, idem.InvalidOptionf("consumer: negative Concurrency, BatchSize, MaxAttempts, FetchWait or Backoff")
+	}
+	if err := idem.ValidateID(cfg.Name); err != nil {
+		return nil, idem.InvalidOptionf("consumer: Name: %v", err)
+	}
+	cfg.Concurrency = max(cfg.Concurrency, 1)
+	cfg.BatchSize = max(cfg.BatchSize, 1)
+	if cfg.FetchWait == 0 {
+		cfg.FetchWait = time.Second
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = 5
+	}
+	if cfg.Backoff.Base == 0 {
+		cfg.Backoff.Base = time.Second
+	}
+	if cfg.Backoff.Max == 0 {
+		cfg.Backoff.Max = time.Minute
+	}
+	if cfg.Backoff.Max < cfg.Backoff.Base {
+		return nil, idem.InvalidOptionf("consumer: Backoff.Max %s below Base %s", cfg.Backoff.Max, cfg.Backoff.Base)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = idemmetrics.NopTracer{}
+	}
+	if cfg.DLQ == nil {
+		s, err := dlq.New(d, dlq.Config{Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		cfg.DLQ = s
+	}
+	c := &Consumer[TTx]{d: d, ib: ib, sub: sub, cfg: cfg, log: cfg.Logger.With("component", "consumer", "consumer", cfg.Name)}
+	if cfg.Schema != nil {
+		sch, err := compileSchema(cfg.Schema)
+		if err != nil {
+			return nil, idem.InvalidOptionf("consumer: Schema: %v", err)
+		}
+		c.schema = sch
+	}
+	return c, nil
+}
+
+func compileSchema(b []byte) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	comp := jsonschema.NewCompiler()
+	if err := comp.AddResource("idem-consumer-schema.json", doc); err != nil {
+		return nil, err
+	}
+	return comp.Compile("idem-consumer-schema.json")
+}
+
+// Run fetches and processes deliveries with Concurrency workers until ctx
+// is done, then returns nil after every worker has settled (or abandoned to
+// redelivery) its current deliveries. Fetch errors (broker outage) are
+// logged and retried with backoff; a closed subscriber (broker.ErrClosed)
+// ends Run with that error. Run may be called once at a time.
+func (c *Consumer[TTx]) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.running {
+		c.mu.Unlock()
+		return errors.New("consumer: already running")
+	}
+	c.running = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.running = false
+		c.mu.Unlock()
+	}()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for range c.cfg.Concurrency {
+		wg.Go(func() {
+			if err := c.work(ctx); err != nil {
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+func (c *Consumer[TTx]) work(ctx context.Context) error {
+	failures := 0
+	for ctx.Err() == nil {
+		ds, err := c.sub.Fetch(ctx, c.cfg.BatchSize, c.cfg.FetchWait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, broker.ErrClosed) {
+				return fmt.Errorf("consumer %s: %w", c.cfg.Name, err)
+			}
+			failures++
+			delay := c.cfg.Backoff.Delay(failures, nil)
+			c.log.WarnContext(ctx, "fetch failed; retrying", "error", err, "delay", delay)
+			sleep(ctx, delay)
+			continue
+		}
+		failures = 0
+		if len(ds) == 0 {
+			continue
+		}
+		c.Process(ctx, ds)
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// Process processes and settles (Ack, Nak or Term) deliveries fetched by
+// the caller: one by one when there is one or BatchSize is 1, otherwise as
+// one inbox batch. Run calls it; it is exported for callers driving their
+// own fetch loop.
+func (c *Consumer[TTx]) Process(ctx context.Context, ds []broker.Delivery) {
+	if len(ds) == 1 || c.cfg.BatchSize == 1 {
+		for _, dv := range ds {
+			c.processOne(ctx, dv)
+		}
+		return
+	}
+	c.processBatch(ctx, ds)
+}
+
+// handler wraps the user's handler with metrics and tracing.
+func (c *Consumer[TTx]) handler() inbox.Handler[TTx] {
+	return func(ctx context.Context, tx TTx, msg idem.Message) error {
+		done := c.cfg.Metrics.Start(c.cfg.Name)
+		defer done()
+		ctx, end := c.cfg.Tracer.Start(ctx, "idem.consumer.handle", idemmetrics.MessageAttrs(c.cfg.Name, msg)...)
+		err := c.cfg.Handler(ctx, tx, msg)
+		end(err)
+		return err
+	}
+}
+
+// validate checks the payload against the JSON Schema, if any.
+func (c *Consumer[TTx]) validate(msg idem.Message) error {
+	if c.schema == nil {
+		return nil
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(msg.Payload))
+	if err != nil {
+		return fmt.Errorf("%w: payload is not JSON: %v", idem.ErrInvalidInput, err)
+	}
+	if err := c.schema.Validate(inst); err != nil {
+		return fmt.Errorf("%w: payload fails the schema: %v", idem.ErrInvalidInput, err)
+	}
+	return nil
+}
+
+func (c *Consumer[TTx]) processOne(ctx context.Context, dv broker.Delivery) {
+	msg := dv.Message()
+	if err := c.validate(msg); err != nil {
+		c.fail(ctx, dv, msg, err)
+		return
+	}
+	tx, err := c.d.Begin(ctx)
+	if err != nil {
+		c.fail(ctx, dv, msg, fmt.Errorf("consumer: begin: %w", err))
+		return
+	}
+	res, err := c.ib.ProcessTx(ctx, tx, c.cfg.Name, msg, c.handler())
+	if err != nil || res == inbox.Duplicate {
+		_ = c.d.Rollback(context.WithoutCancel(ctx), tx)
+	} else if err = c.d.Commit(ctx, tx); err != nil {
+		err = fmt.Errorf("consumer: commit: %w", err)
+	}
+	if err != nil {
+		c.fail(ctx, dv, msg, err)
+		return
+	}
+	c.succeeded(ctx, dv, msg, res)
+}
+
+func (c *Consumer[TTx]) processBatch(ctx context.Context, ds []broker.Delivery) {
+	msgs := make([]idem.Message, 0, len(ds))
+	valid := make([]broker.Delivery, 0, len(ds))
+	for _, dv := range ds {
+		msg := dv.Message()
+		if err := c.validate(msg); err != nil {
+			c.fail(ctx, dv, msg, err)
+			continue
+		}
+		msgs = append(msgs, msg)
+		valid = append(valid, dv)
+	}
+	if len(valid) == 0 {
+		return
+	}
+	var outs []inbox.Outcome
+	err := store.InTx(ctx, c.d, func(tx TTx) error {
+		var err error
+		outs, err = c.ib.ProcessBatchTx(ctx, tx, c.cfg.Name, msgs, c.handler())
+		return err
+	})
+	if err != nil {
+		// The batch's transaction failed as a whole: fall back to one
+		// transaction per message so one bad message cannot hold back the
+		// others.
+		c.log.WarnContext(ctx, "batch failed; processing its messages one by one", "error", err, "size", len(valid))
+		for _, dv := range valid {
+			c.processOne(ctx, dv)
+		}
+		return
+	}
+	for i, dv := range valid {
+		if outs[i].Err != nil {
+			c.fail(ctx, dv, msgs[i], outs[i].Err)
+			continue
+		}
+		c.succeeded(ctx, dv, msgs[i], outs[i].Result)
+	}
+}
+
+// settleCtx outlives a cancelled run context briefly, so deliveries being
+// settled at shutdown still reach the broker.
+func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+}
+
+// succeeded acks a committed or duplicate delivery.
+func (c *Consumer[TTx]) succeeded(ctx context.Context, dv broker.Delivery, msg idem.Message, res inbox.Result) {
+	if res == inbox.Duplicate {
+		c.cfg.Metrics.Duplicate("consumer", c.cfg.Name)
+		c.log.DebugContext(ctx, "duplicate acknowledged without running the handler", attrs(c.cfg.Name, msg)...)
+	} else {
+		c.cfg.Metrics.Processed(c.cfg.Name)
+	}
+	if h := c.cfg.Hooks.AfterCommit; h != nil && res == inbox.Processed {
+		if err := h(msg); err != nil {
+			c.log.DebugContext(ctx, "AfterCommit hook: skipping the ack", append(attrs(c.cfg.Name, msg), "error", err)...)
+			return
+		}
+	}
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	if err := dv.Ack(sctx); err != nil {
+		// The effect is committed; the redelivery will be a duplicate.
+		c.log.WarnContext(ctx, "ack failed; the redelivery will be deduplicated", append(attrs(c.cfg.Name, msg), "error", err)...)
+	}
+}
+
+// fail settles a delivery whose processing failed: dead letter + Term for
+// permanent failures and exhausted retries, Nak with backoff otherwise.
+func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.Message, err error) {
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// Shutting down mid-message: hand it back for prompt redelivery.
+		_ = dv.Nak(sctx, 0)
+		return
+	}
+	class := idem.ErrorClass(err)
+	c.cfg.Metrics.Failed(c.cfg.Name, class)
+	if errors.Is(err, idem.ErrFingerprintMismatch) {
+		c.cfg.Metrics.FingerprintConflict("consumer", c.cfg.Name)
+	}
+	park := idem.IsPermanent(err) || errors.Is(err, idem.ErrNeedsReconciliation) || msg.Attempt >= c.cfg.MaxAttempts
+	if !park {
+		delay := c.cfg.Backoff.Delay(max(msg.Attempt, 1), nil)
+		c.cfg.Metrics.Retry(c.cfg.Name)
+		c.log.WarnContext(ctx, "processing failed; retrying", append(attrs(c.cfg.Name, msg), "error", err, "class", class, "delay", delay)...)
+		if nerr := dv.Nak(sctx, delay); nerr != nil {
+			c.log.WarnContext(ctx, "nak failed; the broker redelivers after its ack wait", append(attrs(c.cfg.Name, msg), "error", nerr)...)
+		}
+		return
+	}
+	if !idem.IsPermanent(err) && !errors.Is(err, idem.ErrNeedsReconciliation) {
+		err = fmt.Errorf("gave up after %d attempts: %w", msg.Attempt, err)
+	}
+	if _, perr := c.cfg.DLQ.Park(sctx, dlq.FromMessage(c.cfg.Name, msg, err)); perr != nil {
+		// Never drop a message we could not park: retry later.
+		c.log.ErrorContext(ctx, "dead-lettering failed; retrying the message", append(attrs(c.cfg.Name, msg), "error", perr)...)
+		_ = dv.Nak(sctx, c.cfg.Backoff.Delay(max(msg.Attempt, 1), nil))
+		return
+	}
+	c.cfg.Metrics.DeadLettered(c.cfg.Name, class)
+	c.log.WarnContext(ctx, "message dead-lettered", append(attrs(c.cfg.Name, msg), "error", err, "class", class)...)
+	if terr := dv.Term(sctx); terr != nil {
+		// Redelivered later; parking again updates the same letter.
+		c.log.WarnContext(ctx, "term failed", append(attrs(c.cfg.Name, msg), "error", terr)...)
+	}
+}
+
+func attrs(consumer string, msg idem.Message) []any {
+	as := idemmetrics.MessageAttrs(consumer, msg)
+	out := make([]any, len(as))
+	for i, a := range as {
+		out[i] = a
+	}
+	return out
+}
