@@ -75,6 +75,11 @@ type RelayConfig struct {
 	// OnRetry is called when a publish attempt of ev failed and it will be
 	// retried at next.
 	OnRetry func(ctx context.Context, ev Event, err error, next time.Time)
+	// OnDuplicate is called for an event the broker reported as already
+	// stored inside its dedup window (a republish after a crash between
+	// the ack and the mark). Needs a publisher implementing
+	// broker.ResultPublisher (JetStream, memory with DedupWindow).
+	OnDuplicate func(ctx context.Context, ev Event)
 	// OnParked is called when ev was parked after its last attempt (or a
 	// permanent error). Alert on it: the event's key is blocked.
 	OnParked func(ctx context.Context, ev Event, err error)
@@ -289,9 +294,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (int, error) {
 	for i, e := range evs {
 		msgs[i] = e.Message()
 	}
-	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-	err = r.pub.Publish(pctx, msgs...)
-	cancel()
+	acked, err := r.publish(ctx, evs, msgs)
 	if err == nil {
 		if r.afterPublish != nil && r.afterPublish(evs) {
 			return 0, errCrashed
@@ -299,10 +302,47 @@ func (r *Relay[TTx]) round(ctx context.Context) (int, error) {
 		return len(evs), r.settle(ctx, evs, nil, nil)
 	}
 	if ctx.Err() != nil {
-		return 0, r.settle(ctx, nil, nil, evs)
+		return 0, r.settle(ctx, evs[:acked], nil, evs[acked:])
 	}
-	r.log.DebugContext(ctx, "batch publish failed, publishing one by one", "events", len(evs), "err", err)
-	return len(evs), r.fallback(ctx, evs)
+	r.log.DebugContext(ctx, "batch publish failed, publishing one by one", "events", len(evs), "acked", acked, "err", err)
+	return len(evs), r.fallback(ctx, evs[:acked], evs[acked:])
+}
+
+// publish publishes msgs (of evs) in one call and returns how many of them
+// (a prefix) the broker is known to have accepted. With a
+// broker.ResultPublisher, broker-side duplicates are reported to OnDuplicate.
+func (r *Relay[TTx]) publish(ctx context.Context, evs []Event, msgs []idem.Message) (int, error) {
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	defer cancel()
+	rp, ok := r.pub.(broker.ResultPublisher)
+	if !ok {
+		if err := r.pub.Publish(pctx, msgs...); err != nil {
+			return 0, err
+		}
+		return len(msgs), nil
+	}
+	res, err := rp.PublishResults(pctx, msgs...)
+	n := 0
+	for i, pr := range res {
+		if i >= len(evs) || pr.ID != evs[i].ID {
+			break // not a prefix of ours: trust nothing more
+		}
+		n++
+		if pr.Duplicate {
+			r.log.DebugContext(ctx, "broker reported a duplicate (republish inside its dedup window)",
+				"seq", evs[i].Seq, "id", evs[i].ID, "position", pr.Position)
+			if r.cfg.OnDuplicate != nil {
+				r.cfg.OnDuplicate(ctx, evs[i])
+			}
+		}
+	}
+	if err == nil && n < len(msgs) {
+		err = fmt.Errorf("outbox: broker returned %d results for %d messages", n, len(msgs))
+	}
+	if err != nil {
+		return n, err
+	}
+	return n, nil
 }
 
 type failure struct {
@@ -310,12 +350,13 @@ type failure struct {
 	err error
 }
 
-// fallback publishes evs one at a time after the batch failed.
-func (r *Relay[TTx]) fallback(ctx context.Context, evs []Event) error {
-	var done, rest []Event
+// fallback publishes evs one at a time after the batch failed; done are
+// the events of the batch the broker had accepted before the failure.
+func (r *Relay[TTx]) fallback(ctx context.Context, done, evs []Event) error {
+	var rest []Event
 	var failed []failure
 	blocked := map[string]bool{}
-	ok, transient, permanent := 0, 0, 0
+	ok, transient, permanent := len(done), 0, 0
 	for i, e := range evs {
 		if ctx.Err() != nil || (ok == 0 && transient >= 2) {
 			rest = append(rest, evs[i:]...)
@@ -325,9 +366,7 @@ func (r *Relay[TTx]) fallback(ctx context.Context, evs []Event) error {
 			rest = append(rest, e)
 			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-		err := r.pub.Publish(pctx, e.Message())
-		cancel()
+		_, err := r.publish(ctx, evs[i:i+1], []idem.Message{e.Message()})
 		switch {
 		case err == nil:
 			ok++
