@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"strings"
 	"sync"
@@ -170,3 +171,6 @@ func (e *natsEnv) subscriber(t *testing.T, durable string, ackWait time.Duration
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// sqlTx is database/sql's transaction type, as the sqlstore driver uses it.
+type sqlTx = sql.Tx
