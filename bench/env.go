@@ -74,6 +74,10 @@ type Env struct {
 	sqlOnce sync.Once
 	sqlDB   *sql.DB
 	sqlErr  error
+
+	peerOnce sync.Once
+	peerBin  string
+	peerErr  error
 }
 
 // Open prepares a run: a fresh SQLite file, and a fresh PostgreSQL schema

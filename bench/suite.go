@@ -28,11 +28,14 @@ func (e *Env) Pairs() []Pair {
 	if e.hasPostgres() {
 		ps = append(ps, httpPairs(e, e.pg, "postgres")...)
 		ns := func(ctx context.Context) (store.Driver[pgx.Tx], error) { return e.pgxNS(ctx) }
-		ps = append(ps, outboxRelay(e, ns, "postgres"))
+		ps = append(ps, outboxRelay(e, ns, "postgres"), pipeline(e, ns, "postgres"))
 	} else {
 		ps = append(ps, httpPairs(e, e.sqlite, "sqlite")...)
 		ns := func(ctx context.Context) (store.Driver[*sql.Tx], error) { return e.sqliteNS(ctx) }
-		ps = append(ps, outboxRelay(e, ns, "sqlite"))
+		ps = append(ps, outboxRelay(e, ns, "sqlite"), pipeline(e, ns, "sqlite"))
+	}
+	if e.cfg.Peer == "watermill" {
+		ps = append(ps, peerProduce(e), peerConsume(e))
 	}
 	return ps
 }
