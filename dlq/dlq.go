@@ -58,25 +58,25 @@ var ErrDroppedAsDuplicate = errors.New("dlq: broker dropped the redrive as a dup
 
 // Letter is one dead letter.
 type Letter struct {
-	ID            int64             // assigned by the store
-	Consumer      string            // consumer name that failed
-	Source        string            // subject / topic / queue the message came from
-	Position      string            // stream sequence, partition/offset or delivery tag
-	MessageID     string            // the original, stable message id
-	Key           string            // ordering key, may be empty
-	Headers       map[string]string // original headers
-	Payload       []byte            // original payload
-	Error         string            // error text of the last failure
-	ErrorClass    string            // idem.ErrorClass of the last failure
-	Attempts      int               // delivery attempts when parked
-	FirstFailedAt time.Time         // when the letter was first parked
-	LastFailedAt  time.Time         // when it was last parked
-	State         State             // parked, redriven or discarded
-	RedrivenBy    string            // who redrove it
-	RedrivenAt    time.Time         // when it was redriven, zero if not
-	ResolvedBy    string            // who redrove or discarded it
-	ResolvedAt    time.Time         // when it left state parked, zero if parked
-	CreatedAt     time.Time         // when the row was created
+	ID            int64             `json:"id"`              // assigned by the store
+	Consumer      string            `json:"consumer"`        // consumer name that failed
+	Source        string            `json:"source"`          // subject / topic / queue the message came from
+	Position      string            `json:"position"`        // stream sequence, partition/offset or delivery tag
+	MessageID     string            `json:"message_id"`      // the original, stable message id
+	Key           string            `json:"key,omitempty"`   // ordering key, may be empty
+	Headers       map[string]string `json:"headers"`         // original headers
+	Payload       []byte            `json:"payload"`         // original payload (base64 in JSON)
+	Error         string            `json:"error"`           // error text of the last failure
+	ErrorClass    string            `json:"error_class"`     // idem.ErrorClass of the last failure
+	Attempts      int               `json:"attempts"`        // delivery attempts when parked
+	FirstFailedAt time.Time         `json:"first_failed_at"` // when the letter was first parked
+	LastFailedAt  time.Time         `json:"last_failed_at"`  // when it was last parked
+	State         State             `json:"state"`           // parked, redriven or discarded
+	RedrivenBy    string            `json:"redriven_by,omitempty"`
+	RedrivenAt    time.Time         `json:"redriven_at,omitzero"`
+	ResolvedBy    string            `json:"resolved_by,omitempty"` // who redrove or discarded it
+	ResolvedAt    time.Time         `json:"resolved_at,omitzero"`  // when it left state parked
+	CreatedAt     time.Time         `json:"created_at"`
 }
 
 // FromMessage builds the letter for msg that consumer failed to process

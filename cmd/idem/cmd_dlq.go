@@ -2,10 +2,326 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/idemkit/idem/broker/jetstream"
+	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/internal/sqlmeta"
 )
 
-// runDLQ is not built yet; its issue replaces this file.
+// dlqFlags are the flags of every dlq action.
+type dlqFlags struct {
+	db, consumer, since, until, class, state, by, nats string
+	all, asJSON                                       bool
+	limit                                             int
+}
+
 func runDLQ(ctx context.Context, env *Env, args []string) error {
-	return errors.New("not built yet")
+	fs := newFlags(env, "dlq", "list|show|redrive|discard [flags] [id…]")
+	var f dlqFlags
+	fs.StringVar(&f.db, "db", "", "database URL (postgres://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
+	fs.StringVar(&f.consumer, "consumer", "", "only letters of this consumer")
+	fs.StringVar(&f.since, "since", "", "only letters last failed at or after this time (RFC 3339, or a duration ago such as 24h)")
+	fs.StringVar(&f.until, "until", "", "only letters last failed before this time (RFC 3339, or a duration ago)")
+	fs.StringVar(&f.class, "class", "", "only letters of this error class (permanent, invalid_input, fingerprint_mismatch, transient, …)")
+	fs.StringVar(&f.state, "state", "parked", "list: only letters in this state (parked, redriven, discarded, any)")
+	fs.BoolVar(&f.all, "all", false, "redrive/discard: every parked letter matching the filters instead of listed ids")
+	fs.BoolVar(&f.asJSON, "json", false, "print JSON")
+	fs.StringVar(&f.by, "by", "", "operator name recorded on redrive/discard (default $USER)")
+	fs.StringVar(&f.nats, "nats", "", "redrive: NATS JetStream URL to republish to (default $IDEM_NATS_URL)")
+	fs.IntVar(&f.limit, "limit", 100, "list: at most this many letters (0 = no limit)")
+	pos, err := dlqParseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: missing action (list, show, redrive or discard)", errUsage)
+	}
+	action, rest := pos[0], pos[1:]
+	filter, err := f.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	ids := make([]int64, 0, len(rest))
+	for _, a := range rest {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			return fmt.Errorf("%w: %q is not a dead-letter id", errUsage, a)
+		}
+		ids = append(ids, id)
+	}
+	switch action {
+	case "list":
+	case "show":
+		if len(ids) == 0 {
+			return fmt.Errorf("%w: show needs at least one id", errUsage)
+		}
+	case "redrive", "discard":
+		if len(ids) == 0 && !f.all {
+			return fmt.Errorf("%w: %s needs ids or --all", errUsage, action)
+		}
+		if len(ids) > 0 && f.all {
+			return fmt.Errorf("%w: give ids or --all, not both", errUsage)
+		}
+	default:
+		return fmt.Errorf("%w: unknown action %q (want list, show, redrive or discard)", errUsage, action)
+	}
+	if f.by == "" {
+		f.by = dlqOr(env.Getenv("USER"), "idem-cli")
+	}
+
+	d, err := openSQL(ctx, databaseURL(env, f.db))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if ok, err := sqlmeta.Exists(ctx, d.Pool(), d.Dialect(), d.Names(), "dead_letters"); err != nil {
+		return err
+	} else if !ok {
+		return errors.New("the dead_letters table does not exist: run 'idem migrate up' first")
+	}
+	store, err := dlq.New(d, dlq.Config{})
+	if err != nil {
+		return err
+	}
+
+	switch action {
+	case "list":
+		ls, err := store.List(ctx, filter)
+		if err != nil {
+			return err
+		}
+		return dlqPrintLetters(env, ls, f.asJSON)
+	case "show":
+		var ls []dlq.Letter
+		for _, id := range ids {
+			l, err := store.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			ls = append(ls, l)
+		}
+		return dlqShowLetters(env, ls, f.asJSON)
+	case "discard":
+		if f.all {
+			filter.State, filter.Limit = dlq.Parked, -1
+			ls, err := store.List(ctx, filter)
+			if err != nil {
+				return err
+			}
+			ids = ids[:0]
+			for _, l := range ls {
+				ids = append(ids, l.ID)
+			}
+		}
+		n := 0
+		for _, id := range ids {
+			if err := store.Discard(ctx, id, f.by); err != nil {
+				return fmt.Errorf("discarded %d, then: %w", n, err)
+			}
+			n++
+		}
+		return dlqReport(env, f.asJSON, "discarded", n)
+	}
+
+	// redrive
+	natsURL := dlqOr(f.nats, env.Getenv("IDEM_NATS_URL"))
+	if natsURL == "" {
+		return fmt.Errorf("%w: redrive needs a broker: --nats URL or IDEM_NATS_URL", errUsage)
+	}
+	nc, js, err := jetstream.Dial(natsURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	pub, err := jetstream.NewPublisher(js, jetstream.PublisherConfig{})
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	if !f.all {
+		n := 0
+		for _, id := range ids {
+			if _, err := store.Redrive(ctx, id, f.by, pub); err != nil {
+				return fmt.Errorf("redrove %d, then: %w", n, err)
+			}
+			n++
+		}
+		return dlqReport(env, f.asJSON, "redriven", n)
+	}
+	var bar *progressbar.ProgressBar
+	progress := func(done, total int) {
+		if bar == nil && total >= 20 && dlqIsTerminal(env) && !f.asJSON {
+			bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(env.Stderr),
+				progressbar.OptionSetDescription("redriving"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+		}
+		if bar != nil {
+			_ = bar.Set(done)
+		}
+	}
+	n, err := store.RedriveAll(ctx, filter, f.by, pub, progress)
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if err != nil {
+		return fmt.Errorf("redrove %d, then: %w", n, err)
+	}
+	return dlqReport(env, f.asJSON, "redriven", n)
+}
+
+// dlqParseArgs parses flags that may appear before, between or after
+// positional arguments and returns the positional ones.
+func dlqParseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func (f dlqFlags) filter(now time.Time) (dlq.Filter, error) {
+	flt := dlq.Filter{Consumer: f.consumer, ErrorClass: f.class, Limit: f.limit}
+	if f.limit == 0 {
+		flt.Limit = -1
+	}
+	switch f.state {
+	case "any", "all", "":
+	case string(dlq.Parked), string(dlq.Redriven), string(dlq.Discarded):
+		flt.State = dlq.State(f.state)
+	default:
+		return flt, fmt.Errorf("%w: --state %q: want parked, redriven, discarded or any", errUsage, f.state)
+	}
+	var err error
+	if flt.Since, err = dlqParseWhen(f.since, now); err != nil {
+		return flt, fmt.Errorf("%w: --since: %v", errUsage, err)
+	}
+	if flt.Until, err = dlqParseWhen(f.until, now); err != nil {
+		return flt, fmt.Errorf("%w: --until: %v", errUsage, err)
+	}
+	return flt, nil
+}
+
+// dlqParseWhen accepts RFC 3339 times and durations meaning "that long ago".
+func dlqParseWhen(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(-d), nil
+	}
+	return time.Parse(time.RFC3339, s)
+}
+
+func dlqIsTerminal(env *Env) bool {
+	f, ok := env.Stderr.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func dlqOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func dlqReport(env *Env, asJSON bool, verb string, n int) error {
+	if asJSON {
+		return json.NewEncoder(env.Stdout).Encode(map[string]int{verb: n})
+	}
+	fmt.Fprintf(env.Stdout, "%s %d dead letter(s)\n", verb, n)
+	return nil
+}
+
+func dlqPrintLetters(env *Env, ls []dlq.Letter, asJSON bool) error {
+	if asJSON {
+		if ls == nil {
+			ls = []dlq.Letter{}
+		}
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(ls)
+	}
+	if len(ls) == 0 {
+		fmt.Fprintln(env.Stdout, "no dead letters")
+		return nil
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tCONSUMER\tMESSAGE ID\tSOURCE\tCLASS\tATTEMPTS\tLAST FAILED\tSTATE\tERROR")
+	for _, l := range ls {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, l.Consumer, l.MessageID, l.Source, l.ErrorClass,
+			l.Attempts, l.LastFailedAt.Format(time.RFC3339), l.State, dlqTruncate(l.Error, 60))
+	}
+	return tw.Flush()
+}
+
+func dlqShowLetters(env *Env, ls []dlq.Letter, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		if len(ls) == 1 {
+			return enc.Encode(ls[0])
+		}
+		return enc.Encode(ls)
+	}
+	for i, l := range ls {
+		if i > 0 {
+			fmt.Fprintln(env.Stdout)
+		}
+		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+		row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+		row("id", strconv.FormatInt(l.ID, 10))
+		row("consumer", l.Consumer)
+		row("message id", l.MessageID)
+		row("source", l.Source)
+		row("position", l.Position)
+		row("key", l.Key)
+		row("state", string(l.State))
+		row("error class", l.ErrorClass)
+		row("error", l.Error)
+		row("attempts", strconv.Itoa(l.Attempts))
+		row("first failed", l.FirstFailedAt.Format(time.RFC3339Nano))
+		row("last failed", l.LastFailedAt.Format(time.RFC3339Nano))
+		if l.State != dlq.Parked {
+			row("resolved by", l.ResolvedBy)
+			row("resolved at", l.ResolvedAt.Format(time.RFC3339Nano))
+		}
+		hs, _ := json.Marshal(l.Headers)
+		row("headers", string(hs))
+		if utf8.Valid(l.Payload) {
+			row("payload", string(l.Payload))
+		} else {
+			row("payload", fmt.Sprintf("(%d bytes, binary) %x", len(l.Payload), l.Payload))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func dlqTruncate(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
 }
