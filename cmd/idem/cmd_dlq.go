@@ -24,8 +24,8 @@ import (
 // dlqFlags are the flags of every dlq action.
 type dlqFlags struct {
 	db, consumer, since, until, class, state, by, nats string
-	all, asJSON                                       bool
-	limit                                             int
+	all, asJSON                                        bool
+	limit                                              int
 }
 
 func runDLQ(ctx context.Context, env *Env, args []string) error {
