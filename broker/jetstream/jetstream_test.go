@@ -50,7 +50,7 @@ func unique() string {
 
 // newStream creates a uniquely named stream on subject idemtest.<id> and
 // deletes it when the test ends.
-func newStream(t *testing.T, j js.JetStream) (stream, subject string) {
+func newStream(t testing.TB, j js.JetStream) (stream, subject string) {
 	t.Helper()
 	id := unique()
 	stream, subject = "IDEMTEST_"+strings.ToUpper(id), "idemtest."+id
