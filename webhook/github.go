@@ -1,0 +1,105 @@
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// GitHub verifies and signs GitHub webhooks:
+//
+//	X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>
+//	X-GitHub-Delivery:   <GUID>   (the delivery id; a redelivery keeps it)
+//	X-GitHub-Event:      <event>
+//
+// GitHub signs no timestamp, so an old capture verifies forever: the dedup
+// on the delivery id (kept for the inbox retention) is what stops replays.
+// Several secrets may be configured for rotation. Safe for concurrent use.
+type GitHub struct {
+	secrets [][]byte
+}
+
+// NewGitHub returns a GitHub verifier and signer for secrets (the first
+// signs). At least one non-empty secret is required.
+func NewGitHub(secrets ...string) (*GitHub, error) {
+	if len(secrets) == 0 {
+		return nil, idem.InvalidOptionf("webhook: GitHub needs at least one secret")
+	}
+	g := &GitHub{}
+	for i, s := range secrets {
+		if s == "" {
+			return nil, idem.InvalidOptionf("webhook: GitHub secret %d is empty", i)
+		}
+		g.secrets = append(g.secrets, []byte(s))
+	}
+	return g, nil
+}
+
+func githubMAC(key, body []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// ParseGitHubSignature parses an X-Hub-Signature-256 value "sha256=<64 hex>"
+// into the raw MAC, or returns an error wrapping ErrMalformedHeader.
+func ParseGitHubSignature(h string) ([]byte, error) {
+	hexSig, ok := strings.CutPrefix(h, "sha256=")
+	if !ok || len(hexSig) != 2*sha256.Size {
+		return nil, fmt.Errorf("%w: X-Hub-Signature-256 must be sha256=<64 hex digits>", ErrMalformedHeader)
+	}
+	raw, err := hex.DecodeString(hexSig)
+	if err != nil {
+		return nil, fmt.Errorf("%w: X-Hub-Signature-256 is not hex", ErrMalformedHeader)
+	}
+	return raw, nil
+}
+
+// Verify implements [Verifier].
+func (g *GitHub) Verify(r *http.Request, body []byte, _ time.Time) (Delivery, error) {
+	sig, ok, err := single(r.Header, "X-Hub-Signature-256")
+	if err != nil {
+		return Delivery{}, err
+	}
+	if !ok {
+		return Delivery{}, ErrMissingSignature
+	}
+	id, hasID, err := single(r.Header, "X-GitHub-Delivery")
+	if err != nil {
+		return Delivery{}, err
+	}
+	event, _, err := single(r.Header, "X-GitHub-Event")
+	if err != nil {
+		return Delivery{}, err
+	}
+	raw, err := ParseGitHubSignature(sig)
+	if err != nil {
+		return Delivery{}, err
+	}
+	if !anyMatch(g.secrets, [][]byte{raw}, func(k []byte) []byte { return githubMAC(k, body) }) {
+		return Delivery{}, ErrSignatureMismatch
+	}
+	if !hasID || id == "" {
+		return Delivery{}, ErrMissingDeliveryID
+	}
+	return Delivery{ID: id, Event: event}, nil
+}
+
+// Sign implements [Signer]: X-Hub-Signature-256 with the first secret,
+// X-GitHub-Delivery = d.ID and X-GitHub-Event = d.Event (when set).
+func (g *GitHub) Sign(h http.Header, d Delivery, body []byte) error {
+	h.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(githubMAC(g.secrets[0], body)))
+	if d.ID != "" {
+		h.Set("X-GitHub-Delivery", d.ID)
+	}
+	if d.Event != "" {
+		h.Set("X-GitHub-Event", d.Event)
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+// Package webhook receives webhooks once: it authenticates each delivery on
+// its raw body, then records it and enqueues its work in one transaction,
+// deduplicated on (source, delivery id) through the inbox, so a sender's
+// replays are answered 2xx and enqueue nothing (drill 5).
+//
+// Verifiers (all compare signatures in constant time with [hmac.Equal] over
+// the exact bytes received, never a re-encoded body):
+//
+//   - [Standard]: Standard Webhooks (webhook-id, webhook-timestamp,
+//     webhook-signature "v1,<base64>"), whsec_ secrets, rotation.
+//   - [GitHub]: X-Hub-Signature-256 "sha256=<hex>", X-GitHub-Delivery.
+//   - [Stripe]: Stripe-Signature "t=…,v1=…", the event id from the body.
+//   - any custom scheme implementing [Verifier].
+//
+// Each scheme also has a signer ([Signer]) for tests and for senders.
+//
+// [Receiver] is the http.Handler: body limit (413), verification first
+// (401, nothing recorded), delivery id required (400), then the inbox and
+// the caller's Enqueue in one transaction; 202 for a new delivery, 200 for a
+// replay.
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"time"
+)
+
+// Delivery is an authenticated webhook delivery.
+type Delivery struct {
+	// Source names the sender, as configured on the Receiver ("github").
+	Source string
+	// ID is the sender's delivery id (webhook-id, X-GitHub-Delivery, the
+	// Stripe event id): the dedup key within Source. A replay of one
+	// delivery carries the same ID.
+	ID string
+	// Timestamp is the signed send time; zero for schemes without one
+	// (GitHub).
+	Timestamp time.Time
+	// Event is the event type when the scheme carries it (X-GitHub-Event,
+	// the Stripe body's "type"), else "".
+	Event string
+}
+
+// Verifier authenticates a delivery. Verify is called with the request,
+// the raw body exactly as received and the current time; it returns the
+// delivery's identity or an error. Errors that mean "not authentic" should
+// wrap [ErrUnauthenticated] (the Receiver answers 401); a delivery that is
+// authentic but carries no id should return [ErrMissingDeliveryID] (400).
+// Implementations must be safe for concurrent use and compare secrets in
+// constant time.
+type Verifier interface {
+	Verify(r *http.Request, body []byte, now time.Time) (Delivery, error)
+}
+
+// Signer signs an outgoing delivery: it sets the scheme's headers on h for
+// body. Used by tests and by senders.
+type Signer interface {
+	Sign(h http.Header, d Delivery, body []byte) error
+}
+
+// Verification errors. All but ErrMissingDeliveryID match
+// ErrUnauthenticated.
+var (
+	// ErrUnauthenticated is the class of every authentication failure.
+	ErrUnauthenticated = errors.New("webhook: unauthenticated")
+	// ErrMissingSignature: the signature header is absent.
+	ErrMissingSignature = fmt.Errorf("%w: missing signature", ErrUnauthenticated)
+	// ErrMalformedHeader: a signature, id or timestamp header cannot be parsed.
+	ErrMalformedHeader = fmt.Errorf("%w: malformed header", ErrUnauthenticated)
+	// ErrDuplicateHeader: a header that must appear once appears several
+	// times (an attacker could hope one copy is verified and the other used).
+	ErrDuplicateHeader = fmt.Errorf("%w: duplicate header", ErrUnauthenticated)
+	// ErrSignatureMismatch: no signature matches any configured secret.
+	ErrSignatureMismatch = fmt.Errorf("%w: signature mismatch", ErrUnauthenticated)
+	// ErrTimestampOutOfRange: the signed timestamp is further from now than
+	// the tolerance, in either direction (a replay of an old capture, or a
+	// clock far ahead).
+	ErrTimestampOutOfRange = fmt.Errorf("%w: timestamp outside the tolerance", ErrUnauthenticated)
+	// ErrMissingDeliveryID: the delivery is authentic but has no id to
+	// deduplicate on.
+	ErrMissingDeliveryID = errors.New("webhook: missing delivery id")
+)
+
+// DefaultTolerance is the default allowed distance between a signed
+// timestamp and now, in both directions.
+const DefaultTolerance = 5 * time.Minute
+
+// single returns the only value of header name: "" with ok=false when it is
+// absent, ErrDuplicateHeader when it appears more than once.
+func single(h http.Header, name string) (string, bool, error) {
+	vs := h[textproto.CanonicalMIMEHeaderKey(name)]
+	switch len(vs) {
+	case 0:
+		return "", false, nil
+	case 1:
+		return vs[0], true, nil
+	}
+	return "", false, fmt.Errorf("%w: %s", ErrDuplicateHeader, name)
+}
+
+// checkTolerance rejects ts further than tol from now.
+func checkTolerance(ts, now time.Time, tol time.Duration) error {
+	d := now.Sub(ts)
+	if d > tol || d < -tol {
+		return fmt.Errorf("%w: signed at %s, now %s, tolerance %s", ErrTimestampOutOfRange,
+			ts.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), tol)
+	}
+	return nil
+}
+
+// parseUnix parses a decimal Unix timestamp in seconds: digits only, no
+// sign, no dot, at most 12 digits.
+func parseUnix(s string) (time.Time, error) {
+	if s == "" || len(s) > 12 {
+		return time.Time{}, fmt.Errorf("%w: timestamp %q", ErrMalformedHeader, s)
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return time.Time{}, fmt.Errorf("%w: timestamp %q", ErrMalformedHeader, s)
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return time.Unix(n, 0), nil
+}
