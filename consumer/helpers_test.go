@@ -174,3 +174,7 @@ func (e *natsEnv) subscriber(t *testing.T, durable string, ackWait time.Duration
 
 // sqlTx is database/sql's transaction type, as the sqlstore driver uses it.
 type sqlTx = sql.Tx
+
+func newInboxB[TTx any](b *testing.B, d store.Driver[TTx]) (*inbox.Inbox[TTx], error) {
+	return inbox.New(d, inbox.Config{})
+}

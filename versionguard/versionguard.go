@@ -218,3 +218,17 @@ func (g Guard) Apply(ctx context.Context, q store.Querier, dialect store.Dialect
 	}
 	return r, err
 }
+
+// String returns "applied", "stale" or "missing", the result label of
+// idemmetrics.Metrics.ObserveVersionGuard:
+//
+//	versionguard.Guard{Observe: func(t string, r versionguard.Result) { m.ObserveVersionGuard(t, r.String()) }}
+func (r Result) String() string {
+	switch {
+	case r.Applied:
+		return "applied"
+	case r.Missing:
+		return "missing"
+	}
+	return "stale"
+}
