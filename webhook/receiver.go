@@ -1,0 +1,175 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/store"
+)
+
+// EnqueueFunc enqueues the work of a new delivery inside tx: write an
+// outbox event, schedule an effect, or insert a job row. It runs only for
+// the first delivery of (source, delivery id), in the transaction that
+// records the receipt; an error rolls both back.
+type EnqueueFunc[TTx any] func(ctx context.Context, tx TTx, d Delivery, body []byte) error
+
+// ReceiverConfig configures a Receiver.
+type ReceiverConfig[TTx any] struct {
+	// Source names the sender ("github", "stripe", "billing-provider"); the
+	// inbox consumer is "webhook:"+Source, so delivery ids of different
+	// sources never collide. Required.
+	Source string
+	// Verifier authenticates each delivery. Required.
+	Verifier Verifier
+	// Enqueue records the work of a new delivery. Required.
+	Enqueue EnqueueFunc[TTx]
+	// MaxBodyBytes caps the body; larger bodies get 413 and are not read
+	// further. Defaults to 1 MiB.
+	MaxBodyBytes int64
+	// Now returns the current time for the timestamp tolerance. Defaults to
+	// time.Now.
+	Now func() time.Time
+	// Logger receives one line per rejected or failed delivery. Defaults to
+	// discarding.
+	Logger *slog.Logger
+}
+
+// Receiver is an http.Handler receiving one source's webhooks. It is safe
+// for concurrent use.
+//
+// For each POST:
+//
+//  1. the body is read up to MaxBodyBytes (413 above it);
+//  2. the Verifier authenticates it (401 on failure; 400 when the delivery
+//     is authentic but has no id); nothing is recorded before this;
+//  3. in one transaction, the inbox records (webhook:<source>, delivery id)
+//     and, for a first delivery only, Enqueue runs; then it commits;
+//  4. a first delivery answers 202, a replay 200, both with a small JSON
+//     body {"status":"accepted"|"duplicate","delivery_id":…}.
+//
+// Crash or error before the commit: nothing is recorded, the answer is 5xx
+// and the sender's retry is processed as a first delivery. Crash after the
+// commit but before the answer: the sender retries and gets 200 with no
+// second enqueue. Concurrent replays block on the inbox's unique key and
+// then answer 200. The same delivery id with a different body (signed by
+// the sender) is refused with 422 and nothing is enqueued: principle 5.
+// Errors are RFC 9457 problem+json.
+type Receiver[TTx any] struct {
+	d   store.Driver[TTx]
+	ib  *inbox.Inbox[TTx]
+	cfg ReceiverConfig[TTx]
+	log *slog.Logger
+}
+
+// NewReceiver returns a Receiver recording receipts in ib (on driver d).
+func NewReceiver[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], cfg ReceiverConfig[TTx]) (*Receiver[TTx], error) {
+	switch {
+	case d == nil || ib == nil:
+		return nil, idem.InvalidOptionf("webhook: NewReceiver needs a driver and an inbox")
+	case cfg.Verifier == nil:
+		return nil, idem.InvalidOptionf("webhook: Verifier is required")
+	case cfg.Enqueue == nil:
+		return nil, idem.InvalidOptionf("webhook: Enqueue is required")
+	case cfg.MaxBodyBytes < 0:
+		return nil, idem.InvalidOptionf("webhook: negative MaxBodyBytes")
+	}
+	if err := idem.ValidateID("webhook:" + cfg.Source); err != nil || cfg.Source == "" {
+		return nil, idem.InvalidOptionf("webhook: Source %q must be a non-empty printable name", cfg.Source)
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Receiver[TTx]{d: d, ib: ib, cfg: cfg, log: log.With("component", "webhook", "source", cfg.Source)}, nil
+}
+
+// Consumer returns the inbox consumer name of the receiver's receipts.
+func (rc *Receiver[TTx]) Consumer() string { return "webhook:" + rc.cfg.Source }
+
+// ServeHTTP implements http.Handler.
+func (rc *Receiver[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		problem(w, http.StatusMethodNotAllowed, "method not allowed", "webhooks are delivered with POST")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rc.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			problem(w, http.StatusRequestEntityTooLarge, "payload too large", fmt.Sprintf("the body exceeds %d bytes", rc.cfg.MaxBodyBytes))
+			return
+		}
+		problem(w, http.StatusBadRequest, "unreadable body", "the request body could not be read")
+		return
+	}
+	d, err := rc.cfg.Verifier.Verify(r, body, rc.cfg.Now())
+	if err != nil {
+		if errors.Is(err, ErrMissingDeliveryID) {
+			problem(w, http.StatusBadRequest, "missing delivery id", err.Error())
+			return
+		}
+		rc.log.WarnContext(ctx, "webhook rejected", "err", err)
+		// The detail is generic on purpose: do not tell a forger which check failed.
+		problem(w, http.StatusUnauthorized, "unauthenticated", "the webhook signature could not be verified")
+		return
+	}
+	if err := idem.ValidateID(d.ID); err != nil {
+		problem(w, http.StatusBadRequest, "invalid delivery id", err.Error())
+		return
+	}
+	d.Source = rc.cfg.Source
+	msg := idem.Message{ID: d.ID, Subject: rc.cfg.Source, Payload: body, Time: d.Timestamp}
+	var res inbox.Result
+	err = store.InTx(ctx, rc.d, func(tx TTx) error {
+		var err error
+		res, err = rc.ib.ProcessTx(ctx, tx, rc.Consumer(), msg, func(ctx context.Context, tx TTx, _ idem.Message) error {
+			return rc.cfg.Enqueue(ctx, tx, d, body)
+		})
+		return err
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, idem.ErrFingerprintMismatch):
+		rc.log.WarnContext(ctx, "delivery id reused with a different body", "delivery_id", d.ID, "err", err)
+		problem(w, http.StatusUnprocessableEntity, "delivery id reused", "this delivery id was received before with a different body")
+		return
+	case idem.IsPermanent(err):
+		rc.log.ErrorContext(ctx, "enqueue refused the delivery", "delivery_id", d.ID, "err", err)
+		problem(w, http.StatusUnprocessableEntity, "unprocessable delivery", "the delivery cannot be processed")
+		return
+	default:
+		rc.log.ErrorContext(ctx, "cannot record the delivery", "delivery_id", d.ID, "err", err)
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "not recorded", "the delivery was not recorded; retry it")
+		return
+	}
+	status, word := http.StatusAccepted, "accepted"
+	if res == inbox.Duplicate {
+		status, word = http.StatusOK, "duplicate"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"status": word, "delivery_id": d.ID})
+}
+
+func problem(w http.ResponseWriter, status int, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": title, "status": status, "detail": detail})
+}
