@@ -88,6 +88,13 @@ func newQueries(d store.Dialect, names store.Names, table func(string) string) q
 	q.claim = `UPDATE ` + t + ` SET claimed_by = $1, claim_until = $2
 		WHERE seq IN (` + claimable + `)
 		RETURNING ` + claimCols
+	if d == store.Postgres {
+		// seq = ANY(ARRAY(…)) uses the primary key; "seq IN (…)" made the
+		// planner hash-join a scan of the whole table.
+		q.claim = `UPDATE ` + t + ` SET claimed_by = $1, claim_until = $2
+		WHERE seq = ANY(ARRAY(` + claimable + `))
+		RETURNING ` + claimCols
+	}
 	q.markDone = `UPDATE ` + t + ` SET state = 'published', published_at = $1, claimed_by = '', claim_until = 0, last_error = ''
 		WHERE ` + inSeqs(2) + ` AND state = 'pending'`
 	q.release = `UPDATE ` + t + ` SET claimed_by = '', claim_until = 0

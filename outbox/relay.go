@@ -290,11 +290,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (int, error) {
 	if err != nil || len(evs) == 0 {
 		return 0, err
 	}
-	msgs := make([]idem.Message, len(evs))
-	for i, e := range evs {
-		msgs[i] = e.Message()
-	}
-	acked, err := r.publish(ctx, evs, msgs)
+	acked, err := r.publish(ctx, evs, msgsOf(evs))
 	if err == nil {
 		if r.afterPublish != nil && r.afterPublish(evs) {
 			return 0, errCrashed
@@ -541,6 +537,14 @@ func (r *Relay[TTx]) settle(ctx context.Context, done []Event, failed []failure,
 		}
 	}
 	return nil
+}
+
+func msgsOf(evs []Event) []idem.Message {
+	msgs := make([]idem.Message, len(evs))
+	for i, e := range evs {
+		msgs[i] = e.Message()
+	}
+	return msgs
 }
 
 func seqsOf(evs []Event) []int64 {
