@@ -59,16 +59,22 @@ func (l *Ledger[TTx]) Do(ctx context.Context, key string, fn CallFunc) ([]byte, 
 	for range 20 {
 		now := l.now()
 		lease := store.Micros(now.Add(l.cfg.Lease))
-		e, err := scanEffect(pool.QueryRow(ctx, l.q.inline, key, inlineFingerprint, lease, store.Micros(now), []byte{}))
-		if err == nil {
-			return l.run(ctx, e, fn)
-		}
-		if !errors.Is(err, store.ErrNoRows) {
-			return nil, fmt.Errorf("effect: do %q: %w", key, err)
-		}
-		e, err = scanEffect(pool.QueryRow(ctx, l.q.get, key))
+		// Fast path for the common replay: a plain read. It decides nothing
+		// by itself; a missing row goes through the insert below, where the
+		// primary key decides.
+		e, err := scanEffect(pool.QueryRow(ctx, l.q.get, key))
 		if errors.Is(err, store.ErrNoRows) {
-			continue // deleted in between: insert again
+			e, err = scanEffect(pool.QueryRow(ctx, l.q.inline, key, inlineFingerprint, lease, store.Micros(now), []byte{}))
+			if err == nil {
+				return l.run(ctx, e, fn)
+			}
+			if !errors.Is(err, store.ErrNoRows) {
+				return nil, fmt.Errorf("effect: do %q: %w", key, err)
+			}
+			e, err = scanEffect(pool.QueryRow(ctx, l.q.get, key))
+			if errors.Is(err, store.ErrNoRows) {
+				continue // deleted in between: insert again
+			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("effect: do %q: %w", key, err)

@@ -85,7 +85,18 @@ type WorkerConfig[TTx any] struct {
 	// commit together. If it returns an error the transaction rolls back and
 	// the effect is retried later as a transient failure. Defaults to none:
 	// the failed state itself is the dead letter, listed with
-	// [Ledger.List] and redriven with [Ledger.Retry].
+	// [Ledger.List] and redriven with [Ledger.Retry]. With the dlq package:
+	//
+	//	OnFailed: func(ctx context.Context, tx pgx.Tx, e effect.Effect, cause error) error {
+	//		_, err := dead.ParkTx(ctx, tx, dlq.Letter{Consumer: "effect:" + e.Kind,
+	//			MessageID: e.Key, Payload: e.Payload, Error: cause.Error(),
+	//			ErrorClass: idem.ErrorClass(cause), Attempts: e.Attempts})
+	//		return err
+	//	},
+	//
+	// The effect stays failed in the ledger; after fixing the cause, redrive
+	// it with [Ledger.Retry] (the same key is sent again, so a provider that
+	// did perform it answers its stored result) and discard the letter.
 	OnFailed func(ctx context.Context, tx TTx, e Effect, cause error) error
 	// Logger receives the worker's logs. Defaults to the Ledger's.
 	Logger *slog.Logger

@@ -32,7 +32,7 @@ type env struct {
 
 var stdSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("receiver-secret-0123456789"))
 
-func newEnv[TTx any](t *testing.T, d store.Driver[TTx]) *env {
+func newEnv[TTx any](t testing.TB, d store.Driver[TTx]) *env {
 	t.Helper()
 	testdb.Exec(t, d, `CREATE TABLE jobs (delivery_id text NOT NULL, body text NOT NULL)`)
 	ib, err := inbox.New(d, inbox.Config{})
