@@ -157,9 +157,29 @@ type batchConsumer[TTx any] struct {
 	h        inbox.Handler[TTx]
 }
 
-// run consumes until ctx is done; it returns the first error that is not
-// ctx's.
+// consumerWorkers is how many fetch loops share one durable consumer.
+const consumerWorkers = 2
+
+// run consumes with consumerWorkers concurrent loops until ctx is done; it
+// returns the first error that is not ctx's.
 func (c *batchConsumer[TTx]) run(ctx context.Context) error {
+	errs := make([]error, consumerWorkers)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range consumerWorkers {
+		wg.Go(func() {
+			if errs[i] = c.loop(ctx); errs[i] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// loop is one fetch → transaction → commit → ack loop.
+func (c *batchConsumer[TTx]) loop(ctx context.Context) error {
 	for {
 		ds, err := c.sub.Fetch(ctx, batchSize, 50*time.Millisecond)
 		if ctx.Err() != nil {
