@@ -2,10 +2,133 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/boxoffice"
 )
 
-// runDemo is not built yet; its issue replaces this file.
+// runDemo starts the reference system (boxoffice) in one process: the HTTP
+// API, the outbox relay, the consumers, the effect worker and a fake e-mail
+// provider, on the embedded default (SQLite + embedded JetStream under
+// --data) or on real servers (--db, --nats). Ctrl-C shuts it down cleanly.
 func runDemo(ctx context.Context, env *Env, args []string) error {
-	return errors.New("not built yet")
+	fs := newFlags(env, "demo", "[--addr 127.0.0.1:8080] [--data ./idem-data] [--db URL] [--nats URL] [--webhook-secret whsec_…]")
+	addr := fs.String("addr", "127.0.0.1:8080", "HTTP listen address")
+	data := fs.String("data", "./idem-data", "directory of the embedded default (SQLite file, JetStream store)")
+	db := fs.String("db", "", "database URL: postgres://… or sqlite://path (default: SQLite under --data; env IDEM_DATABASE_URL)")
+	natsURL := fs.String("nats", "", "NATS server URL with JetStream (default: embedded server; env IDEM_NATS_URL)")
+	secret := fs.String("webhook-secret", "", "Standard Webhooks secret for POST /webhooks/payments (whsec_…; default: generated; env IDEM_WEBHOOK_SECRET)")
+	seats := fs.Int64("seats", 1_000_000, "seats of every event")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if *db == "" {
+		*db = env.Getenv("IDEM_DATABASE_URL")
+	}
+	if *natsURL == "" {
+		*natsURL = env.Getenv("IDEM_NATS_URL")
+	}
+	if *secret == "" {
+		*secret = env.Getenv("IDEM_WEBHOOK_SECRET")
+	}
+	if *secret == "" {
+		b := make([]byte, 24)
+		_, _ = rand.Read(b)
+		*secret = "whsec_" + base64.StdEncoding.EncodeToString(b)
+	}
+	if !strings.HasPrefix(*secret, "whsec_") {
+		return fmt.Errorf("%w: --webhook-secret must start with whsec_", errUsage)
+	}
+	if *seats <= 0 {
+		return fmt.Errorf("%w: --seats must be positive", errUsage)
+	}
+	if *db != "" {
+		if _, err := parseDatabaseURL(*db); err != nil {
+			return err
+		}
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", *addr, err)
+	}
+	defer ln.Close()
+
+	sys, err := boxoffice.Open(ctx, boxoffice.Options{
+		DataDir:     *data,
+		DatabaseURL: *db,
+		NATSURL:     *natsURL,
+		Config: boxoffice.Config{
+			WebhookSecrets: []string{*secret},
+			Seats:          *seats,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer sys.Close()
+	if err := sys.Start(ctx); err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: sys.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	url := "http://" + ln.Addr().String()
+	w := env.Stdout
+	fmt.Fprintf(w, "boxoffice is running at %s\n", url)
+	fmt.Fprintf(w, "  database:       %s\n", describeDB(*db, *data))
+	fmt.Fprintf(w, "  broker:         %s (subject %s)\n", describeNATS(*natsURL, sys.NATSURL()), boxoffice.Subject)
+	fmt.Fprintf(w, "  e-mail provider: %s (fake, honours Idempotency-Key)\n", sys.Config().ProviderURL)
+	fmt.Fprintf(w, "  webhook secret: %s\n\n", *secret)
+	fmt.Fprintf(w, "Try:\n")
+	fmt.Fprintf(w, "  # create an order (run it twice: the second answer is replayed, Idempotent-Replayed: true)\n")
+	fmt.Fprintf(w, "  curl -i -X POST %s/orders -H 'Idempotency-Key: order-1' -H 'X-Tenant-ID: acme' -H 'Content-Type: application/json' \\\n", url)
+	fmt.Fprintf(w, "       -d '{\"event_id\":\"concert-1\",\"customer_email\":\"ana@example.com\",\"seats\":2,\"total_cents\":9000,\"currency\":\"EUR\"}'\n")
+	fmt.Fprintf(w, "  # same key, different body: 422\n")
+	fmt.Fprintf(w, "  curl -i -X POST %s/orders -H 'Idempotency-Key: order-1' -H 'X-Tenant-ID: acme' -H 'Content-Type: application/json' \\\n", url)
+	fmt.Fprintf(w, "       -d '{\"event_id\":\"concert-1\",\"customer_email\":\"ana@example.com\",\"seats\":3,\"total_cents\":9000,\"currency\":\"EUR\"}'\n")
+	fmt.Fprintf(w, "  # what happened: orders, events published, e-mails sent once, invoices, duplicates suppressed\n")
+	fmt.Fprintf(w, "  curl -s %s/stats\n\n", url)
+	fmt.Fprintf(w, "Also: GET /orders/{id} (tenant-scoped), POST /webhooks/payments (Standard Webhooks), GET /metrics, GET /healthz.\n")
+	fmt.Fprintf(w, "Press Ctrl-C to stop.\n")
+
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	fmt.Fprintln(w, "\nshutting down…")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	return errors.Join(err, sys.Close())
+}
+
+func describeDB(db, data string) string {
+	if db == "" {
+		return "SQLite " + data + "/idem.db (embedded default)"
+	}
+	if i := strings.Index(db, "@"); i > 0 && strings.HasPrefix(db, "postgres") {
+		return "PostgreSQL " + db[i+1:]
+	}
+	return db
+}
+
+func describeNATS(flag, url string) string {
+	if flag == "" {
+		return "embedded JetStream " + url
+	}
+	return "NATS " + url
 }

@@ -1,0 +1,158 @@
+package boxoffice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/store"
+)
+
+// Problem types of the boxoffice API (RFC 9457 "type" members). The
+// idempotency problems (missing or malformed key 400, key reused 422, in
+// flight 409) carry idemhttp's own types.
+const (
+	problemBase = "https://pkg.go.dev/github.com/idemkit/idem/boxoffice#"
+	// ProblemInvalidRequest: the body is not a valid order (400).
+	ProblemInvalidRequest = problemBase + "ProblemInvalidRequest"
+	// ProblemInvalidTenant: X-Tenant-ID is not 1–64 of [A-Za-z0-9_-] (400).
+	ProblemInvalidTenant = problemBase + "ProblemInvalidTenant"
+	// ProblemSoldOut: the event has fewer seats left than requested (409).
+	ProblemSoldOut = problemBase + "ProblemSoldOut"
+	// ProblemNotFound: no such order for this tenant (404).
+	ProblemNotFound = problemBase + "ProblemNotFound"
+	// ProblemInternal: the server failed; nothing was recorded (500).
+	ProblemInternal = problemBase + "ProblemInternal"
+)
+
+// maxOrderBody caps a POST /orders body.
+const maxOrderBody = 64 << 10
+
+type tenantKey struct{}
+
+func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) {
+	idemhttp.WriteProblem(w, nil, &idemhttp.Problem{Type: typ, Title: title, Status: status, Detail: detail})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// withTenant validates X-Tenant-ID (absent → "public", invalid → 400) and
+// puts the tenant in the request context for the idempotency scope and the
+// handlers.
+func withTenant(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		vals, present := r.Header["X-Tenant-Id"]
+		v := ""
+		if present {
+			if len(vals) != 1 {
+				writeProblem(w, http.StatusBadRequest, ProblemInvalidTenant, "Invalid X-Tenant-ID", "send exactly one X-Tenant-ID header")
+				return
+			}
+			v = vals[0]
+		}
+		tenant, err := ParseTenant(v, present)
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, ProblemInvalidTenant, "Invalid X-Tenant-ID", err.Error())
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
+	})
+}
+
+func tenantOf(r *http.Request) string {
+	t, _ := r.Context().Value(tenantKey{}).(string)
+	return t
+}
+
+// createOrder is POST /orders, run by the idempotency middleware inside its
+// transaction: the order, the seats taken and the OrderConfirmed outbox
+// event commit together with the key record and the stored response.
+func (s *System) createOrder(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, ok := idemhttp.SQLTx(ctx)
+	if !ok {
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", "no request transaction")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxOrderBody))
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "Invalid order", "unreadable body: "+err.Error())
+		return
+	}
+	req, err := DecodeOrderRequest(body)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "Invalid order", err.Error())
+		return
+	}
+	oc, err := createOrderTx(ctx, s.db.Tx(tx), s.cfg.Seats, tenantOf(r), req, s.now())
+	if errors.Is(err, ErrSoldOut) {
+		writeProblem(w, http.StatusConflict, ProblemSoldOut, "Sold out", "event "+req.EventID+" has fewer than the requested seats left")
+		return
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "create order", "err", err)
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", "the order was not created; retry with the same Idempotency-Key")
+		return
+	}
+	payload, _ := json.Marshal(oc)
+	if _, err := s.outbox.Enqueue(ctx, tx, outbox.Event{
+		Type:            EventTypeOrderConfirmed,
+		Subject:         oc.OrderID,
+		DataContentType: "application/json",
+		Topic:           s.cfg.Subject,
+		Key:             oc.OrderID,
+		Payload:         payload,
+	}); err != nil {
+		s.log.ErrorContext(ctx, "enqueue OrderConfirmed", "err", err)
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", "the order was not created; retry with the same Idempotency-Key")
+		return
+	}
+	idemhttp.SetResource(ctx, "order", oc.OrderID)
+	w.Header().Set("Location", "/orders/"+oc.OrderID)
+	writeJSON(w, http.StatusCreated, oc.Order)
+}
+
+// getOrder is GET /orders/{id}; another tenant's order answers 404.
+func (s *System) getOrder(w http.ResponseWriter, r *http.Request) {
+	o, err := getOrder(r.Context(), s.db.Pool(), tenantOf(r), r.PathValue("id"))
+	if errors.Is(err, store.ErrNoRows) {
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, "Order not found", "no order "+r.PathValue("id")+" for tenant "+tenantOf(r))
+		return
+	}
+	if err != nil {
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+func (s *System) healthz(w http.ResponseWriter, r *http.Request) {
+	var one int
+	if err := s.db.Pool().QueryRow(r.Context(), `SELECT 1`).Scan(&one); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *System) statsHandler(w http.ResponseWriter, r *http.Request) {
+	st, err := s.Stats(r.Context())
+	if err != nil {
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}

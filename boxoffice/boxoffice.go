@@ -1,0 +1,505 @@
+// Package boxoffice is idem's reference system: the ticket box office of
+// the source documents, assembled only from idem's public APIs, run by
+// "idem demo" and proven under faults by "idem drill".
+//
+// The flow, and the idem part guarding each hop:
+//
+//	POST /orders ──(idemhttp, transactional)──▶ orders + event_inventory + outbox row (one tx)
+//	outbox relay ──(outbox: claim, publish with the event id as Nats-Msg-Id, mark)──▶ order-events
+//	order-events ──(inbox "notification")──▶ outgoing_emails (UNIQUE order_id, kind) + effect scheduled
+//	effect worker ──(effect ledger, key order-confirmed-email:<id>)──▶ e-mail provider (Idempotency-Key)
+//	order-events ──(inbox "billing", business key invoice:<id>)──▶ invoices (UNIQUE order_id)
+//	order-events ──(inbox "search" + versionguard)──▶ event_availability (seats left per event)
+//	invalid events ──▶ dead-letter store (dlq), redriven with their original id
+//	POST /webhooks/payments ──(webhook: Standard Webhooks signature + receipt dedup)──▶ payments, orders.status = paid
+//
+// A [System] runs any subset of the components ([Role]) in one process, on
+// one database (database/sql: SQLite or PostgreSQL) and one [Broker]; many
+// processes may share the database and broker ("idem drill --processes").
+package boxoffice
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/fakeprovider"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/migrate"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/store/sqlstore"
+)
+
+type sqlDriver = sqlstore.Driver
+
+// Role is one component of the system.
+type Role string
+
+// The roles. A System with no roles configured runs all of them.
+const (
+	RoleAPI          Role = "api"          // the HTTP API (orders, webhook, stats)
+	RoleRelay        Role = "relay"        // the outbox relay
+	RoleNotification Role = "notification" // the notification consumer
+	RoleBilling      Role = "billing"      // the billing consumer
+	RoleSearch       Role = "search"       // the search consumer
+	RoleEffects      Role = "effects"      // the effect worker (e-mail sender)
+)
+
+// AllRoles lists every role.
+var AllRoles = []Role{RoleAPI, RoleRelay, RoleNotification, RoleBilling, RoleSearch, RoleEffects}
+
+// ParseRole validates a role name.
+func ParseRole(s string) (Role, error) {
+	for _, r := range AllRoles {
+		if string(r) == s {
+			return r, nil
+		}
+	}
+	return "", idem.InvalidOptionf("boxoffice: unknown role %q (want one of api, relay, notification, billing, search, effects)", s)
+}
+
+// Hooks let drills inject faults into the real components. All are
+// optional; production leaves them nil.
+type Hooks struct {
+	// WrapPublisher wraps the relay's publisher (double publish, lost acks,
+	// reordering).
+	WrapPublisher func(broker.Publisher) broker.Publisher
+	// WrapSubscriber wraps a consumer's subscriber (lost acks = a crash
+	// between commit and ack; duplicate deliveries).
+	WrapSubscriber func(consumer string, s broker.Subscriber) broker.Subscriber
+	// WrapPerformer wraps the e-mail performer (crash after the provider
+	// call, time-outs).
+	WrapPerformer func(effect.Performer) effect.Performer
+	// Fault runs first in every consumer handler, inside its transaction;
+	// an error fails the delivery (transient, or idem.Permanent → DLQ).
+	Fault func(consumer string, oc OrderConfirmed, msg idem.Message) error
+}
+
+// Config configures a System.
+type Config struct {
+	// DB is the database (SQLite or PostgreSQL through database/sql).
+	// Required. The System migrates idem's and the boxoffice's tables.
+	DB *sqlstore.Driver
+	// Broker carries order-events. Required unless the roles are API only.
+	Broker Broker
+	// Subject is the order subject. Defaults to "order-events".
+	Subject string
+	// ProviderURL is the e-mail provider's base URL (fakeprovider API).
+	// Required with RoleEffects.
+	ProviderURL string
+	// WebhookSecrets verify POST /webhooks/payments (Standard Webhooks,
+	// "whsec_…"; several for rotation). Required with RoleAPI.
+	WebhookSecrets []string
+	// Seats is the capacity of every event. Defaults to 1,000,000.
+	Seats int64
+	// Roles are the components this process runs. Defaults to all.
+	Roles []Role
+	// Relays is the number of relay instances with RoleRelay. Defaults to 1.
+	Relays int
+	// ConsumerInstances is the number of instances of each consumer role
+	// in this process (they share the durable subscription). Defaults to 1.
+	ConsumerInstances int
+	// Batch is the most deliveries a consumer fetches at once. Defaults
+	// to 64.
+	Batch int
+	// MaxAttempts is how many deliveries a failing message gets before it
+	// is dead-lettered. Defaults to 5.
+	MaxAttempts int
+	// RetryBase and RetryMax bound the full-jitter backoff before a failed
+	// message is redelivered. Default to 50ms and 2s.
+	RetryBase, RetryMax time.Duration
+	// PollInterval is the relay's and effect worker's idle poll.
+	// Defaults to 100ms.
+	PollInterval time.Duration
+	// EffectLease is the effect ledger's lease (a crashed worker's call is
+	// re-sent after it). Defaults to 10s.
+	EffectLease time.Duration
+	// EffectCallTimeout bounds one provider call. Defaults to EffectLease/2.
+	EffectCallTimeout time.Duration
+	// RelayClaimTTL is the relay's claim lease. Defaults to 10s.
+	RelayClaimTTL time.Duration
+	// KeyRetention is how long an Idempotency-Key answers for itself.
+	// Defaults to 24h.
+	KeyRetention time.Duration
+	// InboxRetention is how long the consumers remember a message id.
+	// Defaults to 7 days.
+	InboxRetention time.Duration
+	// Now is the clock of the business rows and idem records. Defaults to
+	// time.Now.
+	Now func() time.Time
+	// Registry receives the Prometheus metrics served on /metrics.
+	// Defaults to a new registry.
+	Registry *prometheus.Registry
+	// Hooks inject faults (drills only).
+	Hooks Hooks
+	// Logger receives the system's logs. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// System is the box office: its HTTP API and its background components
+// (relay, consumers, effect worker). Create it with [New] or [Open], run the
+// background components with [System.Run] or [System.Start], serve
+// [System.Handler]. Safe for concurrent use.
+type System struct {
+	cfg      Config
+	db       *sqlDriver
+	log      *slog.Logger
+	now      func() time.Time
+	roles    map[Role]bool
+	outbox   *outbox.Outbox[*sql.Tx]
+	inbox    *inbox.Inbox[*sql.Tx]
+	dlq      *dlq.Store[*sql.Tx]
+	ledger   *effect.Ledger[*sql.Tx]
+	hs       *Handlers
+	reg      *prometheus.Registry
+	metrics  *idemmetrics.Metrics
+	handler  http.Handler
+	counts   counters
+	provider *fakeprovider.Provider // set by Open when it started one
+	natsURL  string
+
+	mu      sync.Mutex // protects cancel, done, closers
+	cancel  context.CancelFunc
+	done    chan error
+	closers []func() error // resources Open created, closed by Close
+}
+
+// counters are this process's duplicate suppressions per component.
+type counters struct {
+	http, webhook, brokerDup, effects atomic.Int64
+	consumer                          sync.Map // consumer name → *atomic.Int64
+	guardStale                        atomic.Int64
+	deadLettered                      atomic.Int64
+}
+
+func (c *counters) consumerDup(name string) *atomic.Int64 {
+	v, _ := c.consumer.LoadOrStore(name, new(atomic.Int64))
+	return v.(*atomic.Int64)
+}
+
+// New builds a System on cfg's database and broker (which the caller keeps
+// owning) and migrates the database: idem's tables and the business tables.
+func New(ctx context.Context, cfg Config) (*System, error) {
+	if cfg.DB == nil {
+		return nil, idem.InvalidOptionf("boxoffice: Config.DB is required")
+	}
+	if len(cfg.Roles) == 0 {
+		cfg.Roles = AllRoles
+	}
+	roles := map[Role]bool{}
+	for _, r := range cfg.Roles {
+		if _, err := ParseRole(string(r)); err != nil {
+			return nil, err
+		}
+		roles[r] = true
+	}
+	cfg.Subject = cmp.Or(cfg.Subject, Subject)
+	cfg.Seats = cmp.Or(cfg.Seats, 1_000_000)
+	cfg.Relays = cmp.Or(cfg.Relays, 1)
+	cfg.ConsumerInstances = cmp.Or(cfg.ConsumerInstances, 1)
+	cfg.Batch = cmp.Or(cfg.Batch, 64)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 5)
+	cfg.RetryBase = cmp.Or(cfg.RetryBase, 50*time.Millisecond)
+	cfg.RetryMax = cmp.Or(cfg.RetryMax, 2*time.Second)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 100*time.Millisecond)
+	cfg.EffectLease = cmp.Or(cfg.EffectLease, 10*time.Second)
+	cfg.EffectCallTimeout = cmp.Or(cfg.EffectCallTimeout, cfg.EffectLease/2)
+	cfg.RelayClaimTTL = cmp.Or(cfg.RelayClaimTTL, 10*time.Second)
+	cfg.KeyRetention = cmp.Or(cfg.KeyRetention, 24*time.Hour)
+	cfg.InboxRetention = cmp.Or(cfg.InboxRetention, 7*24*time.Hour)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	switch {
+	case cfg.Seats < 0 || cfg.Relays < 0 || cfg.ConsumerInstances < 0 || cfg.Batch < 0 || cfg.MaxAttempts < 0:
+		return nil, idem.InvalidOptionf("boxoffice: negative Seats, Relays, ConsumerInstances, Batch or MaxAttempts")
+	case cfg.Broker == nil && (roles[RoleRelay] || roles[RoleNotification] || roles[RoleBilling] || roles[RoleSearch]):
+		return nil, idem.InvalidOptionf("boxoffice: Config.Broker is required for the relay and the consumers")
+	case cfg.ProviderURL == "" && roles[RoleEffects]:
+		return nil, idem.InvalidOptionf("boxoffice: Config.ProviderURL is required for the effect worker")
+	case len(cfg.WebhookSecrets) == 0 && roles[RoleAPI]:
+		return nil, idem.InvalidOptionf("boxoffice: Config.WebhookSecrets is required for the API")
+	}
+	if err := migrate.Up(ctx, cfg.DB); err != nil {
+		return nil, fmt.Errorf("boxoffice: migrate idem tables: %w", err)
+	}
+	if err := Migrate(ctx, cfg.DB); err != nil {
+		return nil, err
+	}
+	s := &System{cfg: cfg, db: cfg.DB, log: cfg.Logger.With("component", "boxoffice"), now: cfg.Now, roles: roles, reg: cfg.Registry}
+	var err error
+	if s.metrics, err = idemmetrics.New(s.reg, idemmetrics.Options{}); err != nil {
+		return nil, fmt.Errorf("boxoffice: metrics: %w", err)
+	}
+	if err := s.reg.Register(idemmetrics.NewDBCollector(s.db, idemmetrics.DBConfig{})); err != nil {
+		return nil, fmt.Errorf("boxoffice: metrics: %w", err)
+	}
+	if s.outbox, err = outbox.New(s.db, outbox.Config{Source: "boxoffice/orders", Now: cfg.Now, Logger: cfg.Logger}); err != nil {
+		return nil, err
+	}
+	if s.inbox, err = inbox.New(s.db, inbox.Config{Retention: cfg.InboxRetention, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
+		return nil, err
+	}
+	if s.dlq, err = dlq.New(s.db, dlq.Config{Now: cfg.Now, Logger: cfg.Logger}); err != nil {
+		return nil, err
+	}
+	if s.ledger, err = effect.New(s.db, effect.Config{Lease: cfg.EffectLease, CallTimeout: cfg.EffectCallTimeout, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
+		return nil, err
+	}
+	s.hs = &Handlers{db: s.db, ledger: s.ledger, now: cfg.Now, Fault: cfg.Hooks.Fault, stale: &s.counts.guardStale}
+	if roles[RoleAPI] {
+		if s.handler, err = s.routes(); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// routes builds the HTTP API.
+func (s *System) routes() (http.Handler, error) {
+	mw, err := idemhttp.New(s.db, idemhttp.Config{
+		Tenant:    func(r *http.Request) (string, error) { return tenantOf(r), nil },
+		Retention: s.cfg.KeyRetention,
+		Now:       s.cfg.Now,
+		Logger:    s.cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	wh, err := s.webhookHandler()
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", withTenant(s.countReplays(mw.Handler(http.HandlerFunc(s.createOrder)))))
+	mux.Handle("GET /orders/{id}", withTenant(http.HandlerFunc(s.getOrder)))
+	mux.Handle("POST /webhooks/payments", wh)
+	mux.HandleFunc("GET /stats", s.statsHandler)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	return mux, nil
+}
+
+// countReplays counts responses the middleware replayed.
+func (s *System) countReplays(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&replaySpy{ResponseWriter: w, n: &s.counts.http}, r)
+	})
+}
+
+type replaySpy struct {
+	http.ResponseWriter
+	n    *atomic.Int64
+	done bool
+}
+
+func (w *replaySpy) WriteHeader(code int) {
+	if !w.done {
+		w.done = true
+		if w.Header().Get("Idempotent-Replayed") == "true" {
+			w.n.Add(1)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *replaySpy) Write(p []byte) (int, error) {
+	if !w.done {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *replaySpy) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Handler returns the HTTP API (nil without RoleAPI).
+func (s *System) Handler() http.Handler { return s.handler }
+
+// DB returns the system's database driver.
+func (s *System) DB() *sqlstore.Driver { return s.db }
+
+// DeadLetters returns the dead-letter store.
+func (s *System) DeadLetters() *dlq.Store[*sql.Tx] { return s.dlq }
+
+// Ledger returns the effect ledger.
+func (s *System) Ledger() *effect.Ledger[*sql.Tx] { return s.ledger }
+
+// Registry returns the Prometheus registry behind /metrics.
+func (s *System) Registry() *prometheus.Registry { return s.reg }
+
+// Config returns the system's configuration with defaults applied.
+func (s *System) Config() Config { return s.cfg }
+
+// Run runs the background components of the configured roles (relays,
+// consumers, effect worker) until ctx ends, then waits for them to stop and
+// returns nil; it returns early with an error if a component fails to start.
+func (s *System) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var runners []func(context.Context) error
+	var closers []func() error
+	defer func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}()
+	if s.roles[RoleRelay] {
+		for i := range s.cfg.Relays {
+			pub, err := s.cfg.Broker.Publisher()
+			if err != nil {
+				return fmt.Errorf("boxoffice: relay publisher: %w", err)
+			}
+			closers = append(closers, pub.Close)
+			if s.cfg.Hooks.WrapPublisher != nil {
+				pub = s.cfg.Hooks.WrapPublisher(pub)
+			}
+			pub = &dupCounter{Publisher: pub, n: &s.counts.brokerDup}
+			r, err := outbox.NewRelay(s.db, pub, outbox.RelayConfig{
+				Name:         fmt.Sprintf("boxoffice-relay-%d-%d", i, time.Now().UnixNano()),
+				PollInterval: s.cfg.PollInterval,
+				ClaimTTL:     s.cfg.RelayClaimTTL,
+				Now:          s.cfg.Now,
+				Logger:       s.cfg.Logger,
+			})
+			if err != nil {
+				return err
+			}
+			runners = append(runners, r.Run)
+		}
+	}
+	for _, c := range []struct {
+		role Role
+		name string
+		h    inbox.Handler[*sql.Tx]
+	}{
+		{RoleNotification, ConsumerNotification, s.hs.Notification},
+		{RoleBilling, ConsumerBilling, s.hs.Billing},
+		{RoleSearch, ConsumerSearch, s.hs.Search},
+	} {
+		if !s.roles[c.role] {
+			continue
+		}
+		for range s.cfg.ConsumerInstances {
+			sub, err := s.cfg.Broker.Subscriber(ctx, c.name)
+			if err != nil {
+				return fmt.Errorf("boxoffice: %s subscriber: %w", c.name, err)
+			}
+			closers = append(closers, sub.Close)
+			if s.cfg.Hooks.WrapSubscriber != nil {
+				sub = s.cfg.Hooks.WrapSubscriber(c.name, sub)
+			}
+			runners = append(runners, s.consumerRunner(c.name, sub, c.h))
+		}
+	}
+	if s.roles[RoleEffects] {
+		w, err := s.effectWorker()
+		if err != nil {
+			return err
+		}
+		runners = append(runners, w.Run)
+	}
+	if len(runners) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	errs := make(chan error, len(runners))
+	for _, run := range runners {
+		go func() { errs <- run(ctx) }()
+	}
+	var first error
+	for range runners {
+		err := <-errs
+		if err != nil && !errors.Is(err, context.Canceled) && first == nil {
+			first = err
+			s.log.Error("component stopped", "err", err)
+			cancel()
+		}
+	}
+	return first
+}
+
+// Start runs [System.Run] in the background until [System.Close].
+func (s *System) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel != nil {
+		return errors.New("boxoffice: already started")
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	done := make(chan error, 1)
+	s.done = done
+	go func() { done <- s.Run(ctx) }()
+	return nil
+}
+
+// Stop stops what Start started and waits for it; it returns Run's error.
+// The system may be started again.
+func (s *System) Stop() error {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel, s.done = nil, nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	return <-done
+}
+
+// Close stops the background components and releases what [Open] created
+// (servers, database, broker). It is safe to call more than once.
+func (s *System) Close() error {
+	err := s.Stop()
+	s.mu.Lock()
+	closers := s.closers
+	s.closers = nil
+	s.mu.Unlock()
+	for i := len(closers) - 1; i >= 0; i-- {
+		err = errors.Join(err, closers[i]())
+	}
+	return err
+}
+
+// dupCounter counts the publishes a broker reported as duplicates.
+type dupCounter struct {
+	broker.Publisher
+	n *atomic.Int64
+}
+
+func (p *dupCounter) Publish(ctx context.Context, msgs ...idem.Message) error {
+	rp, ok := p.Publisher.(broker.ResultPublisher)
+	if !ok {
+		return p.Publisher.Publish(ctx, msgs...)
+	}
+	res, err := rp.PublishResults(ctx, msgs...)
+	for _, r := range res {
+		if r.Duplicate {
+			p.n.Add(1)
+		}
+	}
+	return err
+}

@@ -1,0 +1,160 @@
+package boxoffice
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/versionguard"
+)
+
+// Consumer names: each is the inbox scope of one component, so the same
+// message is processed once per consumer.
+const (
+	ConsumerNotification = "notification"
+	ConsumerBilling      = "billing"
+	ConsumerSearch       = "search"
+)
+
+// Consumers lists the boxoffice's consumers in a stable order.
+var consumerNames = []string{ConsumerNotification, ConsumerBilling, ConsumerSearch}
+
+// EffectKindEmail is the effect kind of e-mails sent through the provider.
+const EffectKindEmail = "email"
+
+// ConfirmationEmailKey is the effect key (and provider idempotency key) of
+// the confirmation e-mail of orderID.
+func ConfirmationEmailKey(orderID string) string { return "order-confirmed-email:" + orderID }
+
+// InvoiceKey is the business key of the invoice of orderID; the billing
+// consumer dedups on it instead of the message id, so even an event
+// re-published under a new id cannot bill twice.
+func InvoiceKey(orderID string) string { return "invoice:" + orderID }
+
+// DecodeOrderConfirmed reads an OrderConfirmed event from a delivered
+// message. Anything that is not a well-formed OrderConfirmed is a permanent
+// error (wrapping idem.ErrInvalidInput): it goes to the dead-letter store.
+func DecodeOrderConfirmed(msg idem.Message) (OrderConfirmed, error) {
+	var oc OrderConfirmed
+	ev, err := outbox.FromMessage(msg)
+	if err != nil {
+		return oc, idem.Permanent(err)
+	}
+	if ev.Type != EventTypeOrderConfirmed {
+		return oc, fmt.Errorf("%w: event type %q is not %s", idem.ErrInvalidInput, ev.Type, EventTypeOrderConfirmed)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(msg.Payload)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&oc); err != nil {
+		return oc, fmt.Errorf("%w: OrderConfirmed payload: %v", idem.ErrInvalidInput, err)
+	}
+	switch {
+	case !strings.HasPrefix(oc.OrderID, "ord_"):
+		return oc, fmt.Errorf("%w: OrderConfirmed without a valid order_id", idem.ErrInvalidInput)
+	case oc.EventID == "" || oc.Seats < 1 || oc.TotalCents <= 0 || oc.EventVersion < 1 || oc.SeatsLeft < 0:
+		return oc, fmt.Errorf("%w: OrderConfirmed %s has invalid fields", idem.ErrInvalidInput, oc.OrderID)
+	case oc.CustomerEmail == "" || oc.Currency == "" || oc.Tenant == "":
+		return oc, fmt.Errorf("%w: OrderConfirmed %s misses fields", idem.ErrInvalidInput, oc.OrderID)
+	}
+	return oc, nil
+}
+
+// Handlers are the boxoffice's consumer handlers, each applying one event in
+// the caller's transaction (the inbox row commits with it). They are safe
+// for concurrent use.
+type Handlers struct {
+	db     *sqlDriver
+	ledger *effect.Ledger[*sql.Tx]
+	now    func() time.Time
+	// Fault, if set, runs first in every handler (drills inject transient
+	// and permanent failures through it).
+	Fault func(consumer string, oc OrderConfirmed, msg idem.Message) error
+	stale *atomic.Int64 // stale (out-of-order) availability updates
+}
+
+// Notification records the confirmation e-mail (unique per order and kind)
+// and schedules its sending as an effect keyed ConfirmationEmailKey: the
+// effect worker calls the provider with that key after the commit.
+func (h *Handlers) Notification(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
+	oc, err := h.decode(ConsumerNotification, msg)
+	if err != nil {
+		return err
+	}
+	key := ConfirmationEmailKey(oc.OrderID)
+	q := h.db.Tx(tx)
+	if _, err := q.Exec(ctx, `INSERT INTO outgoing_emails (order_id, kind, effect_key, recipient, created_at)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_id, kind) DO NOTHING`,
+		oc.OrderID, EmailKindConfirmation, key, oc.CustomerEmail, store.Micros(h.now())); err != nil {
+		return fmt.Errorf("notification: %w", err)
+	}
+	body, _ := json.Marshal(map[string]any{
+		"to":       oc.CustomerEmail,
+		"template": EmailKindConfirmation,
+		"order_id": oc.OrderID,
+		"event_id": oc.EventID,
+		"seats":    oc.Seats,
+	})
+	if _, _, err := h.ledger.Schedule(ctx, tx, effect.Effect{Key: key, Kind: EffectKindEmail, Payload: body}); err != nil {
+		return fmt.Errorf("notification: %w", err)
+	}
+	return nil
+}
+
+// Billing creates the order's one invoice (UNIQUE order_id, key
+// InvoiceKey).
+func (h *Handlers) Billing(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
+	oc, err := h.decode(ConsumerBilling, msg)
+	if err != nil {
+		return err
+	}
+	if _, err := h.db.Tx(tx).Exec(ctx, `INSERT INTO invoices (invoice_key, order_id, tenant, amount_cents, currency, message_id, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
+		InvoiceKey(oc.OrderID), oc.OrderID, oc.Tenant, oc.TotalCents, oc.Currency, msg.ID, store.Micros(h.now())); err != nil {
+		return fmt.Errorf("billing: %w", err)
+	}
+	return nil
+}
+
+// Search projects the seats left of the order's event, version-guarded: an
+// event older than the stored availability changes nothing.
+func (h *Handlers) Search(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
+	oc, err := h.decode(ConsumerSearch, msg)
+	if err != nil {
+		return err
+	}
+	res, err := versionguard.ApplyTx(ctx, h.db, tx, versionguard.Spec{
+		Table:      "event_availability",
+		KeyColumns: []string{"event_id"},
+		KeyValues:  []any{oc.EventID},
+		Set:        map[string]any{"seats_left": oc.SeatsLeft, "updated_at": store.Micros(h.now())},
+		Upsert:     true,
+	}, oc.EventVersion)
+	if err != nil {
+		return fmt.Errorf("search: %w", err)
+	}
+	if res.Stale && h.stale != nil {
+		h.stale.Add(1)
+	}
+	return nil
+}
+
+func (h *Handlers) decode(consumer string, msg idem.Message) (OrderConfirmed, error) {
+	oc, err := DecodeOrderConfirmed(msg)
+	if err != nil {
+		return oc, err
+	}
+	if h.Fault != nil {
+		if err := h.Fault(consumer, oc, msg); err != nil {
+			return oc, err
+		}
+	}
+	return oc, nil
+}

@@ -1,0 +1,40 @@
+package boxoffice
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/fakeprovider"
+)
+
+// effectWorker builds the e-mail sender: an effect worker whose performer
+// posts the e-mail to the provider with the effect key as its
+// Idempotency-Key, so a call repeated after a crash or a time-out is
+// answered from the provider's record instead of sending twice.
+func (s *System) effectWorker() (*effect.Worker[*sql.Tx], error) {
+	w, err := effect.NewWorker(s.ledger, effect.WorkerConfig[*sql.Tx]{
+		Concurrency:  8,
+		PollInterval: s.cfg.PollInterval,
+		MaxAttempts:  20,
+		Backoff:      effect.FullJitter(s.cfg.RetryBase, s.cfg.RetryMax),
+		Logger:       s.cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	client := &fakeprovider.Client{BaseURL: s.cfg.ProviderURL, Timeout: s.cfg.EffectCallTimeout}
+	var p effect.Performer = func(ctx context.Context, key string, payload []byte) ([]byte, error) {
+		return client.Send(ctx, key, payload)
+	}
+	if s.cfg.Hooks.WrapPerformer != nil {
+		p = s.cfg.Hooks.WrapPerformer(p)
+	}
+	if err := w.Register(EffectKindEmail, p); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+var _ = time.Second

@@ -1,0 +1,123 @@
+package boxoffice
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem/store"
+)
+
+// Stats is the body of GET /stats. Business counts come from the database
+// (so they include the work of every process sharing it); the e-mail
+// counts come from the provider; duplicates_suppressed counts what this
+// process's components suppressed since it started.
+type Stats struct {
+	Orders          int64 `json:"orders"`           // rows in orders
+	EventsPublished int64 `json:"events_published"` // outbox events the relay published (until pruned)
+	Notifications   int64 `json:"notifications"`    // OrderConfirmed events the notification consumer processed
+	EmailsScheduled int64 `json:"emails_scheduled"` // e-mail effects in the ledger
+	EmailsSent      int64 `json:"emails_sent"`      // unique effects at the provider
+	ProviderCalls   int64 `json:"provider_calls"`   // raw calls the provider received
+	Invoices        int64 `json:"invoices"`         // rows in invoices
+	Payments        int64 `json:"payments"`         // paid orders
+	// SeatsLeft is the search projection: seats left per event.
+	SeatsLeft map[string]int64 `json:"seats_left"`
+	// DeadLetters is the number of parked dead letters.
+	DeadLetters int64 `json:"dead_letters"`
+	// DuplicatesSuppressed per component: http (replayed responses),
+	// broker (publishes the broker dropped as duplicates), notification,
+	// billing, search (inbox duplicates), webhook (replayed deliveries),
+	// provider (calls answered from the provider's idempotency record).
+	DuplicatesSuppressed map[string]int64 `json:"duplicates_suppressed"`
+}
+
+// Stats gathers the numbers of GET /stats.
+func (s *System) Stats(ctx context.Context) (Stats, error) {
+	st := Stats{SeatsLeft: map[string]int64{}, DuplicatesSuppressed: map[string]int64{}}
+	q := s.db.Pool()
+	counts := []struct {
+		dst  *int64
+		sql  string
+		args []any
+	}{
+		{&st.Orders, `SELECT count(*) FROM orders`, nil},
+		{&st.EventsPublished, `SELECT count(*) FROM ` + s.db.Table("outbox") + ` WHERE state = 'published'`, nil},
+		{&st.Notifications, `SELECT count(*) FROM ` + s.db.Table("inbox") + ` WHERE consumer = $1 AND state = 'completed'`, []any{ConsumerNotification}},
+		{&st.EmailsScheduled, `SELECT count(*) FROM ` + s.db.Table("effects") + ` WHERE kind = $1`, []any{EffectKindEmail}},
+		{&st.Invoices, `SELECT count(*) FROM invoices`, nil},
+		{&st.Payments, `SELECT count(*) FROM payments`, nil},
+		{&st.DeadLetters, `SELECT count(*) FROM ` + s.db.Table("dead_letters") + ` WHERE state = 'parked'`, nil},
+	}
+	for _, c := range counts {
+		if err := q.QueryRow(ctx, c.sql, c.args...).Scan(c.dst); err != nil {
+			return st, fmt.Errorf("boxoffice: stats: %w", err)
+		}
+	}
+	rows, err := q.Query(ctx, `SELECT event_id, seats_left FROM event_availability`)
+	if err != nil {
+		return st, fmt.Errorf("boxoffice: stats: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			rows.Close()
+			return st, err
+		}
+		st.SeatsLeft[id] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return st, err
+	}
+	calls, unique, err := s.providerStats(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.ProviderCalls, st.EmailsSent = calls, unique
+	d := st.DuplicatesSuppressed
+	d["http"] = s.counts.http.Load()
+	d["broker"] = s.counts.brokerDup.Load()
+	d["webhook"] = s.counts.webhook.Load()
+	for _, c := range consumerNames {
+		d[c] = s.counts.consumerDup(c).Load()
+	}
+	d["provider"] = max(calls-unique, 0)
+	return st, nil
+}
+
+// providerStats returns the provider's raw calls and unique effects: from
+// the in-process provider when [Open] started one, otherwise from the
+// provider's GET /stats.
+func (s *System) providerStats(ctx context.Context) (calls, unique int64, err error) {
+	if s.provider != nil {
+		return int64(s.provider.Calls()), int64(s.provider.UniqueEffects()), nil
+	}
+	if s.cfg.ProviderURL == "" {
+		return 0, 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.cfg.ProviderURL+"/stats", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("boxoffice: provider stats: %w", err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Calls         int64 `json:"calls"`
+		UniqueEffects int64 `json:"unique_effects"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return 0, 0, fmt.Errorf("boxoffice: provider stats: %w", err)
+	}
+	return v.Calls, v.UniqueEffects, nil
+}
+
+var _ = store.Micros
