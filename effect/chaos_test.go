@@ -20,7 +20,7 @@ import (
 func TestChaosRandomWorkerKills(t *testing.T) {
 	t.Parallel()
 	t.Run("pgx", func(t *testing.T) { t.Parallel(); chaos(t, erase(testdb.Pgx(t)), 5000) })
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); chaos(t, erase(testdb.SQLite(t)), 1000) })
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); chaos(t, erase(testdb.SQLite(t)), 500) })
 }
 
 func chaos(t *testing.T, d store.Driver[any], n int) {
@@ -48,7 +48,7 @@ func chaos(t *testing.T, d store.Driver[any], n int) {
 	start := func() *slot {
 		s := &slot{down: &atomic.Bool{}, done: make(chan struct{})}
 		wl := newLedger(t, flaky{d, s.down}, cfg)
-		w := fastWorker(t, wl, effect.WorkerConfig[any]{Concurrency: 8, MaxAttempts: 50})
+		w := fastWorker(t, wl, effect.WorkerConfig[any]{Concurrency: 16, MaxAttempts: 1000})
 		if err := w.Register("email", c.Send); err != nil {
 			t.Fatal(err)
 		}

@@ -138,7 +138,7 @@ func TestDoExpiredLeasePolicies(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
 		ctx := context.Background()
 		p, c := newProvider(t)
-		cfg := effect.Config{Lease: 100 * time.Millisecond, CallTimeout: 100 * time.Millisecond}
+		cfg := effect.Config{Lease: 500 * time.Millisecond, CallTimeout: 500 * time.Millisecond}
 		l := newLedger(t, d, cfg)
 
 		zombieIn, zombieOut := make(chan struct{}), make(chan struct{})

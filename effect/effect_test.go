@@ -99,7 +99,7 @@ func newProvider(t *testing.T) (*fakeprovider.Provider, *fakeprovider.Client) {
 	srv := httptest.NewServer(p.Handler())
 	t.Cleanup(func() { p.Close(); srv.Close() })
 	c := fakeprovider.NewClient(srv.URL)
-	c.Timeout = 2 * time.Second
+	c.Timeout = 10 * time.Second
 	return p, c
 }
 
@@ -421,13 +421,15 @@ func TestDrill7CrashAfterProviderCall(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
 		p, c := newProvider(t)
 		down := &atomic.Bool{}
-		crashing := newLedger(t, flaky{d, down}, effect.Config{Lease: 200 * time.Millisecond})
+		crashing := newLedger(t, flaky{d, down}, effect.Config{Lease: 200 * time.Millisecond, CallTimeout: 200 * time.Millisecond})
 		schedule(t, d, crashing, effect.Effect{Key: "order-confirmed-email:7", Kind: "email", Payload: []byte(`{"order":7}`)})
 
 		w1 := fastWorker(t, crashing, effect.WorkerConfig[any]{})
 		_ = w1.Register("email", func(ctx context.Context, key string, payload []byte) ([]byte, error) {
 			res, err := c.Send(ctx, key, payload)
-			down.Store(true) // the process dies right after the provider answered
+			if err == nil {
+				down.Store(true) // the process dies right after the provider answered
+			}
 			return res, err
 		})
 		stop1 := runWorker(t, w1)
@@ -440,7 +442,9 @@ func TestDrill7CrashAfterProviderCall(t *testing.T) {
 			t.Fatal("provider did not perform the effect")
 		}
 
-		l := newLedger(t, d, effect.Config{Lease: 200 * time.Millisecond})
+		// The recovering worker waits out the crashed worker's 200 ms lease;
+		// its own lease is long, so a loaded machine cannot time its call out.
+		l := newLedger(t, d, effect.Config{Lease: 10 * time.Second})
 		w2 := fastWorker(t, l, effect.WorkerConfig[any]{})
 		var keys []string
 		_ = w2.Register("email", func(ctx context.Context, key string, payload []byte) ([]byte, error) {
@@ -479,8 +483,15 @@ func TestDrill12ProviderTimesOut(t *testing.T) {
 		stop()
 		e := get(t, l, "charge:12")
 		pe, _ := p.Effect("charge:12")
-		if p.UniqueEffects() != 1 || p.Calls() != 3 || e.Attempts != 3 || string(e.Result) != string(pe.Result) {
+		// At least the two failed calls and the successful one; a slow
+		// machine may time out more calls, each an attempt with the same key.
+		if p.UniqueEffects() != 1 || p.Calls() < 3 || e.Attempts < 3 || string(e.Result) != string(pe.Result) {
 			t.Fatalf("calls=%d unique=%d effect=%+v", p.Calls(), p.UniqueEffects(), e)
+		}
+		for _, call := range p.CallLog() {
+			if call.Key != "charge:12" {
+				t.Fatalf("a retry used key %q", call.Key)
+			}
 		}
 	})
 }
@@ -490,7 +501,7 @@ func TestDrill12ProviderTimesOut(t *testing.T) {
 func TestZombieWorkerIsFenced(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
-		cfg := effect.Config{Lease: 100 * time.Millisecond, CallTimeout: 100 * time.Millisecond}
+		cfg := effect.Config{Lease: 300 * time.Millisecond, CallTimeout: 300 * time.Millisecond}
 		lz := newLedger(t, d, cfg)
 		schedule(t, d, lz, effect.Effect{Key: "k", Kind: "email"})
 		zombieIn, zombieOut := make(chan struct{}), make(chan struct{})
@@ -512,7 +523,7 @@ func TestZombieWorkerIsFenced(t *testing.T) {
 		close(zombieOut) // the zombie wakes up and tries to record "zombie"
 		stopZ()
 		e := get(t, l, "k")
-		if string(e.Result) != "owner" || e.Token != 2 || e.State != effect.Completed {
+		if string(e.Result) != "owner" || e.Token < 2 || e.State != effect.Completed {
 			t.Fatalf("zombie overwrote the result: %+v", e)
 		}
 	})
