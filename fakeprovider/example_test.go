@@ -24,6 +24,7 @@ func Example() {
 	ctx := context.Background()
 	_, err := c.Send(ctx, "order-confirmed-email:42", []byte(`{"to":"ana@example.com"}`))
 	fmt.Println("first call failed:", err != nil)
+	c.Timeout = 10 * time.Second
 	res, _ := c.Send(ctx, "order-confirmed-email:42", []byte(`{"to":"ana@example.com"}`))
 	fmt.Println(string(res))
 	fmt.Println("raw calls:", p.Calls(), "unique effects:", p.UniqueEffects())

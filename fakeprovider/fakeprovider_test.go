@@ -139,6 +139,7 @@ func TestTimeoutAfterEffectThenRetrySameKey(t *testing.T) {
 			if p.UniqueEffects() != 1 {
 				t.Fatalf("effect not performed before the timeout")
 			}
+			c.Timeout = 10 * time.Second // the retry must not time out on a loaded machine
 			res, err := c.Send(ctx, "k", []byte(`x`))
 			if err != nil {
 				t.Fatal(err)
