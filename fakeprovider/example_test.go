@@ -18,7 +18,7 @@ func Example() {
 	defer p.Close()
 
 	c := fakeprovider.NewClient(p.URL())
-	c.Timeout = 100 * time.Millisecond
+	c.Timeout = 300 * time.Millisecond
 	p.TimeoutAfterEffect(1)
 
 	ctx := context.Background()

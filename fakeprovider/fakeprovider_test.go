@@ -126,7 +126,7 @@ func TestTimeoutAfterEffectThenRetrySameKey(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			p, c := newServer(t, fakeprovider.Config{})
-			c.Timeout = 50 * time.Millisecond
+			c.Timeout = 300 * time.Millisecond
 			if mode == "hang" {
 				p.TimeoutAfterEffect(1)
 			} else {
