@@ -111,6 +111,11 @@ type Config struct {
 	Seats int64
 	// Roles are the components this process runs. Defaults to all.
 	Roles []Role
+	// DurableSuffix is appended to each consumer's durable subscription
+	// name (the inbox scope stays the consumer name): instances with
+	// different suffixes each receive every message, as two deployments of
+	// one consumer reading the same stream would. Defaults to "".
+	DurableSuffix string
 	// Relays is the number of relay instances with RoleRelay. Defaults to 1.
 	Relays int
 	// ConsumerInstances is the number of instances of each consumer role
@@ -335,6 +340,10 @@ func (w *replaySpy) Write(p []byte) (int, error) {
 
 func (w *replaySpy) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// StaleUpdates returns how many out-of-order availability updates this
+// process's search consumer discarded through the version guard.
+func (s *System) StaleUpdates() int64 { return s.counts.guardStale.Load() }
+
 // Handler returns the HTTP API (nil without RoleAPI).
 func (s *System) Handler() http.Handler { return s.handler }
 
@@ -373,10 +382,10 @@ func (s *System) Run(ctx context.Context) error {
 				return fmt.Errorf("boxoffice: relay publisher: %w", err)
 			}
 			closers = append(closers, pub.Close)
+			pub = &dupCounter{Publisher: pub, n: &s.counts.brokerDup}
 			if s.cfg.Hooks.WrapPublisher != nil {
 				pub = s.cfg.Hooks.WrapPublisher(pub)
 			}
-			pub = &dupCounter{Publisher: pub, n: &s.counts.brokerDup}
 			r, err := outbox.NewRelay(s.db, pub, outbox.RelayConfig{
 				Name:         fmt.Sprintf("boxoffice-relay-%d-%d", i, time.Now().UnixNano()),
 				PollInterval: s.cfg.PollInterval,
@@ -403,7 +412,7 @@ func (s *System) Run(ctx context.Context) error {
 			continue
 		}
 		for range s.cfg.ConsumerInstances {
-			sub, err := s.cfg.Broker.Subscriber(ctx, c.name)
+			sub, err := s.cfg.Broker.Subscriber(ctx, c.name+s.cfg.DurableSuffix)
 			if err != nil {
 				return fmt.Errorf("boxoffice: %s subscriber: %w", c.name, err)
 			}

@@ -1,9 +1,110 @@
 package boxoffice
 
-import "net/http"
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
 
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/webhook"
+)
+
+// WebhookSource is the webhook source name of payment notifications; the
+// receipts are recorded in the inbox as consumer "webhook:payments".
+const WebhookSource = "payments"
+
+// PaymentEvent is the body of POST /webhooks/payments.
+type PaymentEvent struct {
+	Type string `json:"type"` // "payment.succeeded"; other types are acknowledged and ignored
+	Data struct {
+		OrderID string `json:"order_id"`
+	} `json:"data"`
+}
+
+// webhookHandler is POST /webhooks/payments: Standard Webhooks verified on
+// the raw body (401 otherwise), deduplicated on the webhook-id through the
+// inbox; the first delivery marks the order paid in the same transaction,
+// replays answer 200 and change nothing.
 func (s *System) webhookHandler() (http.Handler, error) {
+	v, err := webhook.NewStandard(webhook.StandardConfig{Secrets: s.cfg.WebhookSecrets})
+	if err != nil {
+		return nil, fmt.Errorf("boxoffice: webhook secret: %w", err)
+	}
+	rc, err := webhook.NewReceiver(s.db, s.inbox, webhook.ReceiverConfig[*sql.Tx]{
+		Source:   WebhookSource,
+		Verifier: v,
+		Enqueue:  s.markPaid,
+		Now:      s.cfg.Now,
+		Logger:   s.cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, http.StatusServiceUnavailable, ProblemInternal, "not yet", "")
+		spy := &statusSpy{ResponseWriter: w}
+		rc.ServeHTTP(spy, r)
+		if spy.status == http.StatusOK { // a replay: recorded before, nothing enqueued
+			s.counts.webhook.Add(1)
+			s.metrics.Duplicate("webhook", WebhookSource)
+		}
 	}), nil
 }
+
+// markPaid applies a payment.succeeded delivery: the payment row (UNIQUE
+// order_id) and the order's status change commit with the receipt.
+func (s *System) markPaid(ctx context.Context, tx *sql.Tx, d webhook.Delivery, body []byte) error {
+	var ev PaymentEvent
+	if err := json.Unmarshal(body, &ev); err != nil {
+		return idem.Permanent(fmt.Errorf("%w: payment webhook body: %v", idem.ErrInvalidInput, err))
+	}
+	if ev.Type != "payment.succeeded" {
+		return nil // acknowledged, nothing to do
+	}
+	q := s.db.Tx(tx)
+	var status string
+	err := q.QueryRow(ctx, `SELECT status FROM orders WHERE order_id = $1`, ev.Data.OrderID).Scan(&status)
+	if errors.Is(err, store.ErrNoRows) {
+		return idem.Permanent(fmt.Errorf("%w: payment for unknown order %q", idem.ErrInvalidInput, ev.Data.OrderID))
+	}
+	if err != nil {
+		return err
+	}
+	n, err := q.Exec(ctx, `INSERT INTO payments (order_id, webhook_id, created_at) VALUES ($1, $2, $3)
+		ON CONFLICT (order_id) DO NOTHING`, ev.Data.OrderID, d.ID, store.Micros(s.now()))
+	if err != nil {
+		return err
+	}
+	if n == 1 {
+		_, err = q.Exec(ctx, `UPDATE orders SET status = $2, paid_at = $3 WHERE order_id = $1`,
+			ev.Data.OrderID, StatusPaid, store.Micros(s.now()))
+	}
+	return err
+}
+
+type statusSpy struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusSpy) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusSpy) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusSpy) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+var _ atomic.Int64

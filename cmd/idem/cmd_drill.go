@@ -2,10 +2,104 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/idemkit/idem/drill"
 )
 
-// runDrill is not built yet; its issue replaces this file.
+// runDrill runs the fault drill (SPEC §14) against the reference system
+// and exits 1 when a scenario breaks its invariant.
 func runDrill(ctx context.Context, env *Env, args []string) error {
-	return errors.New("not built yet")
+	fs := newFlags(env, "drill", "[--orders 2000] [--duplicates 0.3] [--crash 0.1] [--workers 8] [--seed N] [--db URL] [--nats URL] [--scenario NAME|all] [--processes] [--json]")
+	orders := fs.Int("orders", 2000, "orders of the load scenarios (the focused ones use a tenth, 20 to 200)")
+	duplicates := fs.Float64("duplicates", 0.3, "share of requests whose response is lost and retried")
+	crash := fs.Float64("crash", 0.1, "share of deliveries and effect calls hit by a simulated crash")
+	workers := fs.Int("workers", 8, "concurrent HTTP clients")
+	seed := fs.Uint64("seed", 1, "seed of every random choice")
+	db := fs.String("db", "", "run on PostgreSQL: postgres://… (a fresh schema per scenario); default: fresh SQLite files")
+	natsURL := fs.String("nats", "", "run on a NATS server with JetStream (a stream per scenario); default: embedded JetStream")
+	scenario := fs.String("scenario", "all", "scenario to run, or all: "+strings.Join(drill.Names(), ", "))
+	processes := fs.Bool("processes", false, "also run relays, consumers and effect workers as child processes that are SIGKILLed and restarted")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
+	timeout := fs.Duration("timeout", 60*time.Second, "longest wait for one scenario to settle")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if *db != "" && !strings.HasPrefix(*db, "postgres://") && !strings.HasPrefix(*db, "postgresql://") {
+		return fmt.Errorf("%w: --db must be a postgres:// URL (the drill's default is a fresh SQLite file per scenario)", errUsage)
+	}
+	cfg := drill.Config{
+		Orders: *orders, Duplicates: *duplicates, Crash: *crash, Workers: *workers, Seed: *seed,
+		DatabaseURL: *db, NATSURL: *natsURL, Processes: *processes, Timeout: *timeout,
+	}
+	if *scenario != "" && *scenario != "all" {
+		cfg.Scenarios = strings.Split(*scenario, ",")
+	}
+	var bar *progressbar.ProgressBar
+	if f, ok := env.Stderr.(*os.File); ok && !*asJSON && term.IsTerminal(int(f.Fd())) {
+		cfg.Progress = func(done, total int, name string) {
+			if bar == nil {
+				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(f), progressbar.OptionSetWidth(30),
+					progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionSetPredictTime(false))
+			}
+			_ = bar.Set(done)
+			if name != "" {
+				bar.Describe(fmt.Sprintf("%-24s", name))
+			} else {
+				_ = bar.Finish()
+				fmt.Fprintln(f)
+			}
+		}
+	} else if !*asJSON {
+		cfg.Progress = func(done, total int, name string) {
+			if name != "" {
+				fmt.Fprintf(env.Stderr, "[%d/%d] %s\n", done+1, total, name)
+			}
+		}
+	}
+	if !*asJSON {
+		where := "embedded default: SQLite + embedded JetStream"
+		if *db != "" || *natsURL != "" {
+			where = fmt.Sprintf("database %s, broker %s", or(*db, "SQLite"), or(*natsURL, "embedded JetStream"))
+		}
+		fmt.Fprintf(env.Stdout, "idem drill: %d orders, %.0f%% lost responses, %.0f%% crashes, %d clients, seed %d (%s)\n\n",
+			*orders, *duplicates*100, *crash*100, *workers, *seed, where)
+	}
+	rep, err := drill.Run(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *asJSON {
+		if err := rep.WriteJSON(env.Stdout); err != nil {
+			return err
+		}
+	} else {
+		rep.WriteTable(env.Stdout)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if !rep.Pass {
+		return errFailed
+	}
+	return nil
 }
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+var _ io.Writer

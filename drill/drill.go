@@ -1,0 +1,280 @@
+// Package drill is idem's fault drill: it runs the reference system
+// (boxoffice) under every fault of SPEC §14, one named scenario each, and
+// proves each scenario's invariant by querying the database and the e-mail
+// provider afterwards — business effects equal intended effects, provider
+// unique effects equal intended, nothing lost.
+//
+// Every scenario runs the real components (HTTP middleware, outbox relay,
+// JetStream, inbox consumers, effect worker, webhook receiver, dead-letter
+// store) on a fresh environment: a new SQLite file and embedded JetStream
+// server by default, or a fresh PostgreSQL schema and a dedicated stream on
+// the given servers. Faults are injected through boxoffice.Hooks, the fake
+// provider's fault switches and the HTTP client, never by simulating the
+// components themselves.
+package drill
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Config configures a drill run.
+type Config struct {
+	// Orders is the number of orders of the load scenarios; the other
+	// scenarios use a tenth of it (at least 20, at most 200). Defaults to
+	// 2000.
+	Orders int
+	// Duplicates is the share of requests whose response is lost and
+	// retried (and of webhook replays). Defaults to 0.3.
+	Duplicates float64
+	// Crash is the share of deliveries / effect calls hit by a simulated
+	// crash. Defaults to 0.1.
+	Crash float64
+	// Workers is the number of concurrent HTTP clients. Defaults to 8.
+	Workers int
+	// Seed seeds every random choice. Defaults to 1.
+	Seed uint64
+	// DatabaseURL is a postgres:// URL to run on PostgreSQL (a fresh schema
+	// per scenario, dropped afterwards). Defaults to SQLite files in a
+	// temporary directory.
+	DatabaseURL string
+	// NATSURL is a NATS server with JetStream (a dedicated stream per
+	// scenario, deleted afterwards). Defaults to an embedded server per
+	// scenario.
+	NATSURL string
+	// Scenarios to run, by name. Defaults to all (without "processes"
+	// unless Processes is set).
+	Scenarios []string
+	// Processes adds the "processes" scenario: relays, consumers and the
+	// effect worker run as child processes (Executable worker …) that are
+	// SIGKILLed at random and restarted.
+	Processes bool
+	// Executable is the idem binary for Processes. Defaults to the running
+	// executable.
+	Executable string
+	// Kills is the minimum number of SIGKILLs in the processes scenario.
+	// Defaults to 20.
+	Kills int
+	// Timeout bounds one scenario's wait for the system to settle.
+	// Defaults to 60s.
+	Timeout time.Duration
+	// TempDir holds the embedded default's files. Defaults to a new
+	// temporary directory, removed at the end.
+	TempDir string
+	// Progress, if set, is called when a scenario starts (done = scenarios
+	// finished so far) and once at the end.
+	Progress func(done, total int, scenario string)
+	// Logger receives the components' logs. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	c.Orders = cmp.Or(c.Orders, 2000)
+	c.Workers = cmp.Or(c.Workers, 8)
+	c.Seed = cmp.Or(c.Seed, 1)
+	c.Kills = cmp.Or(c.Kills, 20)
+	c.Timeout = cmp.Or(c.Timeout, 60*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	switch {
+	case c.Orders < 1:
+		return idem.InvalidOptionf("drill: --orders must be at least 1")
+	case c.Duplicates < 0 || c.Duplicates > 1:
+		return idem.InvalidOptionf("drill: --duplicates must be in [0, 1]")
+	case c.Crash < 0 || c.Crash > 1:
+		return idem.InvalidOptionf("drill: --crash must be in [0, 1]")
+	case c.Workers < 1:
+		return idem.InvalidOptionf("drill: --workers must be at least 1")
+	}
+	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+		return idem.InvalidOptionf("drill: --db must be a postgres:// URL (the default is a fresh SQLite file per scenario)")
+	}
+	return nil
+}
+
+// Result is the verdict of one scenario.
+type Result struct {
+	Name                 string        `json:"name"`
+	Invariant            string        `json:"invariant"`
+	Expected             string        `json:"expected"`
+	Observed             string        `json:"observed"`
+	DuplicatesSuppressed int64         `json:"duplicates_suppressed"`
+	Lost                 int64         `json:"lost"`
+	Pass                 bool          `json:"pass"`
+	Duration             time.Duration `json:"-"`
+	DurationMS           int64         `json:"duration_ms"`
+	// Error explains a scenario that could not run to its check.
+	Error string `json:"error,omitempty"`
+}
+
+// Report is the outcome of a drill run.
+type Report struct {
+	Pass      bool     `json:"pass"`
+	Scenarios []Result `json:"scenarios"`
+}
+
+// scenario is one named drill.
+type scenario struct {
+	name      string
+	drill     string // the SPEC §14 drill(s) it covers
+	invariant string
+	run       func(ctx context.Context, r *runner, res *Result) error
+}
+
+// Names returns the scenario names in run order ("processes" last).
+func Names() []string {
+	var out []string
+	for _, s := range scenarios() {
+		out = append(out, s.name)
+	}
+	return out
+}
+
+// Run runs the drill and returns its report. An error is returned only
+// for a configuration problem or an environment that cannot be set up at
+// all; scenario failures are in the report.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	if err := cfg.defaults(); err != nil {
+		return Report{}, err
+	}
+	all := scenarios()
+	var chosen []scenario
+	if len(cfg.Scenarios) == 0 || slices.Contains(cfg.Scenarios, "all") {
+		for _, s := range all {
+			if s.name != "processes" || cfg.Processes {
+				chosen = append(chosen, s)
+			}
+		}
+	} else {
+		for _, name := range cfg.Scenarios {
+			i := slices.IndexFunc(all, func(s scenario) bool { return s.name == name })
+			if i < 0 {
+				return Report{}, idem.InvalidOptionf("drill: unknown scenario %q (have %s)", name, strings.Join(Names(), ", "))
+			}
+			chosen = append(chosen, all[i])
+		}
+		if cfg.Processes && !slices.Contains(cfg.Scenarios, "processes") {
+			chosen = append(chosen, all[len(all)-1])
+		}
+	}
+	r, err := newRunner(cfg)
+	if err != nil {
+		return Report{}, err
+	}
+	defer r.close()
+	rep := Report{Pass: true}
+	for i, s := range chosen {
+		if cfg.Progress != nil {
+			cfg.Progress(i, len(chosen), s.name)
+		}
+		res := r.runScenario(ctx, s)
+		rep.Scenarios = append(rep.Scenarios, res)
+		rep.Pass = rep.Pass && res.Pass
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if cfg.Progress != nil {
+		cfg.Progress(len(chosen), len(chosen), "")
+	}
+	return rep, nil
+}
+
+func (r *runner) runScenario(ctx context.Context, s scenario) (res Result) {
+	res = Result{Name: s.name, Invariant: s.invariant}
+	start := time.Now()
+	defer func() {
+		if p := recover(); p != nil {
+			res.Pass = false
+			res.Error = fmt.Sprint("panic: ", p)
+		}
+		res.Duration = time.Since(start)
+		res.DurationMS = res.Duration.Milliseconds()
+		if res.Error != "" && res.Observed == "" {
+			res.Observed = "error: " + res.Error
+		}
+	}()
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout+30*time.Second)
+	defer cancel()
+	if err := s.run(sctx, r, &res); err != nil {
+		res.Pass = false
+		res.Error = err.Error()
+	}
+	return res
+}
+
+// WriteTable writes the human report: one row per scenario.
+func (rep Report) WriteTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tINVARIANT\tEXPECTED\tOBSERVED\tDUP SUPPRESSED\tLOST\tVERDICT\tTIME")
+	for _, s := range rep.Scenarios {
+		verdict := "PASS"
+		if !s.Pass {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.Name, s.Invariant, s.Expected, s.Observed,
+			s.DuplicatesSuppressed, s.Lost, verdict, s.Duration.Round(time.Millisecond))
+	}
+	tw.Flush()
+	for _, s := range rep.Scenarios {
+		if s.Error != "" {
+			fmt.Fprintf(w, "\n%s: %s", s.Name, s.Error)
+		}
+	}
+	pass, n := 0, len(rep.Scenarios)
+	for _, s := range rep.Scenarios {
+		if s.Pass {
+			pass++
+		}
+	}
+	if rep.Pass {
+		fmt.Fprintf(w, "\nPASS: %d/%d scenarios kept their invariant.\n", pass, n)
+	} else {
+		fmt.Fprintf(w, "\nFAIL: %d/%d scenarios kept their invariant.\n", pass, n)
+	}
+}
+
+// WriteJSON writes the report as one JSON object.
+func (rep Report) WriteJSON(w io.Writer) error {
+	if rep.Scenarios == nil {
+		rep.Scenarios = []Result{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// rng is a goroutine-safe seeded random source.
+type rng struct {
+	mu sync.Mutex
+	r  *rand.Rand
+}
+
+func newRNG(seed uint64, stream uint64) *rng {
+	return &rng{r: rand.New(rand.NewPCG(seed, stream))}
+}
+
+func (g *rng) chance(p float64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.r.Float64() < p
+}
+
+func (g *rng) intn(n int) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.r.IntN(n)
+}

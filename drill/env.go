@@ -1,0 +1,289 @@
+package drill
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	bjs "github.com/idemkit/idem/broker/jetstream"
+	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/webhook"
+)
+
+// drillSecret signs the drill's payment webhooks.
+const drillSecret = "whsec_ZHJpbGwtc2VjcmV0LWZvci1pZGVtLWJveG9mZmljZQ=="
+
+// duplicateWindow is the drill streams' duplicate window: short, so a
+// relay republish after it and an operator redrive reach the consumers
+// (whose inboxes must absorb them) instead of being dropped by the broker.
+const duplicateWindow = 500 * time.Millisecond
+
+type runner struct {
+	cfg    Config
+	tmp    string
+	ownTmp bool
+	seq    int
+}
+
+func newRunner(cfg Config) (*runner, error) {
+	r := &runner{cfg: cfg, tmp: cfg.TempDir}
+	if r.tmp == "" {
+		dir, err := os.MkdirTemp("", "idem-drill-*")
+		if err != nil {
+			return nil, err
+		}
+		r.tmp, r.ownTmp = dir, true
+	}
+	return r, nil
+}
+
+func (r *runner) close() {
+	if r.ownTmp {
+		_ = os.RemoveAll(r.tmp)
+	}
+}
+
+// small is the size of the focused scenarios.
+func (r *runner) small() int { return min(max(r.cfg.Orders/10, 20), 200) }
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// env is one scenario's running system and its HTTP front.
+type env struct {
+	r       *runner
+	opts    boxoffice.Options
+	sys     *boxoffice.System
+	extra   []*boxoffice.System
+	srv     *httptest.Server
+	url     string
+	client  *http.Client
+	signer  *webhook.Standard
+	cleanup []func()
+}
+
+// newEnv opens a fresh system for scenario name. mod adjusts the options
+// before Open; start=false leaves the background components stopped.
+func (r *runner) newEnv(ctx context.Context, name string, start bool, mod func(*boxoffice.Options)) (_ *env, err error) {
+	r.seq++
+	e := &env{r: r}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	o := boxoffice.Options{
+		DataDir:           filepath.Join(r.tmp, fmt.Sprintf("%02d-%s", r.seq, name)),
+		SQLiteSynchronous: "NORMAL",
+		Duplicates:        duplicateWindow,
+		AckWait:           time.Second,
+		Config: boxoffice.Config{
+			WebhookSecrets:    []string{drillSecret},
+			PollInterval:      20 * time.Millisecond,
+			RetryBase:         20 * time.Millisecond,
+			RetryMax:          300 * time.Millisecond,
+			EffectLease:       3 * time.Second,
+			EffectCallTimeout: time.Second,
+			RelayClaimTTL:     3 * time.Second,
+			Logger:            r.cfg.Logger,
+		},
+	}
+	if r.cfg.DatabaseURL != "" {
+		conn, schema, err := r.pgSchema(ctx)
+		if err != nil {
+			return nil, err
+		}
+		e.cleanup = append(e.cleanup, func() { r.dropSchema(schema) })
+		o.DatabaseURL, o.Schema = conn, schema
+	}
+	if r.cfg.NATSURL != "" {
+		id := randHex(4)
+		o.NATSURL = r.cfg.NATSURL
+		o.Stream = "IDEM_DRILL_" + strings.ToUpper(id)
+		o.Config.Subject = "idem-drill." + id + "." + boxoffice.Subject
+		stream := o.Stream
+		e.cleanup = append(e.cleanup, func() { r.deleteStream(stream) })
+	}
+	if mod != nil {
+		mod(&o)
+	}
+	e.opts = o
+	e.sys, err = boxoffice.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if start {
+		if err := e.sys.Start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if e.sys.Handler() != nil {
+		e.srv = httptest.NewServer(e.sys.Handler())
+		e.url = e.srv.URL
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	e.client = &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	e.signer, err = webhook.NewStandard(webhook.StandardConfig{Secrets: []string{drillSecret}})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// addSystem starts another system on the scenario's database and broker
+// (another deployment of some components).
+func (e *env) addSystem(ctx context.Context, mod func(*boxoffice.Config)) (*boxoffice.System, error) {
+	cfg := e.sys.Config()
+	cfg.Registry = nil
+	cfg.Hooks = boxoffice.Hooks{}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := boxoffice.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	e.extra = append(e.extra, s)
+	return s, nil
+}
+
+func (e *env) close() {
+	if e.srv != nil {
+		e.srv.Close()
+	}
+	for _, s := range e.extra {
+		_ = s.Close()
+	}
+	if e.sys != nil {
+		_ = e.sys.Close()
+	}
+	for i := len(e.cleanup) - 1; i >= 0; i-- {
+		e.cleanup[i]()
+	}
+}
+
+// pgSchema creates a fresh schema and returns a URL whose search_path
+// points at it.
+func (r *runner) pgSchema(ctx context.Context) (string, string, error) {
+	schema := "idem_drill_" + randHex(5)
+	c, err := pgx.Connect(ctx, r.cfg.DatabaseURL)
+	if err != nil {
+		return "", "", fmt.Errorf("drill: connect PostgreSQL: %w", err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
+		return "", "", fmt.Errorf("drill: create schema: %w", err)
+	}
+	u, err := url.Parse(r.cfg.DatabaseURL)
+	if err != nil {
+		return "", "", err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), schema, nil
+}
+
+func (r *runner) dropSchema(schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, r.cfg.DatabaseURL)
+	if err != nil {
+		return
+	}
+	defer c.Close(ctx)
+	_, _ = c.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`)
+}
+
+func (r *runner) deleteStream(stream string) {
+	nc, js, err := bjs.Dial(r.cfg.NATSURL)
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = js.DeleteStream(ctx, stream)
+}
+
+// reply is one HTTP answer.
+type reply struct {
+	status   int
+	header   http.Header
+	body     []byte
+	replayed bool
+}
+
+func (e *env) do(ctx context.Context, method, path, tenant, key string, body []byte, hdr http.Header) (reply, error) {
+	req, err := http.NewRequestWithContext(ctx, method, e.url+path, bytes.NewReader(body))
+	if err != nil {
+		return reply{}, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if body != nil && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if tenant != "" {
+		req.Header.Set("X-Tenant-ID", tenant)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: b, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
+}
+
+// postOrder sends POST /orders.
+func (e *env) postOrder(ctx context.Context, tenant, key string, body []byte) (reply, error) {
+	return e.do(ctx, http.MethodPost, "/orders", tenant, key, body, nil)
+}
+
+// orderBody is the JSON body of order i on event.
+func orderBody(i int, event string) []byte {
+	return fmt.Appendf(nil, `{"event_id":%q,"customer_email":"customer-%d@example.com","seats":%d,"total_cents":%d,"currency":"EUR"}`,
+		event, i, 1+i%4, 2500*(1+i%4))
+}
+
+// sendPayment posts a signed payment webhook with delivery id id.
+func (e *env) sendPayment(ctx context.Context, id, orderID string, sign bool) (reply, error) {
+	body := fmt.Appendf(nil, `{"type":"payment.succeeded","data":{"order_id":%q}}`, orderID)
+	h := http.Header{}
+	if sign {
+		if err := e.signer.Sign(h, webhook.Delivery{ID: id}, body); err != nil {
+			return reply{}, err
+		}
+	} else {
+		h.Set("webhook-id", id)
+		h.Set("webhook-timestamp", fmt.Sprint(time.Now().Unix()))
+		h.Set("webhook-signature", "v1,bm90IGEgc2lnbmF0dXJl")
+	}
+	return e.do(ctx, http.MethodPost, "/webhooks/payments", "", "", body, h)
+}
