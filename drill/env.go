@@ -17,8 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	bjs "github.com/idemkit/idem/broker/jetstream"
 	"github.com/idemkit/idem/boxoffice"
+	bjs "github.com/idemkit/idem/broker/jetstream"
 	"github.com/idemkit/idem/webhook"
 )
 

@@ -441,7 +441,7 @@ func workerCrash(ctx context.Context, r *runner, res *Result) error {
 // clock is a settable clock for expiry.
 type clock struct{ offset atomic.Int64 }
 
-func (c *clock) now() time.Time           { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 func expiryLateRetry(ctx context.Context, r *runner, res *Result) error {
