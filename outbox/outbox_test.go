@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -476,7 +478,7 @@ func testMultiRelayChaos(t *testing.T, d store.Driver[pgx.Tx]) {
 	start := func(i int) {
 		cfg := fastRelay(fmt.Sprintf("relay-%d-%d", i, rand.Int()))
 		cfg.BatchSize = 100 + rand.IntN(400)
-		cfg.ClaimTTL = 500 * time.Millisecond
+		cfg.ClaimTTL = 3 * time.Second // crashed claims are taken over after 3s
 		r, err := NewRelay(d, pub, cfg)
 		if err != nil {
 			t.Error(err)
@@ -542,7 +544,31 @@ func testMultiRelayChaos(t *testing.T, d store.Driver[pgx.Tx]) {
 		}
 	})
 	wg.Wait()
-	waitFor(t, "all published", func() bool { return countState(t, d, "published") == events })
+	deadline := time.Now().Add(40 * time.Second)
+	for countState(t, d, "published") != events {
+		if time.Now().After(deadline) {
+			rows, _ := d.Pool().Query(ctx, `SELECT seq, ordering_key, state, attempts, claimed_by, claim_until, next_attempt_at, last_error FROM `+d.Table("outbox")+` WHERE state <> 'published' ORDER BY seq LIMIT 10`)
+			for rows.Next() {
+				var seq, cu, na int64
+				var k, st, cb, le string
+				var at int
+				_ = rows.Scan(&seq, &k, &st, &at, &cb, &cu, &na, &le)
+				t.Logf("seq=%d key=%s state=%s attempts=%d claimed_by=%s claim_until=%v next=%v err=%s", seq, k, st, at, cb, time.Until(store.FromMicros(cu)), time.Until(store.FromMicros(na)), le)
+			}
+			rows.Close()
+			rows, _ = d.Pool().Query(ctx, `SELECT pid, state, coalesce(wait_event_type,''), coalesce(wait_event,''), left(query, 120) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+			for rows.Next() {
+				var pid int64
+				var a, b, c, q string
+				_ = rows.Scan(&pid, &a, &b, &c, &q)
+				t.Logf("pg %d %s %s %s %q", pid, a, b, c, q)
+			}
+			rows.Close()
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+			t.Fatalf("timed out: %d of %d published", countState(t, d, "published"), events)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	close(chaosDone)
 	chaos.Wait()
 	for i := range slots {

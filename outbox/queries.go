@@ -30,6 +30,7 @@ type queries struct {
 	notify       string // PostgreSQL: pg_notify($1, '')
 	lockClaim    string // PostgreSQL: exclusive relay lock ($1 bigint)
 	lockOwner    string // PostgreSQL: shared relay lock ($1 bigint)
+	claimTimeout string // PostgreSQL: SET LOCAL statement_timeout ($1 ms text)
 	acquireLease string // SQLite: $1 name, $2 holder, $3 until, $4 now
 	releaseLease string // SQLite: $1 name, $2 holder
 	claim        string // $1 holder, $2 until, $3 now, $4 limit
@@ -88,13 +89,6 @@ func newQueries(d store.Dialect, names store.Names, table func(string) string) q
 	q.claim = `UPDATE ` + t + ` SET claimed_by = $1, claim_until = $2
 		WHERE seq IN (` + claimable + `)
 		RETURNING ` + claimCols
-	if d == store.Postgres {
-		// seq = ANY(ARRAY(…)) uses the primary key; "seq IN (…)" made the
-		// planner hash-join a scan of the whole table.
-		q.claim = `UPDATE ` + t + ` SET claimed_by = $1, claim_until = $2
-		WHERE seq = ANY(ARRAY(` + claimable + `))
-		RETURNING ` + claimCols
-	}
 	q.markDone = `UPDATE ` + t + ` SET state = 'published', published_at = $1, claimed_by = '', claim_until = 0, last_error = ''
 		WHERE ` + inSeqs(2) + ` AND state = 'pending'`
 	q.release = `UPDATE ` + t + ` SET claimed_by = '', claim_until = 0
@@ -118,6 +112,7 @@ func newQueries(d store.Dialect, names store.Names, table func(string) string) q
 		q.notify = `SELECT pg_notify($1, '')`
 		q.lockClaim = `SELECT pg_advisory_xact_lock($1::bigint)`
 		q.lockOwner = `SELECT pg_advisory_xact_lock_shared($1::bigint)`
+		q.claimTimeout = `SELECT set_config('statement_timeout', $1, true)`
 	} else {
 		q.acquireLease = `INSERT INTO ` + q.lease + ` (name, holder, lease_until) VALUES ($1, $2, $3)
 			ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, lease_until = excluded.lease_until

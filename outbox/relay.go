@@ -413,6 +413,11 @@ func (r *Relay[TTx]) claim(ctx context.Context) ([]Event, error) {
 			if _, err := q.Exec(ctx, r.q.lockClaim, r.q.ns64); err != nil {
 				return fmt.Errorf("lock: %w", err)
 			}
+			// Never hold the claim lock longer than a claim's lease: a
+			// stalled claim statement is cancelled and the round retried.
+			if _, err := q.Exec(ctx, r.q.claimTimeout, strconv.FormatInt(max(1, r.cfg.PublishTimeout.Milliseconds()), 10)); err != nil {
+				return fmt.Errorf("statement timeout: %w", err)
+			}
 		} else {
 			n, err := q.Exec(ctx, r.q.acquireLease, r.cfg.LeaseName, r.cfg.Name, until, nowUS)
 			if err != nil {
