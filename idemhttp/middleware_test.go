@@ -457,3 +457,23 @@ func TestHandlerKeepsItsLockTimeout(t *testing.T) {
 		}
 	})
 }
+
+// ExcludeFields leave volatile fields out of the fingerprint;
+// FingerprintHeaders add request headers to it.
+func TestFingerprintOptions(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, e *env) {
+		a := &app{}
+		h := e.handler(t, idemhttp.Config{ExcludeFields: []string{"meta.sent_at"}, FingerprintHeaders: []string{"api-version"}}, a)
+		v1 := http.Header{"Api-Version": {"2026-01-01"}}
+		first := do(h, req{tenant: "acme", key: "k", body: `{"qty":1,"meta":{"sent_at":"10:00"}}`, header: v1})
+		wantStatus(t, first, 201)
+		wantReplay(t, do(h, req{tenant: "acme", key: "k", body: `{"meta":{"sent_at":"10:05"},"qty":1}`, header: v1}), first)
+		wantProblem(t, do(h, req{tenant: "acme", key: "k", body: `{"qty":1,"meta":{"sent_at":"10:00"}}`,
+			header: http.Header{"Api-Version": {"2027-01-01"}}}), 422, idemhttp.TypeKeyReused)
+		wantProblem(t, do(h, req{tenant: "acme", key: "k", body: `{"qty":2,"meta":{"sent_at":"10:00"}}`, header: v1}),
+			422, idemhttp.TypeKeyReused)
+		if a.execs.Load() != 1 {
+			t.Fatalf("handler ran %d times", a.execs.Load())
+		}
+	})
+}
