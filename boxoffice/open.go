@@ -88,7 +88,7 @@ func Open(ctx context.Context, opts Options) (_ *System, err error) {
 	}()
 	cfg := opts.Config
 	var provider *fakeprovider.Provider
-	if cfg.ProviderURL == "" {
+	if cfg.ProviderURL == "" && hasRole(cfg.Roles, RoleAPI, RoleEffects) {
 		provider = fakeprovider.New(fakeprovider.Config{Addr: opts.ProviderAddr, Logger: cfg.Logger})
 		if err := provider.Start(); err != nil {
 			return nil, fmt.Errorf("boxoffice: start fake provider: %w", err)
@@ -131,6 +131,20 @@ func Open(ctx context.Context, opts Options) (_ *System, err error) {
 	s.closers = closers
 	s.natsURL = natsURL
 	return s, nil
+}
+
+func hasRole(roles []Role, want ...Role) bool {
+	if len(roles) == 0 {
+		return true
+	}
+	for _, r := range roles {
+		for _, w := range want {
+			if r == w {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func needsBroker(roles []Role) bool {

@@ -3,8 +3,189 @@ package drill
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/broker/jetstream/embedded"
 )
 
+// child is one "idem worker" process the drill kills and restarts.
+type child struct {
+	name string
+	args []string
+	log  *os.File
+
+	mu  sync.Mutex // protects cmd
+	cmd *exec.Cmd
+}
+
+func (c *child) start(exe string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cmd := exec.Command(exe, append([]string{"worker"}, c.args...)...)
+	cmd.Stdout, cmd.Stderr = c.log, c.log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("drill: start %s: %w", c.name, err)
+	}
+	c.cmd = cmd
+	return nil
+}
+
+// kill SIGKILLs the child and reaps it.
+func (c *child) kill() {
+	c.mu.Lock()
+	cmd := c.cmd
+	c.cmd = nil
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+}
+
+// stop asks the child to shut down cleanly (SIGTERM), then kills it.
+func (c *child) stop() {
+	c.mu.Lock()
+	cmd := c.cmd
+	c.cmd = nil
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
 func processes(ctx context.Context, r *runner, res *Result) error {
-	return errors.New("not yet")
+	exe := r.cfg.Executable
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	n := r.cfg.Orders
+	dir := filepath.Join(r.tmp, "processes")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// The embedded default: the parent serves JetStream on loopback and the
+	// children share its SQLite file.
+	natsURL := r.cfg.NATSURL
+	if natsURL == "" {
+		srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "jetstream")})
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		natsURL = srv.ClientURL()
+	}
+	e, err := r.newEnv(ctx, "processes", false, func(o *boxoffice.Options) {
+		o.Roles = []boxoffice.Role{boxoffice.RoleAPI}
+		o.NATSURL = natsURL
+		o.DataDir = dir
+	})
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	dbURL := e.opts.DatabaseURL
+	if dbURL == "" {
+		dbURL = "sqlite://" + filepath.Join(dir, "idem.db")
+	}
+	common := []string{"--db", dbURL, "--nats", natsURL, "--provider", e.sys.Config().ProviderURL,
+		"--ack-wait", "1s", "--duplicates", duplicateWindow.String(), "--effect-lease", "2s", "--claim-ttl", "2s", "--poll", "20ms"}
+	if e.opts.Schema != "" {
+		common = append(common, "--schema", e.opts.Schema)
+	}
+	if e.opts.Stream != "" {
+		common = append(common, "--stream", e.opts.Stream, "--subject", e.sys.Config().Subject)
+	}
+	relays, consumers := 1, 2
+	if r.cfg.DatabaseURL != "" {
+		relays, consumers = 2, 3
+	}
+	var children []*child
+	add := func(name, roles string) error {
+		f, err := os.Create(filepath.Join(dir, name+".log"))
+		if err != nil {
+			return err
+		}
+		c := &child{name: name, args: append([]string{"--role", roles, "-v"}, common...), log: f}
+		children = append(children, c)
+		return c.start(exe)
+	}
+	defer func() {
+		for _, c := range children {
+			c.stop()
+			c.log.Close()
+		}
+	}()
+	for i := range relays {
+		if err := add(fmt.Sprintf("relay-%d", i), "relay"); err != nil {
+			return err
+		}
+	}
+	for i := range consumers {
+		if err := add(fmt.Sprintf("consumers-%d", i), "consumers"); err != nil {
+			return err
+		}
+	}
+	if err := add("effects-0", "effects"); err != nil {
+		return err
+	}
+
+	// The killer: SIGKILL a random child at random moments and restart it,
+	// at least Kills times, while the orders flow.
+	var kills atomic.Int64
+	var sendingDone atomic.Bool
+	killErr := make(chan error, 1)
+	g := newRNG(r.cfg.Seed, 14)
+	go func() {
+		for {
+			if sendingDone.Load() && kills.Load() >= int64(r.cfg.Kills) {
+				killErr <- nil
+				return
+			}
+			select {
+			case <-ctx.Done():
+				killErr <- ctx.Err()
+				return
+			case <-time.After(time.Duration(100+g.intn(300)) * time.Millisecond):
+			}
+			c := children[g.intn(len(children))]
+			c.kill()
+			kills.Add(1)
+			if err := c.start(exe); err != nil {
+				killErr <- err
+				return
+			}
+		}
+	}()
+	s := r.sendOrders(ctx, e, n, "proc", events5, public, r.cfg.Duplicates, 15)
+	sendingDone.Store(true)
+	if err := <-killErr; err != nil {
+		return errors.Join(err, s.err())
+	}
+	f, serr := e.settle(ctx, facts.converged)
+	res.DuplicatesSuppressed = dups(f.stats)
+	pipelineResult(res, f, n, fmt.Sprintf(" kills>=%d", r.cfg.Kills),
+		fmt.Sprintf(" kills=%d processes=%d replays=%d unequal=%d", kills.Load(), len(children), s.replays, s.mismatch),
+		s.err() == nil && s.mismatch == 0 && kills.Load() >= int64(r.cfg.Kills))
+	return errors.Join(s.err(), serr)
 }
