@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idemkit/idem/idemhttp"
@@ -17,7 +18,8 @@ import (
 // the handler's INSERT autocommits on the pool; with it, the INSERT runs on
 // the request transaction next to the key record. Ratios to report:
 // Plain ns/op ÷ Idempotent ns/op (throughput ratio, target ≥ 0.75) and
-// Idempotent ns/op ÷ Replay ns/op (target ≥ 2).
+// Idempotent ns/op ÷ Replay ns/op (target ≥ 2), for each of the serial and
+// parallel sub-benchmarks.
 //
 //	IDEM_TEST_POSTGRES_URL=… go test -run '^$' -bench BenchmarkHandler -benchtime 3s ./idemhttp
 
@@ -55,22 +57,38 @@ func benchRequest(key string) *http.Request {
 	return r
 }
 
-func runBench(b *testing.B, h http.Handler, key func(i int) string) {
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
+// runBench measures h serially ("serial": latency-bound, one request at a
+// time) and with 8 concurrent clients ("parallel": throughput of a loaded
+// server, where PostgreSQL groups commits).
+func runBench(b *testing.B, h http.Handler, key func(i int64) string) {
+	serve := func(b *testing.B, k string) {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, benchRequest(key(i)))
+		h.ServeHTTP(w, benchRequest(k))
 		if w.Code != http.StatusCreated {
 			b.Fatalf("status %d: %s", w.Code, w.Body.String())
 		}
-		i++
 	}
+	var n atomic.Int64
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			serve(b, key(n.Add(1)))
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(4)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				serve(b, key(n.Add(1)))
+			}
+		})
+	})
 }
 
 func BenchmarkHandlerPlain(b *testing.B) {
 	_, h := benchSetup(b)
-	runBench(b, h, func(int) string { return "" })
+	runBench(b, h, func(int64) string { return "" })
 }
 
 func BenchmarkHandlerIdempotent(b *testing.B) {
@@ -79,7 +97,7 @@ func BenchmarkHandlerIdempotent(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	runBench(b, mw.Handler(h), func(i int) string { return fmt.Sprint("bench-", i) })
+	runBench(b, mw.Handler(h), func(i int64) string { return fmt.Sprint("bench-", i) })
 }
 
 func BenchmarkHandlerReplay(b *testing.B) {
@@ -94,7 +112,7 @@ func BenchmarkHandlerReplay(b *testing.B) {
 	if w.Code != http.StatusCreated {
 		b.Fatal(w.Code)
 	}
-	runBench(b, wrapped, func(int) string { return "replayed" })
+	runBench(b, wrapped, func(int64) string { return "replayed" })
 	if n := testdb.Count(b, d, `SELECT count(*) FROM orders`); n != 1 {
 		b.Fatalf("%d effects after replays, want 1", n)
 	}

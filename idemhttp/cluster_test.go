@@ -30,7 +30,7 @@ func TestThousandKeysTwoServers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.MaxConns = 12
+		cfg.MaxConns = 8
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -403,8 +403,11 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 		cw.send()
 		return outDone, nil, nil
 	}
+	// The handler finished: record and commit even if the client has gone
+	// meanwhile, so its retry replays instead of executing again.
+	bg := context.WithoutCancel(ctx)
 	now := m.cfg.Now()
-	n, err := q.Exec(ctx, m.q.complete, m.completeArgs(req, token, cw, now)...)
+	n, err := q.Exec(bg, m.q.complete, m.completeArgs(req, token, cw, now)...)
 	if err == nil && n != 1 {
 		err = fmt.Errorf("idemhttp: record %s vanished before completion", req.scope)
 	}
@@ -412,8 +415,8 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 		return outStoreFailed, nil, err
 	}
 	finished = true
-	if err := m.d.Commit(ctx, tx); err != nil {
-		_ = m.d.Rollback(context.WithoutCancel(ctx), tx)
+	if err := m.d.Commit(bg, tx); err != nil {
+		_ = m.d.Rollback(bg, tx)
 		return outStoreFailed, nil, fmt.Errorf("commit failed, nothing was recorded: %w", err)
 	}
 	cw.send()
