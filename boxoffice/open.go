@@ -57,7 +57,8 @@ func OpenDB(ctx context.Context, url, schema, synchronous string) (*sqlstore.Dri
 		if err != nil {
 			return nil, err
 		}
-		d.DB().SetMaxOpenConns(32)
+		d.DB().SetMaxOpenConns(10)
+		d.DB().SetMaxIdleConns(10)
 		return d, nil
 	case url == "":
 		return nil, errors.New("boxoffice: empty database URL")
