@@ -21,20 +21,20 @@ import (
 
 func scenarios() []scenario {
 	return []scenario{
-		{"lost-response", "1", "a retried request after a lost response replays the original; orders = accepted, invoices = e-mails sent = orders", lostResponse},
-		{"racing-duplicates", "2", "concurrent requests with one key create one order; every answer is the original or 409", racingDuplicates},
-		{"key-reuse", "3", "same key + different payload answers 422 and changes nothing", keyReuse},
-		{"crash-before-ack", "4", "a consumer crash after commit and before ack is absorbed by the inbox: one invoice and one e-mail per order", crashBeforeAck},
-		{"webhook-replay", "5", "a replayed payment webhook answers 2xx and pays once; a bad signature records nothing", webhookReplay},
-		{"relay-double-publish", "6", "events published more than once (lost broker acks) take effect once", relayDoublePublish},
-		{"worker-crash-after-call", "7", "an effect re-sent after a crash before its completion is recorded is performed once by the provider", workerCrash},
-		{"expiry-late-retry", "8", "past retention a late retry runs as new (documented); business keys still stop late redeliveries from duplicating effects", expiryLateRetry},
-		{"concurrent-delivery", "9", "one message delivered to two consumer instances at once takes effect once", concurrentDelivery},
-		{"transient-permanent-dlq", "10", "transient errors retry to one effect; poison lands in the DLQ exactly; redrive after the fix gives one effect, a second redrive none", transientPermanentDLQ},
-		{"out-of-order", "11", "availability versions applied out of order leave the newest (version guard)", outOfOrder},
-		{"provider-timeout", "12", "a provider that times out after performing the effect is retried with the same key: one e-mail each", providerTimeout},
-		{"replay-equivalence", "13", "every replayed response equals the original (status, body, Location) and the stored order", replayEquivalence},
-		{"processes", "4,6,7,9", "relays, consumers and effect workers SIGKILLed and restarted at random: nothing lost, nothing doubled", processes},
+		{"lost-response", "1", "retry after a lost response replays it; one invoice + one e-mail per order", lostResponse},
+		{"racing-duplicates", "2", "racing requests with one key: one order; answers = original or 409", racingDuplicates},
+		{"key-reuse", "3", "same key, other payload: 422, nothing changes", keyReuse},
+		{"crash-before-ack", "4", "crash after commit, before ack: the inbox absorbs the redelivery", crashBeforeAck},
+		{"webhook-replay", "5", "webhook replays answer 2xx and pay once; forged one 401", webhookReplay},
+		{"relay-double-publish", "6", "events published twice (lost broker acks) take effect once", relayDoublePublish},
+		{"worker-crash-after-call", "7", "worker dies after the provider call: same key resent, sent once", workerCrash},
+		{"expiry-late-retry", "8", "expired key: late retry runs anew (documented); business keys hold", expiryLateRetry},
+		{"concurrent-delivery", "9", "one message to two consumer instances at once: one effect", concurrentDelivery},
+		{"transient-permanent-dlq", "10", "transient → retried; poison → DLQ exactly; redrive once = one effect", transientPermanentDLQ},
+		{"out-of-order", "11", "versions applied out of order leave the newest", outOfOrder},
+		{"provider-timeout", "12", "provider times out after sending: retried with its key, sent once", providerTimeout},
+		{"replay-equivalence", "13", "replayed response = original (status, body, Location) = stored order", replayEquivalence},
+		{"processes", "4,6,7,9", "worker processes SIGKILLed at random: nothing lost, nothing doubled", processes},
 	}
 }
 
