@@ -368,7 +368,14 @@ func (m *Middleware[TTx]) classify(rec *Record, fp idem.Fingerprint, now time.Ti
 // the transaction, store the response, commit, send.
 func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h http.Handler, req *request) (outcome, *Record, error) {
 	ctx := r.Context()
-	tx, err := m.d.Begin(ctx)
+	// The transaction follows the client's context only until the handler
+	// returns (database/sql rolls a transaction back when its context ends);
+	// after that the work is recorded and committed even if the client left.
+	txCtx, cancelTx := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelTx()
+	stop := context.AfterFunc(ctx, cancelTx)
+	defer stop()
+	tx, err := m.d.Begin(txCtx)
 	if err != nil {
 		return errOutcome(err), nil, err
 	}
@@ -393,6 +400,7 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	req.state.tx, req.state.hasTx = tx, true
 	cw := newCapture(w)
 	h.ServeHTTP(cw, r) // a panic propagates; the deferred rollback runs
+	stop()
 	req.state.tx, req.state.hasTx = nil, false
 	cw.finish()
 	if !m.cfg.StoreStatus(cw.status) {
