@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store/pgxstore"
@@ -17,13 +19,16 @@ import (
 // and without the middleware, and the replay path. Without the middleware
 // the handler's INSERT autocommits on the pool; with it, the INSERT runs on
 // the request transaction next to the key record. Ratios to report:
-// Plain ns/op ÷ Idempotent ns/op (throughput ratio, target ≥ 0.75) and
+// Plain ns/op ÷ Idempotent ns/op (throughput ratio, target ≥ 0.75; also
+// against PlainTx, the handler in its own transaction) and
 // Idempotent ns/op ÷ Replay ns/op (target ≥ 2), for each of the serial and
 // parallel sub-benchmarks.
 //
 //	IDEM_TEST_POSTGRES_URL=… go test -run '^$' -bench BenchmarkHandler -benchtime 3s ./idemhttp
 
-func benchSetup(b *testing.B) (*pgxstore.Driver, http.Handler) {
+// benchSetup returns a driver and the handler. Without the middleware the
+// handler's INSERT autocommits, or runs in its own transaction when ownTx.
+func benchSetup(b *testing.B, ownTx bool) (*pgxstore.Driver, http.Handler) {
 	d := testdb.Pgx(b)
 	testdb.Exec(b, d, `CREATE TABLE orders (idem_key text NOT NULL, body text NOT NULL)`)
 	pool := d.PgxPool()
@@ -31,9 +36,15 @@ func benchSetup(b *testing.B) (*pgxstore.Driver, http.Handler) {
 		ctx := r.Context()
 		const q = `INSERT INTO orders (idem_key, body) VALUES ($1, $2)`
 		var err error
-		if tx, ok := idemhttp.PgxTx(ctx); ok {
+		switch tx, ok := idemhttp.PgxTx(ctx); {
+		case ok:
 			_, err = tx.Exec(ctx, q, idemhttp.Key(ctx), "x")
-		} else {
+		case ownTx:
+			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, q, "", "x")
+				return err
+			})
+		default:
 			_, err = pool.Exec(ctx, q, "", "x")
 		}
 		if err != nil {
@@ -87,12 +98,19 @@ func runBench(b *testing.B, h http.Handler, key func(i int64) string) {
 }
 
 func BenchmarkHandlerPlain(b *testing.B) {
-	_, h := benchSetup(b)
+	_, h := benchSetup(b, false)
+	runBench(b, h, func(int64) string { return "" })
+}
+
+// BenchmarkHandlerPlainTx is the plain handler doing its INSERT in its own
+// BEGIN/COMMIT, the same unit of work the middleware gives it.
+func BenchmarkHandlerPlainTx(b *testing.B) {
+	_, h := benchSetup(b, true)
 	runBench(b, h, func(int64) string { return "" })
 }
 
 func BenchmarkHandlerIdempotent(b *testing.B) {
-	d, h := benchSetup(b)
+	d, h := benchSetup(b, false)
 	mw, err := idemhttp.New(d, idemhttp.Config{})
 	if err != nil {
 		b.Fatal(err)
@@ -101,7 +119,7 @@ func BenchmarkHandlerIdempotent(b *testing.B) {
 }
 
 func BenchmarkHandlerReplay(b *testing.B) {
-	d, h := benchSetup(b)
+	d, h := benchSetup(b, false)
 	mw, err := idemhttp.New(d, idemhttp.Config{})
 	if err != nil {
 		b.Fatal(err)

@@ -118,7 +118,8 @@ type Config struct {
 	// that legitimately change between retries.
 	ExcludeFields []string
 
-	// Retention is how long a record answers for its key. Defaults to 24h.
+	// Retention is how long a record answers for its key, counted from the
+	// request that created it. Defaults to 24h.
 	// A record past its retention is treated as absent: a late retry
 	// executes again (documented; the GC deletes such rows).
 	Retention time.Duration

@@ -501,7 +501,7 @@ func (m *Middleware[TTx]) completeArgs(req *request, token int64, cw *capture, n
 	rt, rid := req.state.resourceType, req.state.resourceID
 	req.state.mu.Unlock()
 	return req.args(token, cw.status, string(hj), body, omitted, rt, rid,
-		store.Micros(now), store.Micros(now.Add(m.retention(req.operation))))
+		store.Micros(now))
 }
 
 func (m *Middleware[TTx]) replay(w http.ResponseWriter, r *http.Request, req *request, rec *Record) {

@@ -36,7 +36,9 @@ type queries struct {
 	hold string
 	// complete stores the response: $4 token, $5 status, $6 headers,
 	// $7 body, $8 body_omitted, $9 resource_type, $10 resource_id,
-	// $11 completed_at, $12 expires_at.
+	// $11 completed_at. expires_at is left as set by the claim (retention
+	// counts from the first request), so the update touches no indexed
+	// column and PostgreSQL can make it a cheap HOT update.
 	complete string
 	// release deletes a pending record the owner gave up (response not
 	// stored in two-phase mode): $4 token.
@@ -70,7 +72,7 @@ RETURNING token, ''`),
 		hold: r.Replace(`UPDATE {T} SET state = 'failed', token = token + 1, locked_until = 0
 WHERE {PK} AND token = $4 AND state = 'pending' AND locked_until <= $5 AND expires_at > $5`),
 		complete: r.Replace(`UPDATE {T} SET state = 'completed', status = $5, headers = $6, body = $7, body_omitted = $8,
-resource_type = $9, resource_id = $10, locked_until = 0, completed_at = $11, expires_at = $12
+resource_type = $9, resource_id = $10, locked_until = 0, completed_at = $11
 WHERE {PK} AND token = $4 AND state = 'pending'`),
 		release: r.Replace(`DELETE FROM {T} WHERE {PK} AND token = $4 AND state = 'pending'`),
 		forget:  r.Replace(`DELETE FROM {T} WHERE {PK}`),
