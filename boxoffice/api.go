@@ -2,8 +2,10 @@ package boxoffice
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 
@@ -97,7 +99,7 @@ func (s *System) createOrder(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "Invalid order", err.Error())
 		return
 	}
-	oc, err := createOrderTx(ctx, s.db.Tx(tx), s.cfg.Seats, tenantOf(r), req, s.now())
+	oc, err := s.CreateOrderTx(ctx, tx, tenantOf(r), req)
 	if errors.Is(err, ErrSoldOut) {
 		writeProblem(w, http.StatusConflict, ProblemSoldOut, "Sold out", "event "+req.EventID+" has fewer than the requested seats left")
 		return
@@ -106,6 +108,22 @@ func (s *System) createOrder(w http.ResponseWriter, r *http.Request) {
 		s.log.ErrorContext(ctx, "create order", "err", err)
 		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", "the order was not created; retry with the same Idempotency-Key")
 		return
+	}
+	idemhttp.SetResource(ctx, "order", oc.OrderID)
+	w.Header().Set("Location", "/orders/"+oc.OrderID)
+	writeJSON(w, http.StatusCreated, oc.Order)
+}
+
+// CreateOrderTx takes the seats, inserts the order and enqueues its
+// OrderConfirmed event (subject Config.Subject, ordering key the order id)
+// inside the caller's transaction tx: all of it commits or none of it does.
+// It returns ErrSoldOut, changing nothing, when the event has fewer seats
+// left than requested. POST /orders calls it in the idempotency
+// middleware's transaction.
+func (s *System) CreateOrderTx(ctx context.Context, tx *sql.Tx, tenant string, req OrderRequest) (OrderConfirmed, error) {
+	oc, err := createOrderTx(ctx, s.db.Tx(tx), s.cfg.Seats, tenant, req, s.now())
+	if err != nil {
+		return oc, err
 	}
 	payload, _ := json.Marshal(oc)
 	if _, err := s.outbox.Enqueue(ctx, tx, outbox.Event{
@@ -116,13 +134,9 @@ func (s *System) createOrder(w http.ResponseWriter, r *http.Request) {
 		Key:             oc.OrderID,
 		Payload:         payload,
 	}); err != nil {
-		s.log.ErrorContext(ctx, "enqueue OrderConfirmed", "err", err)
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", "the order was not created; retry with the same Idempotency-Key")
-		return
+		return oc, fmt.Errorf("boxoffice: enqueue OrderConfirmed: %w", err)
 	}
-	idemhttp.SetResource(ctx, "order", oc.OrderID)
-	w.Header().Set("Location", "/orders/"+oc.OrderID)
-	writeJSON(w, http.StatusCreated, oc.Order)
+	return oc, nil
 }
 
 // getOrder is GET /orders/{id}; another tenant's order answers 404.
