@@ -39,6 +39,12 @@
 // Config.LockTimeout; SQLite: BEGIN IMMEDIATE serialises writers) and then
 // replays, or answers 409.
 //
+// Records live in the idempotency_keys table for Config.Retention (24 h by
+// default, per operation with Config.OperationRetention), counted from the
+// first request. Expiry is enforced at read time — a record past its
+// retention is treated as absent — and "idem gc" deletes such rows. [Lookup]
+// and [Forget] (and "idem keys show") give operators access to one record.
+//
 // In [TwoPhase] mode a pending record with a lease is committed before the
 // handler runs and completed afterwards; see [ExpiredPolicy] for recovery
 // of an abandoned lease, and the fencing token that rejects a zombie's late

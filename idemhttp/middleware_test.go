@@ -230,9 +230,15 @@ func TestBodyLimits(t *testing.T) {
 // response is the original (status + body byte-identical) or a 409; a later
 // retry replays.
 func TestConcurrentDuplicates(t *testing.T) {
+	for _, mode := range []idemhttp.Mode{idemhttp.Transactional, idemhttp.TwoPhase} {
+		t.Run(mode.String(), func(t *testing.T) { testConcurrentDuplicates(t, mode) })
+	}
+}
+
+func testConcurrentDuplicates(t *testing.T, mode idemhttp.Mode) {
 	forEachDriver(t, func(t *testing.T, e *env) {
 		a := &app{}
-		h := e.handler(t, idemhttp.Config{}, a)
+		h := e.handler(t, idemhttp.Config{Mode: mode}, a)
 		const n = 50
 		res := make([]*httptest.ResponseRecorder, n)
 		var wg sync.WaitGroup
