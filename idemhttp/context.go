@@ -78,7 +78,8 @@ func Operation(ctx context.Context) string {
 
 // Replayed reports whether the response for this request is a replay of a
 // stored one. The handler never runs for a replay, so inside a handler it
-// is false; the ErrorHandler and Config.Logger see true for replays.
+// is false; the ErrorHandler sees it for its request. Middleware placed
+// outside this one uses [WithInfo] instead.
 func Replayed(ctx context.Context) bool {
 	if s := stateFrom(ctx); s != nil {
 		return s.replayed
@@ -96,4 +97,30 @@ func SetResource(ctx context.Context, typ, id string) {
 		s.resourceType, s.resourceID = typ, id
 		s.mu.Unlock()
 	}
+}
+
+type infoKey struct{}
+
+// Info tells middleware placed outside this one (access logs, metrics)
+// what happened to a request. Create it with [WithInfo] before calling the
+// next handler and read it after that handler returns.
+type Info struct {
+	Key       string // the parsed idempotency key, "" when none
+	Tenant    string
+	Operation string
+	Executed  bool // the handler ran for this request
+	Replayed  bool // a stored response was replayed
+}
+
+// WithInfo returns a context carrying an empty Info that the middleware
+// fills in for the request served with that context. Not safe to share
+// between requests.
+func WithInfo(ctx context.Context) (context.Context, *Info) {
+	info := &Info{}
+	return context.WithValue(ctx, infoKey{}, info), info
+}
+
+func infoFrom(ctx context.Context) *Info {
+	info, _ := ctx.Value(infoKey{}).(*Info)
+	return info
 }

@@ -158,6 +158,9 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 		m.fail(w, r, err, key, "")
 		return
 	}
+	if info := infoFrom(r.Context()); info != nil {
+		info.Key, info.Tenant, info.Operation = key, tenant, op
+	}
 	req := &request{scope: scope{tenant, op, key}}
 	req.state = &reqState{tenant: tenant, operation: op, key: key}
 	req.fp = m.fingerprint(r, op, body)
@@ -404,6 +407,7 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	}
 
 	req.state.tx, req.state.hasTx = tx, true
+	markExecuted(ctx)
 	cw := newCapture(w)
 	h.ServeHTTP(cw, r) // a panic propagates; the deferred rollback runs
 	stop()
@@ -453,6 +457,7 @@ func (m *Middleware[TTx]) attemptTwoPhase(w http.ResponseWriter, r *http.Request
 			m.log.ErrorContext(bg, "release of pending key failed; it is recovered after its lease", "key", req.key, "err", err)
 		}
 	}
+	markExecuted(ctx)
 	hctx, cancel := context.WithTimeout(ctx, m.cfg.Lease)
 	defer cancel()
 	cw := newCapture(w)
@@ -485,6 +490,12 @@ func (m *Middleware[TTx]) attemptTwoPhase(w http.ResponseWriter, r *http.Request
 	return outDone, nil, nil
 }
 
+func markExecuted(ctx context.Context) {
+	if info := infoFrom(ctx); info != nil {
+		info.Executed = true
+	}
+}
+
 func (m *Middleware[TTx]) completeArgs(req *request, token int64, cw *capture, now time.Time) []any {
 	stored := http.Header{}
 	for _, k := range m.cfg.ReplayHeaders {
@@ -512,6 +523,9 @@ func (m *Middleware[TTx]) completeArgs(req *request, token int64, cw *capture, n
 
 func (m *Middleware[TTx]) replay(w http.ResponseWriter, r *http.Request, req *request, rec *Record) {
 	req.state.replayed = true
+	if info := infoFrom(r.Context()); info != nil {
+		info.Replayed = true
+	}
 	m.log.DebugContext(r.Context(), "replayed stored response", "key", req.key, "tenant", req.tenant,
 		"operation", req.operation, "status", rec.Status)
 	h := w.Header()

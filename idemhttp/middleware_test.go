@@ -483,3 +483,26 @@ func TestFingerprintOptions(t *testing.T) {
 		}
 	})
 }
+
+// WithInfo lets an outer logging middleware see the key and whether the
+// response was replayed.
+func TestInfoForOuterMiddleware(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, e *env) {
+		h := e.handler(t, idemhttp.Config{}, &app{})
+		var infos []idemhttp.Info
+		logged := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, info := idemhttp.WithInfo(r.Context())
+			h.ServeHTTP(w, r.WithContext(ctx))
+			infos = append(infos, *info)
+		})
+		do(logged, req{tenant: "acme", key: "k", body: `{}`})
+		do(logged, req{tenant: "acme", key: "k", body: `{}`})
+		want := []idemhttp.Info{
+			{Key: "k", Tenant: "acme", Operation: op, Executed: true},
+			{Key: "k", Tenant: "acme", Operation: op, Replayed: true},
+		}
+		if len(infos) != 2 || infos[0] != want[0] || infos[1] != want[1] {
+			t.Fatalf("infos %+v, want %+v", infos, want)
+		}
+	})
+}
