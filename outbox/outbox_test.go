@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -590,3 +591,67 @@ func testMultiRelayChaos(t *testing.T, d store.Driver[pgx.Tx]) {
 }
 
 var _ = sql.ErrNoRows
+
+// The claim's plan must not depend on statistics: on a table that grew to
+// 20,000 pending rows over 200 keys before any ANALYZE (the chaos test's
+// shape), neither the custom nor the generic plan may scan the table or sort
+// the backlog; both must be ordered index scans that stop after the batch.
+func TestClaimPlanWithoutStatistics(t *testing.T) {
+	d := testdb.Pgx(t)
+	ctx := context.Background()
+	tbl := d.Table("outbox")
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (source, event_id, type, subject, time, ordering_key, payload, created_at)
+		SELECT 'idem', 'e' || g, 't', 'test.x', 0, 'key' || (g % 200), '\x00', 0 FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	// Some blockers: a claimed head, a parked head, a retry head.
+	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET claimed_by = 'other', claim_until = 9e15 WHERE seq = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET state = 'parked' WHERE seq = 2`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET next_attempt_at = 9e15 WHERE seq = 3`); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := NewRelay(d, &fakePub{}, fastRelay("plan"))
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		err := store.InTx(ctx, d, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, r.q.claimPlan, "10000"); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `PREPARE claimplan(text, bigint, bigint, int) AS `+r.q.claim); err != nil {
+				return err
+			}
+			var plan string
+			if err := tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE claimplan('x', 2, 1, 256)`).Scan(&plan); err != nil {
+				return err
+			}
+			for _, bad := range []string{`"Seq Scan"`, `"Bitmap Heap Scan"`, `"Sort"`} {
+				if strings.Contains(plan, bad) {
+					t.Errorf("%s: claim plan contains %s:\n%s", mode, bad, plan)
+				}
+			}
+			_, err := tx.Exec(ctx, `DEALLOCATE claimplan`)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := r.claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "claimed", len(evs), 200)
+	blocked := map[string]bool{"key1": true, "key2": true, "key3": true}
+	for _, e := range evs {
+		if blocked[e.Key] {
+			t.Fatalf("claimed seq %d of blocked key %s", e.Seq, e.Key)
+		}
+	}
+	mustEqual(t, "first claimed", evs[0].Seq, 4)
+}

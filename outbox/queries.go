@@ -30,7 +30,7 @@ type queries struct {
 	notify       string // PostgreSQL: pg_notify($1, '')
 	lockClaim    string // PostgreSQL: exclusive relay lock ($1 bigint)
 	lockOwner    string // PostgreSQL: shared relay lock ($1 bigint)
-	claimTimeout string // PostgreSQL: SET LOCAL statement_timeout ($1 ms text)
+	claimPlan    string // PostgreSQL: SET LOCAL statement_timeout ($1 ms text) and planner settings
 	acquireLease string // SQLite: $1 name, $2 holder, $3 until, $4 now
 	releaseLease string // SQLite: $1 name, $2 holder
 	claim        string // $1 holder, $2 until, $3 now, $4 limit
@@ -71,16 +71,30 @@ func newQueries(d store.Dialect, names store.Names, table func(string) string) q
 
 	// A row is claimable when it is pending and due, not under a live claim,
 	// and no earlier row of its ordering key blocks it. A blocker is an
-	// earlier row that is parked, waiting for a retry, or claimed by someone
-	// else: an earlier row that is itself claimable is claimed in the same
-	// batch (ORDER BY seq LIMIT takes a prefix), so it is published first.
+	// earlier row that is parked, waiting for a retry, or claimed (by anyone,
+	// this relay included): an earlier row that is itself claimable is claimed
+	// in the same batch (ORDER BY seq LIMIT takes a prefix), so it is
+	// published first.
+	//
+	// Plan robustness: the table grows from empty to a large backlog faster
+	// than autovacuum analyzes it, and a plan chosen on empty statistics
+	// (evaluate the probe for every pending row, then sort) made one claim
+	// take seconds. Two things keep the claim linear in the batch whatever
+	// the statistics: the probe's partial index (outbox_block_idx) holds only
+	// potential blockers, so a probe is one index descent however many
+	// pending rows a key has (its predicate is repeated verbatim below so it
+	// is provably usable, also in a generic plan); and on PostgreSQL the claim
+	// transaction disables sequential, bitmap and sort plans (claimPlan), which
+	// leaves the ordered scan of outbox_pending_idx that stops after $4 rows.
+	// The statement timeout stays as a backstop.
 	claimable := `
 		SELECT o.seq FROM ` + t + ` o
 		WHERE o.state = 'pending' AND o.next_attempt_at <= $3 AND o.claim_until <= $3
-		  AND (o.ordering_key = '' OR NOT EXISTS (
+		  AND NOT EXISTS (
 		        SELECT 1 FROM ` + t + ` b
-		        WHERE b.ordering_key = o.ordering_key AND b.seq < o.seq AND b.state <> 'published'
-		          AND (b.state = 'parked' OR b.next_attempt_at > $3 OR b.claim_until > $3)))
+		        WHERE b.ordering_key = o.ordering_key AND b.seq < o.seq
+		          AND b.ordering_key <> '' AND (b.state = 'parked' OR (b.state = 'pending' AND (b.claim_until > 0 OR b.next_attempt_at > 0)))
+		          AND (b.state = 'parked' OR b.next_attempt_at > $3 OR b.claim_until > $3))
 		ORDER BY o.seq
 		LIMIT $4`
 	if d == store.Postgres {
@@ -112,7 +126,9 @@ func newQueries(d store.Dialect, names store.Names, table func(string) string) q
 		q.notify = `SELECT pg_notify($1, '')`
 		q.lockClaim = `SELECT pg_advisory_xact_lock($1::bigint)`
 		q.lockOwner = `SELECT pg_advisory_xact_lock_shared($1::bigint)`
-		q.claimTimeout = `SELECT set_config('statement_timeout', $1, true)`
+		q.claimPlan = `SELECT set_config('statement_timeout', $1, true),
+			set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+			set_config('enable_sort', 'off', true)`
 	} else {
 		q.acquireLease = `INSERT INTO ` + q.lease + ` (name, holder, lease_until) VALUES ($1, $2, $3)
 			ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, lease_until = excluded.lease_until

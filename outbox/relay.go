@@ -414,8 +414,10 @@ func (r *Relay[TTx]) claim(ctx context.Context) ([]Event, error) {
 				return fmt.Errorf("lock: %w", err)
 			}
 			// Never hold the claim lock longer than a claim's lease: a
-			// stalled claim statement is cancelled and the round retried.
-			if _, err := q.Exec(ctx, r.q.claimTimeout, strconv.FormatInt(max(1, r.cfg.PublishTimeout.Milliseconds()), 10)); err != nil {
+			// stalled claim statement is cancelled and the round retried
+			// (a backstop). The planner settings pin the claim's plan to
+			// ordered index scans (see queries.go).
+			if _, err := q.Exec(ctx, r.q.claimPlan, strconv.FormatInt(max(1, r.cfg.PublishTimeout.Milliseconds()), 10)); err != nil {
 				return fmt.Errorf("statement timeout: %w", err)
 			}
 		} else {

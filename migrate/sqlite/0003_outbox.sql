@@ -27,8 +27,13 @@ CREATE TABLE {{t}}outbox (
 );
 -- Claim scan: pending rows in seq order.
 CREATE INDEX {{p}}outbox_pending_idx ON {{t}}outbox (seq) WHERE state = 'pending';
--- Per-key order probe: earlier unpublished rows of the same ordering key.
-CREATE INDEX {{p}}outbox_key_idx ON {{t}}outbox (ordering_key, seq) WHERE state <> 'published';
+-- Per-key order probe: the rows that may block later rows of their key
+-- (parked, or pending with a claim or a retry time). Fresh pending and
+-- published rows are not in it, so the probe is one index descent per
+-- candidate whatever the backlog; the claim repeats this predicate verbatim
+-- so the planner can use the index.
+CREATE INDEX {{p}}outbox_block_idx ON {{t}}outbox (ordering_key, seq)
+    WHERE ordering_key <> '' AND (state = 'parked' OR (state = 'pending' AND (claim_until > 0 OR next_attempt_at > 0)));
 -- Retention: published rows by age.
 CREATE INDEX {{p}}outbox_published_idx ON {{t}}outbox (published_at) WHERE state = 'published';
 -- Single-writer relay leases (used on SQLite; one row per relay group).
