@@ -36,3 +36,20 @@ var ErrUnavailable = errors.New("broker: unavailable")
 
 // ErrClosed reports an operation on a closed publisher or subscriber.
 var ErrClosed = errors.New("broker: closed")
+
+// HeaderRedrive marks a deliberate republish of a message that was already
+// published once, such as a dead-letter redrive; its value names the
+// republish (the dead letter's id). Brokers that drop a repeated message id
+// inside a duplicate window (JetStream's Nats-Msg-Id) dedup such a message
+// under [DedupID] instead, so the redrive is delivered, while consumers
+// still receive the original message id and dedup on it in their inbox.
+const HeaderRedrive = "Idem-Redrive"
+
+// DedupID is the id a broker with id-based dedup should use for m: m.ID,
+// or m.ID with the HeaderRedrive value appended for a deliberate republish.
+func DedupID(m idem.Message) string {
+	if r := m.Headers[HeaderRedrive]; r != "" {
+		return m.ID + "#redrive-" + r
+	}
+	return m.ID
+}

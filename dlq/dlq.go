@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -280,8 +281,10 @@ func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
 // stays parked and a later redrive publishes it again: the consumer's inbox
 // absorbs that duplicate.
 //
-// When pub is a [broker.ResultPublisher] and the broker reports the message
-// as a duplicate (its dedup window still remembers the original id), the
+// The republished message carries broker.HeaderRedrive with the letter's
+// id, so brokers that dedup on the message id inside a window (JetStream)
+// accept the redrive as a new publish, while the consumer still sees the
+// original id. Should a broker still report the message as a duplicate, the
 // redrive fails with [ErrDroppedAsDuplicate] and the letter stays parked.
 func (s *Store[TTx]) Redrive(ctx context.Context, id int64, by string, pub broker.Publisher) (Letter, error) {
 	if pub == nil {
@@ -297,8 +300,9 @@ func (s *Store[TTx]) Redrive(ctx context.Context, id int64, by string, pub broke
 		if err != nil {
 			return err
 		}
+		msg := redriveMessage(l)
 		if rp, ok := pub.(broker.ResultPublisher); ok {
-			res, err := rp.PublishResults(ctx, l.Message())
+			res, err := rp.PublishResults(ctx, msg)
 			if err != nil {
 				return fmt.Errorf("dlq: redrive %d: publish: %w", id, err)
 			}
@@ -307,7 +311,7 @@ func (s *Store[TTx]) Redrive(ctx context.Context, id int64, by string, pub broke
 			}
 			return nil
 		}
-		if err := pub.Publish(ctx, l.Message()); err != nil {
+		if err := pub.Publish(ctx, msg); err != nil {
 			return fmt.Errorf("dlq: redrive %d: publish: %w", id, err)
 		}
 		return nil
@@ -318,6 +322,18 @@ func (s *Store[TTx]) Redrive(ctx context.Context, id int64, by string, pub broke
 	s.log.InfoContext(ctx, "dead letter redriven", slog.Int64("letter", id), slog.String("by", by),
 		slog.String("consumer", l.Consumer), slog.String("message_id", l.MessageID))
 	return l, nil
+}
+
+// redriveMessage is the letter's message marked as a deliberate republish.
+func redriveMessage(l Letter) idem.Message {
+	m := l.Message()
+	h := make(map[string]string, len(m.Headers)+1)
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	h[broker.HeaderRedrive] = strconv.FormatInt(l.ID, 10)
+	m.Headers = h
+	return m
 }
 
 // notParked explains why a letter could not be claimed.

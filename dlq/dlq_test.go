@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/broker/memory"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/internal/testdb"
@@ -214,9 +215,10 @@ func testRedriveAllConcurrent[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 }
 
-// A broker that drops the redrive as a duplicate (JetStream inside its
-// duplicate window) leaves the letter parked.
-func TestRedriveDroppedAsDuplicate(t *testing.T) {
+// A redrive inside the broker's duplicate window (JetStream remembers the
+// original id) is still delivered: the redrive is deduplicated under its own
+// id, and the consumer receives the original message id.
+func TestRedriveInsideDuplicateWindow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := testdb.SQLite(t)
@@ -230,11 +232,24 @@ func TestRedriveDroppedAsDuplicate(t *testing.T) {
 	if err := b.Publisher().Publish(ctx, msg); err != nil {
 		t.Fatal(err)
 	}
-	id, _ := s.Park(ctx, dlq.FromMessage("c", msg, idem.Permanent(errors.New("bad"))))
-	if _, err := s.Redrive(ctx, id, "ops", b.Publisher()); !errors.Is(err, dlq.ErrDroppedAsDuplicate) {
-		t.Fatalf("redrive = %v, want ErrDroppedAsDuplicate", err)
+	// A plain republish of the same id is dropped by the window...
+	if res, err := b.Publisher().PublishResults(ctx, msg); err != nil || !res[0].Duplicate {
+		t.Fatalf("plain republish: %v %v, want a duplicate", res, err)
 	}
-	if l, _ := s.Get(ctx, id); l.State != dlq.Parked {
-		t.Fatalf("state = %s, want parked", l.State)
+	id, _ := s.Park(ctx, dlq.FromMessage("c", msg, idem.Permanent(errors.New("bad"))))
+	// ...the redrive is not.
+	if _, err := s.Redrive(ctx, id, "ops", b.Publisher()); err != nil {
+		t.Fatalf("redrive = %v", err)
+	}
+	if l, _ := s.Get(ctx, id); l.State != dlq.Redriven {
+		t.Fatalf("state = %s, want redriven", l.State)
+	}
+	got := b.Messages("orders")
+	if len(got) != 2 || got[1].ID != "m-1" || got[1].Headers[broker.HeaderRedrive] == "" {
+		t.Fatalf("stored messages %+v, want the original and the redrive with id m-1", got)
+	}
+	// The same letter cannot be redriven twice.
+	if _, err := s.Redrive(ctx, id, "ops", b.Publisher()); !errors.Is(err, dlq.ErrNotParked) {
+		t.Fatalf("second redrive = %v, want ErrNotParked", err)
 	}
 }

@@ -613,11 +613,10 @@ func transientPermanentDLQ(ctx context.Context, r *runner, res *Result) error {
 		return err
 	}
 	parkedBefore := f.parked
-	// The fix ships; the operator redrives billing's rejected letters. Wait
-	// out the broker's duplicate window first, or it would drop the redrive
-	// (same message id) as a duplicate.
+	// The fix ships; the operator redrives billing's rejected letters at
+	// once: the broker dedups a redrive under its own id, so its duplicate
+	// window does not swallow it.
 	bug.Store(false)
-	time.Sleep(duplicateWindow + 100*time.Millisecond)
 	letters, err := e.sys.DeadLetters().List(ctx, dlq.Filter{Consumer: boxoffice.ConsumerBilling, ErrorClass: "permanent", State: dlq.Parked, Limit: -1})
 	if err != nil {
 		return err

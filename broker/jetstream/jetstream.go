@@ -37,9 +37,12 @@ import (
 
 // Header names the adapter sets on every published message.
 const (
-	HeaderMsgID = jetstream.MsgIDHeader // "Nats-Msg-Id": the message id, JetStream's dedup key
-	HeaderKey   = "Idem-Key"            // the ordering key, when not empty
-	HeaderTime  = "Idem-Time"           // the producer time (RFC 3339 nano), when not zero
+	// HeaderIdemID carries the message id when it differs from Nats-Msg-Id
+	// (a redrive, see broker.HeaderRedrive); it then becomes Message.ID.
+	HeaderIdemID = "Idem-Msg-Id"
+	HeaderMsgID  = jetstream.MsgIDHeader // "Nats-Msg-Id": the message id, JetStream's dedup key
+	HeaderKey    = "Idem-Key"            // the ordering key, when not empty
+	HeaderTime   = "Idem-Time"           // the producer time (RFC 3339 nano), when not zero
 )
 
 // Dial connects to a NATS server with settings suited to idem: reconnect
@@ -195,7 +198,10 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs ...idem.Message) ([
 }
 
 func (p *Publisher) await(ctx context.Context, f jetstream.PubAckFuture) (broker.PublishResult, error) {
-	id := f.Msg().Header.Get(HeaderMsgID)
+	id := f.Msg().Header.Get(HeaderIdemID)
+	if id == "" {
+		id = f.Msg().Header.Get(HeaderMsgID)
+	}
 	var timeout <-chan time.Time
 	if _, ok := ctx.Deadline(); !ok {
 		t := time.NewTimer(p.cfg.AckTimeout)
@@ -240,7 +246,12 @@ func toNats(m idem.Message) *nats.Msg {
 	for k, v := range m.Headers {
 		h[k] = []string{v}
 	}
-	h[HeaderMsgID] = []string{m.ID}
+	h[HeaderMsgID] = []string{broker.DedupID(m)}
+	if h[HeaderMsgID][0] != m.ID {
+		// A deliberate republish: the stream dedups it under its own id,
+		// consumers get the original one.
+		h[HeaderIdemID] = []string{m.ID}
+	}
 	if m.Key != "" {
 		h[HeaderKey] = []string{m.Key}
 	}
@@ -419,6 +430,10 @@ func newDelivery(m jetstream.Msg) (*delivery, error) {
 		}
 		switch k {
 		case HeaderMsgID:
+			if msg.ID == "" {
+				msg.ID = v[0]
+			}
+		case HeaderIdemID:
 			msg.ID = v[0]
 		case HeaderKey:
 			msg.Key = v[0]

@@ -260,7 +260,7 @@ func cloneMsg(m idem.Message) idem.Message {
 func (b *Broker) acceptLocked(m idem.Message, now time.Time) broker.PublishResult {
 	m = cloneMsg(m)
 	if w := b.cfg.DedupWindow; w > 0 {
-		k := m.Subject + "\x00" + m.ID
+		k := m.Subject + "\x00" + broker.DedupID(m)
 		if at, ok := b.seen[k]; ok && now.Sub(at) < w {
 			b.stats.Deduped++
 			return broker.PublishResult{ID: m.ID, Duplicate: true}
