@@ -189,14 +189,7 @@ type System struct {
 // counters are this process's duplicate suppressions per component.
 type counters struct {
 	http, webhook, brokerDup, effects atomic.Int64
-	consumer                          sync.Map // consumer name → *atomic.Int64
 	guardStale                        atomic.Int64
-	deadLettered                      atomic.Int64
-}
-
-func (c *counters) consumerDup(name string) *atomic.Int64 {
-	v, _ := c.consumer.LoadOrStore(name, new(atomic.Int64))
-	return v.(*atomic.Int64)
 }
 
 // New builds a System on cfg's database and broker (which the caller keeps
@@ -420,7 +413,11 @@ func (s *System) Run(ctx context.Context) error {
 			if s.cfg.Hooks.WrapSubscriber != nil {
 				sub = s.cfg.Hooks.WrapSubscriber(c.name, sub)
 			}
-			runners = append(runners, s.consumerRunner(c.name, sub, c.h))
+			run, err := s.consumerRunner(c.name, sub, c.h)
+			if err != nil {
+				return fmt.Errorf("boxoffice: %s consumer: %w", c.name, err)
+			}
+			runners = append(runners, run)
 		}
 	}
 	if s.roles[RoleEffects] {

@@ -83,7 +83,7 @@ func (s *System) Stats(ctx context.Context) (Stats, error) {
 	d["broker"] = s.counts.brokerDup.Load()
 	d["webhook"] = s.counts.webhook.Load()
 	for _, c := range consumerNames {
-		d[c] = s.counts.consumerDup(c).Load()
+		d[c] = s.metrics.DuplicateCount("consumer", c)
 	}
 	d["provider"] = max(calls-unique, 0)
 	return st, nil

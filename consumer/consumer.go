@@ -83,6 +83,13 @@ type Config[TTx any] struct {
 	// Name is the consumer name, the inbox scope: (Name, message id) is
 	// the dedup identity. Required.
 	Name string
+	// MessageID, if set, derives the inbox identity from a delivery, e.g.
+	// the business key "invoice:<orderId>" decoded from the payload, so
+	// that two events announcing one intent under different ids still have
+	// one effect. The handler receives the message with that ID. An error
+	// is permanent: the delivery is dead-lettered. Defaults to the broker's
+	// message id.
+	MessageID func(msg idem.Message) (string, error)
 	// Handler applies a message's effect with the transaction tx. Required.
 	// Return idem.Permanent(err) for failures a retry cannot fix.
 	Handler inbox.Handler[TTx]
@@ -299,6 +306,26 @@ func (c *Consumer[TTx]) handler() inbox.Handler[TTx] {
 	}
 }
 
+// prepare validates a delivery's payload and applies MessageID. On error
+// it returns the message as delivered, for the dead letter.
+func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
+	msg := dv.Message()
+	if err := c.validate(msg); err != nil {
+		return msg, err
+	}
+	if c.cfg.MessageID != nil {
+		id, err := c.cfg.MessageID(msg)
+		if err == nil {
+			err = idem.ValidateID(id)
+		}
+		if err != nil {
+			return msg, idem.Permanent(fmt.Errorf("consumer: message id: %w", err))
+		}
+		msg.ID = id
+	}
+	return msg, nil
+}
+
 // validate checks the payload against the JSON Schema, if any.
 func (c *Consumer[TTx]) validate(msg idem.Message) error {
 	if c.schema == nil {
@@ -315,8 +342,8 @@ func (c *Consumer[TTx]) validate(msg idem.Message) error {
 }
 
 func (c *Consumer[TTx]) processOne(ctx context.Context, dv broker.Delivery) {
-	msg := dv.Message()
-	if err := c.validate(msg); err != nil {
+	msg, err := c.prepare(dv)
+	if err != nil {
 		c.fail(ctx, dv, msg, err)
 		return
 	}
@@ -342,8 +369,8 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, ds []broker.Delivery) 
 	msgs := make([]idem.Message, 0, len(ds))
 	valid := make([]broker.Delivery, 0, len(ds))
 	for _, dv := range ds {
-		msg := dv.Message()
-		if err := c.validate(msg); err != nil {
+		msg, err := c.prepare(dv)
+		if err != nil {
 			c.fail(ctx, dv, msg, err)
 			continue
 		}

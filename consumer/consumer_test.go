@@ -152,3 +152,62 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 }
+
+// MessageID dedups on a business key: two events announcing one intent
+// under different ids have one effect; an undecodable key is dead-lettered.
+func TestBusinessKeyMessageID(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testBusinessKey(t, testdb.SQLite(t)) })
+	t.Run("pgx", func(t *testing.T) { t.Parallel(); testBusinessKey(t, testdb.Pgx(t)) })
+}
+
+func testBusinessKey[TTx any](t *testing.T, d store.Driver[TTx]) {
+	ctx := context.Background()
+	bizTable(t, d)
+	b := memBroker(t)
+	sub, err := b.Subscribe("orders", "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, m := newMetrics(t)
+	letters, _ := dlq.New(d, dlq.Config{})
+	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[TTx]{
+		Name: "billing", BatchSize: 4, FetchWait: 50 * time.Millisecond, Metrics: m, DLQ: letters,
+		MessageID: func(msg idem.Message) (string, error) {
+			order, ok := strings.CutPrefix(string(msg.Payload), "order:")
+			if !ok {
+				return "", errors.New("no order id in payload")
+			}
+			return "invoice:" + order, nil
+		},
+		Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {
+			return record(ctx, d, tx, msg.ID, msg.Attempt, msg.Payload)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	pub := b.Publisher()
+	for _, m := range []idem.Message{
+		{ID: "evt-1", Subject: "orders", Payload: []byte("order:7")},
+		{ID: "evt-2", Subject: "orders", Payload: []byte("order:7")}, // same intent, another event id
+		{ID: "evt-3", Subject: "orders", Payload: []byte("garbage")},
+	} {
+		if err := pub.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "one invoice, one duplicate, one dead letter", func() bool {
+		n, _ := letters.CountParked(ctx)
+		return effects(t, d, "invoice:7") == 1 && n["billing"] == 1 &&
+			value(t, reg, "idem_duplicates_suppressed_total", "component=consumer,consumer=billing") == 1
+	})
+	if got := m.DuplicateCount("consumer", "billing"); got != 1 {
+		t.Fatalf("DuplicateCount = %d, want 1", got)
+	}
+	ls, err := letters.List(ctx, dlq.Filter{Consumer: "billing"})
+	if err != nil || len(ls) != 1 || ls[0].MessageID != "evt-3" || ls[0].ErrorClass != "permanent" {
+		t.Fatalf("dead letters %+v (%v), want evt-3 parked as permanent under its broker id", ls, err)
+	}
+}

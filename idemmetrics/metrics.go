@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics holds idem's runtime metrics. It is safe for concurrent use.
@@ -106,6 +107,19 @@ func (m *Metrics) Duplicate(component, consumer string) {
 	if m != nil {
 		m.duplicates.WithLabelValues(component, consumer).Inc()
 	}
+}
+
+// DuplicateCount returns the duplicates counted so far for component and
+// consumer in this process (0 on a nil Metrics).
+func (m *Metrics) DuplicateCount(component, consumer string) int64 {
+	if m == nil {
+		return 0
+	}
+	var out dto.Metric
+	if err := m.duplicates.WithLabelValues(component, consumer).Write(&out); err != nil {
+		return 0
+	}
+	return int64(out.GetCounter().GetValue())
 }
 
 // FingerprintConflict counts a key reused with a different payload.
