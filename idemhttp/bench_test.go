@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,8 +34,15 @@ import (
 func benchSetup(b *testing.B, ownTx bool) (*pgxstore.Driver, http.Handler) {
 	d := testdb.Pgx(b)
 	testdb.Exec(b, d, `CREATE TABLE orders (idem_key text NOT NULL, body text NOT NULL)`)
+	return d, ratioHandler(d, ownTx)
+}
+
+// ratioHandler is the benchmarked handler: one INSERT, on the middleware's
+// transaction when there is one, else autocommit or (ownTx) in its own
+// transaction.
+func ratioHandler(d *pgxstore.Driver, ownTx bool) http.Handler {
 	pool := d.PgxPool()
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		const q = `INSERT INTO orders (idem_key, body) VALUES ($1, $2)`
 		var err error
@@ -56,7 +66,6 @@ func benchSetup(b *testing.B, ownTx bool) (*pgxstore.Driver, http.Handler) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"id":1,"item":"ticket","qty":2}`))
 	})
-	return d, h
 }
 
 func benchRequest(key string) *http.Request {
@@ -134,4 +143,58 @@ func BenchmarkHandlerReplay(b *testing.B) {
 	if n := testdb.Count(b, d, `SELECT count(*) FROM orders`); n != 1 {
 		b.Fatalf("%d effects after replays, want 1", n)
 	}
+}
+
+// TestHandlerRatios measures the same ratios as the benchmarks, but
+// interleaved (rounds of plain, plain-tx, idempotent and replay requests,
+// median per-op time over the rounds), so load from other processes hits
+// every variant alike. It only runs when IDEM_BENCH_RATIOS=1:
+//
+//	IDEM_BENCH_RATIOS=1 IDEM_TEST_POSTGRES_URL=… go test -run TestHandlerRatios -v ./idemhttp
+func TestHandlerRatios(t *testing.T) {
+	if os.Getenv("IDEM_BENCH_RATIOS") != "1" {
+		t.Skip("set IDEM_BENCH_RATIOS=1 to measure")
+	}
+	d := testdb.Pgx(t)
+	testdb.Exec(t, d, `CREATE TABLE orders (idem_key text NOT NULL, body text NOT NULL)`)
+	plain, plainTx := ratioHandler(d, false), ratioHandler(d, true)
+	mw, err := idemhttp.New(d, idemhttp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idem := mw.Handler(plain)
+	const rounds, per = 15, 200
+	variants := []struct {
+		name string
+		h    http.Handler
+		key  func(r, i int) string
+	}{
+		{"plain", plain, func(int, int) string { return "" }},
+		{"plain-tx", plainTx, func(int, int) string { return "" }},
+		{"idempotent", idem, func(r, i int) string { return fmt.Sprint("ratio-", r, "-", i) }},
+		{"replay", idem, func(int, int) string { return "ratio-0-0" }},
+	}
+	times := make([][]time.Duration, len(variants))
+	for r := range rounds {
+		for v, vr := range variants {
+			start := time.Now()
+			for i := range per {
+				w := httptest.NewRecorder()
+				vr.h.ServeHTTP(w, benchRequest(vr.key(r, i)))
+				if w.Code != http.StatusCreated {
+					t.Fatalf("%s: %d %s", vr.name, w.Code, w.Body.String())
+				}
+			}
+			times[v] = append(times[v], time.Since(start)/per)
+		}
+	}
+	med := make([]time.Duration, len(variants))
+	for v := range variants {
+		slices.Sort(times[v])
+		med[v] = times[v][len(times[v])/2]
+		t.Logf("%-10s median %v/op", variants[v].name, med[v])
+	}
+	t.Logf("idempotent throughput / plain    = %.2f (target ≥ 0.75)", float64(med[0])/float64(med[2]))
+	t.Logf("idempotent throughput / plain-tx = %.2f", float64(med[1])/float64(med[2]))
+	t.Logf("replay throughput / execution    = %.2f (target ≥ 2)", float64(med[2])/float64(med[3]))
 }

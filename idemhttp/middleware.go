@@ -112,7 +112,8 @@ type request struct {
 type outcome int
 
 const (
-	outDone        outcome = iota // a response was written
+	outExecute     outcome = iota // no decision yet: claim the key
+	outDone                       // a response was written
 	outReplay                     // rec holds a completed record to replay
 	outMismatch                   // fingerprint differs
 	outInFlight                   // another execution owns the key
@@ -179,10 +180,13 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 			out outcome
 			rec *Record
 		)
-		if m.cfg.Mode == Transactional {
-			out, rec, err = m.attemptTx(w, r, h, req)
-		} else {
-			out, rec, err = m.attemptTwoPhase(w, r, h, req)
+		out, rec, err = m.peek(r.Context(), req)
+		if out == outExecute {
+			if m.cfg.Mode == Transactional {
+				out, rec, err = m.attemptTx(w, r, h, req)
+			} else {
+				out, rec, err = m.attemptTwoPhase(w, r, h, req)
+			}
 		}
 		switch out {
 		case outDone:
@@ -218,6 +222,9 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 			}
 			m.log.DebugContext(r.Context(), "key in flight", "key", key, "tenant", tenant, "operation", op)
 			m.fail(w, r, idem.ErrInProgress, key, "")
+			return
+		default: // unreachable: an attempt always decides
+			m.fail(w, r, fmt.Errorf("%w: no decision for %s", ErrStoreUnavailable, req.scope), key, "")
 			return
 		}
 	}
@@ -371,6 +378,27 @@ func (m *Middleware[TTx]) classify(rec *Record, fp idem.Fingerprint, now time.Ti
 		return 0, true
 	}
 	return outInFlight, false
+}
+
+// peek is the read-only fast path: one statement outside any transaction.
+// A committed completed record is immutable until it expires, so it is
+// replayed (or, with another fingerprint, rejected) without a transaction
+// or a write lock; a live two-phase lease answers in-flight. Everything
+// else — no record, an expired one, an abandoned lease — goes to claim,
+// where the primary key decides. A store error here also defers to claim.
+func (m *Middleware[TTx]) peek(ctx context.Context, req *request) (outcome, *Record, error) {
+	rec, found, err := load(ctx, m.d.Pool(), m.q.load, req.scope)
+	if err != nil || !found {
+		return outExecute, nil, nil
+	}
+	out, takeover := m.classify(rec, req.fp, m.cfg.Now())
+	switch {
+	case takeover:
+		return outExecute, nil, nil
+	case out == outHeld && rec.State == StatePending:
+		return outExecute, nil, nil // claim marks it failed, fenced
+	}
+	return out, rec, nil
 }
 
 // attemptTx is one transactional attempt: begin, claim, run the handler on
