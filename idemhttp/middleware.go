@@ -27,6 +27,12 @@
 // so key order and whitespace do not matter; raw bytes otherwise) and
 // Config.FingerprintHeaders.
 //
+// A retry of a completed key is answered from one read outside any
+// transaction (a completed record never changes until it expires), so
+// replays are cheap and take no write lock. Executing always requires
+// winning the primary key: INSERT … ON CONFLICT DO NOTHING, or a takeover
+// UPDATE fenced by the record's token.
+//
 // Errors are RFC 9457 application/problem+json with a stable type URI per
 // error (TypeKeyMissing …); Config.ErrorHandler replaces the writer.
 //
