@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -64,6 +65,20 @@ type Config struct {
 	// delivered only when the caller's transaction commits and wakes relays
 	// listening on the same database). Defaults to false (notify sent).
 	DisableNotify bool
+	// NotifyInterval coalesces notifications: on PostgreSQL at most one
+	// Enqueue per NotifyInterval (per Outbox) sends the pg_notify; the
+	// others send none. Defaults to 5ms; negative notifies on every Enqueue.
+	//
+	// Why: PostgreSQL serializes the commits of transactions that notified
+	// (a global lock taken at commit), so a notify per transaction stops
+	// concurrent producers from overlapping their commits. The trade-off:
+	// a transaction that did not notify relies on another wake-up. A relay
+	// that was woken keeps re-checking shortly after (RelayConfig.Recheck,
+	// doubling up to PollInterval), which catches transactions that commit
+	// soon after the notifying one; one that commits later than that, or
+	// whose notifying neighbour rolled back, waits at most the relay's
+	// PollInterval. Correctness never depends on notifications.
+	NotifyInterval time.Duration
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
 	// Logger receives debug logs. Defaults to discarding.
@@ -77,6 +92,9 @@ type Outbox[TTx any] struct {
 	cfg Config
 	q   queries
 	log *slog.Logger
+
+	epoch      time.Time    // monotonic origin of lastNotify
+	lastNotify atomic.Int64 // ns since epoch of the last notifying Enqueue
 }
 
 // New returns an Outbox on d, whose database must be migrated (package
@@ -92,7 +110,11 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Outbox[TTx]{d: d, cfg: cfg, q: newQueries(d.Dialect(), d.Names(), d.Table), log: cfg.Logger.With("component", "idem.outbox")}, nil
+	cfg.NotifyInterval = cmp.Or(cfg.NotifyInterval, 5*time.Millisecond)
+	o := &Outbox[TTx]{d: d, cfg: cfg, q: newQueries(d.Dialect(), d.Names(), d.Table), log: cfg.Logger.With("component", "idem.outbox"),
+		epoch: time.Now()}
+	o.lastNotify.Store(-int64(time.Hour))
+	return o, nil
 }
 
 // Enqueue writes events in the caller's transaction tx and returns them with
@@ -106,9 +128,10 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 // returns an error wrapping [idem.ErrFingerprintMismatch]. Other errors
 // leave tx in an unknown state: roll it back.
 //
-// On PostgreSQL Enqueue also takes the ordering-key locks (see
-// Config.DisableKeyLock) and sends a pg_notify that wakes listening relays
-// after commit. On SQLite call [Relay.Notify] after commit for an
+// On PostgreSQL Enqueue is one statement (one round trip): it takes the
+// ordering-key locks (see Config.DisableKeyLock) before inserting, inserts
+// the rows and, at most once per Config.NotifyInterval, queues a pg_notify
+// that wakes listening relays after commit. On SQLite call [Relay.Notify] after commit for an
 // immediate wake-up, otherwise the relay polls.
 func (o *Outbox[TTx]) Enqueue(ctx context.Context, tx TTx, events ...Event) ([]Event, error) {
 	if len(events) == 0 {
@@ -139,49 +162,15 @@ func (o *Outbox[TTx]) Enqueue(ctx context.Context, tx TTx, events ...Event) ([]E
 		}
 	}
 	q := o.d.Tx(tx)
-	if o.q.dialect == store.Postgres && !o.cfg.DisableKeyLock && len(keys) > 0 {
-		if _, err := q.Exec(ctx, o.q.lockKeys, o.q.ns32, keys); err != nil {
-			return nil, fmt.Errorf("outbox: lock ordering keys: %w", err)
-		}
-	}
-	type ident struct{ source, id string }
 	seqs := make(map[ident]int64, len(out))
-	for start := 0; start < len(out); start += maxRowsPerInsert {
-		chunk := out[start:min(start+maxRowsPerInsert, len(out))]
-		args := make([]any, 0, len(chunk)*insertArgs)
-		for _, e := range chunk {
-			h, err := json.Marshal(e.Headers)
-			if err != nil {
-				return nil, fmt.Errorf("outbox: headers of %s: %w", e.ID, err)
-			}
-			if e.Headers == nil {
-				h = []byte("{}")
-			}
-			payload := e.Payload
-			if payload == nil {
-				payload = []byte{}
-			}
-			args = append(args, e.Source, e.ID, e.Type, e.Topic, e.Subject, store.Micros(e.Time),
-				e.DataContentType, e.Key, string(h), payload, store.Micros(now))
-		}
-		rows, err := q.Query(ctx, o.q.insert(len(chunk)), args...)
-		if err != nil {
-			return nil, fmt.Errorf("outbox: insert: %w", err)
-		}
-		for rows.Next() {
-			var id ident
-			var seq int64
-			if err := rows.Scan(&id.source, &id.id, &seq); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("outbox: insert: %w", err)
-			}
-			seqs[id] = seq
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, fmt.Errorf("outbox: insert: %w", err)
-		}
+	var err error
+	if o.q.dialect == store.Postgres {
+		err = o.insertPG(ctx, q, out, now, len(keys) > 0, seqs)
+	} else {
+		err = o.insertChunks(ctx, q, out, now, seqs)
+	}
+	if err != nil {
+		return nil, err
 	}
 	for i := range out {
 		seq, ok := seqs[ident{out[i].Source, out[i].ID}]
@@ -196,12 +185,108 @@ func (o *Outbox[TTx]) Enqueue(ctx context.Context, tx TTx, events ...Event) ([]E
 			return nil, err
 		}
 	}
-	if o.q.dialect == store.Postgres && !o.cfg.DisableNotify {
-		if _, err := q.Exec(ctx, o.q.notify, o.q.channel); err != nil {
-			return nil, fmt.Errorf("outbox: notify: %w", err)
+	return out, nil
+}
+
+type ident struct{ source, id string }
+
+// insertPG writes out in one statement (one round trip): key locks, rows and
+// a coalesced notify (see pgEnqueue and Config.NotifyInterval).
+func (o *Outbox[TTx]) insertPG(ctx context.Context, q store.Querier, out []Event, now time.Time, anyKey bool, seqs map[ident]int64) error {
+	n := len(out)
+	src, id, typ, topic, subj, ct, key, hdr := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	tm := make([]int64, n)
+	payload := make([][]byte, n)
+	for i, e := range out {
+		h, err := headersJSON(e)
+		if err != nil {
+			return err
+		}
+		src[i], id[i], typ[i], topic[i], subj[i], tm[i], ct[i], key[i], hdr[i], payload[i] =
+			e.Source, e.ID, e.Type, e.Topic, e.Subject, store.Micros(e.Time), e.DataContentType, e.Key, h, e.Payload
+		if payload[i] == nil {
+			payload[i] = []byte{}
 		}
 	}
-	return out, nil
+	rows, err := q.Query(ctx, o.q.enqueue, src, id, typ, topic, subj, tm, ct, key, hdr, payload,
+		store.Micros(now), o.q.ns32, anyKey && !o.cfg.DisableKeyLock, o.q.channel, o.notifyNow())
+	if err != nil {
+		return fmt.Errorf("outbox: insert: %w", err)
+	}
+	return scanInserted(rows, seqs)
+}
+
+// insertChunks writes out with multi-row INSERTs (SQLite).
+func (o *Outbox[TTx]) insertChunks(ctx context.Context, q store.Querier, out []Event, now time.Time, seqs map[ident]int64) error {
+	for start := 0; start < len(out); start += maxRowsPerInsert {
+		chunk := out[start:min(start+maxRowsPerInsert, len(out))]
+		args := make([]any, 0, len(chunk)*insertArgs)
+		for _, e := range chunk {
+			h, err := headersJSON(e)
+			if err != nil {
+				return err
+			}
+			payload := e.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			args = append(args, e.Source, e.ID, e.Type, e.Topic, e.Subject, store.Micros(e.Time),
+				e.DataContentType, e.Key, h, payload, store.Micros(now))
+		}
+		rows, err := q.Query(ctx, o.q.insert(len(chunk)), args...)
+		if err != nil {
+			return fmt.Errorf("outbox: insert: %w", err)
+		}
+		if err := scanInserted(rows, seqs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func scanInserted(rows store.Rows, seqs map[ident]int64) error {
+	defer rows.Close()
+	for rows.Next() {
+		var id ident
+		var seq int64
+		if err := rows.Scan(&id.source, &id.id, &seq); err != nil {
+			return fmt.Errorf("outbox: insert: %w", err)
+		}
+		seqs[id] = seq
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("outbox: insert: %w", err)
+	}
+	return nil
+}
+
+func headersJSON(e Event) (string, error) {
+	if e.Headers == nil {
+		return "{}", nil
+	}
+	h, err := json.Marshal(e.Headers)
+	if err != nil {
+		return "", fmt.Errorf("outbox: headers of %s: %w", e.ID, err)
+	}
+	return string(h), nil
+}
+
+// notifyNow reports whether this Enqueue should send the pg_notify: at most
+// one Enqueue per NotifyInterval does (see Config.NotifyInterval).
+func (o *Outbox[TTx]) notifyNow() bool {
+	switch {
+	case o.cfg.DisableNotify:
+		return false
+	case o.cfg.NotifyInterval < 0:
+		return true
+	}
+	now := int64(time.Since(o.epoch))
+	last := o.lastNotify.Load()
+	if now-last < int64(o.cfg.NotifyInterval) {
+		return false
+	}
+	return o.lastNotify.CompareAndSwap(last, now)
 }
 
 func (o *Outbox[TTx]) compareExisting(ctx context.Context, q store.Querier, e Event) error {

@@ -26,8 +26,7 @@ type queries struct {
 	table   string
 	lease   string
 
-	lockKeys     string // PostgreSQL: lock ordering keys in the caller's tx ($1 ns int4, $2 text[])
-	notify       string // PostgreSQL: pg_notify($1, '')
+	enqueue      string // PostgreSQL: one-round-trip Enqueue (see pgEnqueue)
 	lockClaim    string // PostgreSQL: exclusive relay lock ($1 bigint)
 	lockOwner    string // PostgreSQL: shared relay lock ($1 bigint)
 	claimPlan    string // PostgreSQL: SET LOCAL statement_timeout ($1 ms text) and planner settings
@@ -119,11 +118,7 @@ func newQueries(d store.Dialect, names store.Names, table func(string) string) q
 	q.oldest = `SELECT created_at FROM ` + t + ` WHERE state = 'pending' ORDER BY seq LIMIT 1`
 
 	if d == store.Postgres {
-		// Locks are taken in hash order (OFFSET 0 keeps the sorted subquery
-		// from being flattened), so two enqueuers cannot deadlock on keys.
-		q.lockKeys = `SELECT pg_advisory_xact_lock($1::int4, h) FROM (
-			SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS u(k) ORDER BY 1 OFFSET 0) s`
-		q.notify = `SELECT pg_notify($1, '')`
+		q.enqueue = pgEnqueue(t)
 		q.lockClaim = `SELECT pg_advisory_xact_lock($1::bigint)`
 		q.lockOwner = `SELECT pg_advisory_xact_lock_shared($1::bigint)`
 		q.claimPlan = `SELECT set_config('statement_timeout', $1, true),
@@ -138,7 +133,39 @@ func newQueries(d store.Dialect, names store.Names, table func(string) string) q
 	return q
 }
 
-// insert returns the multi-row INSERT for n events; it returns the
+// pgEnqueue is Enqueue on PostgreSQL in one statement, hence one round trip
+// whatever the number of events. The events travel as parallel arrays
+// (explicit casts, so every parameter type is known): $1 source, $2 event_id,
+// $3 type, $4 subject, $5 ce_subject, $6 time, $7 datacontenttype,
+// $8 ordering_key, $9 headers, $10 payload; $11 created_at, $12 key-lock
+// namespace, $13 take key locks, $14 channel, $15 notify.
+//
+// The rows pass a one-time filter made of two uncorrelated sub-selects
+// (InitPlans, evaluated once, in order, before the first row is produced):
+// the first takes the transaction-scoped advisory lock of every distinct
+// non-empty ordering key in hash order (OFFSET 0 keeps the sorted subquery
+// from being flattened, so two enqueuers cannot deadlock on keys), the second
+// queues the pg_notify (delivered at commit) when $15 is true. So the key
+// locks are held before any row gets its seq, as with separate statements.
+// Rows are inserted in argument order (WITH ORDINALITY), so events of one key
+// in one call get increasing seqs; existing (source, event_id) are skipped by
+// ON CONFLICT and not returned.
+func pgEnqueue(t string) string {
+	return `INSERT INTO ` + t + ` (` + insertCols + `)
+		SELECT e.source, e.event_id, e.type, e.subject, e.ce_subject, e.time, e.datacontenttype, e.ordering_key, e.headers, e.payload, $11::bigint
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::text[], $10::bytea[])
+		     WITH ORDINALITY AS e(source, event_id, type, subject, ce_subject, time, datacontenttype, ordering_key, headers, payload, ord)
+		WHERE (SELECT count(*) FROM (
+		        SELECT pg_advisory_xact_lock($12::int4, h) FROM (
+		          SELECT DISTINCT hashtext(k) AS h FROM unnest($8::text[]) AS u(k)
+		          WHERE k <> '' AND $13::bool ORDER BY 1 OFFSET 0) s) l) >= 0
+		  AND (SELECT count(*) FROM (SELECT pg_notify($14::text, '') WHERE $15::bool) n) >= 0
+		ORDER BY e.ord
+		ON CONFLICT (source, event_id) DO NOTHING
+		RETURNING source, event_id, seq`
+}
+
+// insert returns the multi-row INSERT for n events (SQLite); it returns the
 // inserted (source, event_id, seq) and skips existing (source, event_id).
 func (q queries) insert(n int) string {
 	var b strings.Builder

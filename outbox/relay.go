@@ -38,6 +38,13 @@ type RelayConfig struct {
 	// the fallback that bounds latency when a notification is lost.
 	// Defaults to 500ms.
 	PollInterval time.Duration
+	// Recheck is how soon the relay looks again after a wake-up or a
+	// round that published something, when that look found nothing; the
+	// delay doubles on each empty look until it reaches PollInterval. It
+	// catches transactions that commit shortly after a notifying one
+	// without notifying themselves (see Config.NotifyInterval). Defaults to
+	// 10ms.
+	Recheck time.Duration
 	// ClaimTTL is the lease on claimed events (and, on SQLite, on the
 	// single-writer relay lease). If the relay dies, its events are claimed
 	// again after ClaimTTL and published again with the same ids.
@@ -143,6 +150,7 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 	}
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 256)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 500*time.Millisecond)
+	cfg.Recheck = cmp.Or(cfg.Recheck, 10*time.Millisecond)
 	cfg.ClaimTTL = cmp.Or(cfg.ClaimTTL, 30*time.Second)
 	cfg.PublishTimeout = cmp.Or(cfg.PublishTimeout, cfg.ClaimTTL/3)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 20)
@@ -160,7 +168,7 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 		return nil, idem.InvalidOptionf("outbox: relay name longer than %d bytes", idem.MaxKeyLen)
 	case cfg.BatchSize < 0 || cfg.BatchSize > 10000:
 		return nil, idem.InvalidOptionf("outbox: BatchSize %d out of range 1..10000", cfg.BatchSize)
-	case cfg.PollInterval < 0 || cfg.ClaimTTL < 0 || cfg.PublishTimeout < 0 || cfg.BaseBackoff < 0 || cfg.MaxBackoff < 0:
+	case cfg.PollInterval < 0 || cfg.Recheck < 0 || cfg.ClaimTTL < 0 || cfg.PublishTimeout < 0 || cfg.BaseBackoff < 0 || cfg.MaxBackoff < 0:
 		return nil, idem.InvalidOptionf("outbox: negative duration")
 	case cfg.PublishTimeout >= cfg.ClaimTTL:
 		return nil, idem.InvalidOptionf("outbox: PublishTimeout %v must be shorter than ClaimTTL %v", cfg.PublishTimeout, cfg.ClaimTTL)
@@ -229,6 +237,7 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 	}()
 	r.log.InfoContext(ctx, "relay started", "listen", r.pool != nil)
 	streak := 0
+	recheck := time.Duration(0) // next empty-round delay below PollInterval; 0 = none
 	for {
 		if ctx.Err() != nil {
 			r.log.InfoContext(ctx, "relay stopped")
@@ -250,21 +259,33 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		case err != nil:
 		case n > 0:
 			streak = 0
+			recheck = r.cfg.Recheck
 		default:
 			streak = 0
-			sleep(ctx, r.cfg.PollInterval, r.wake)
+			d := r.cfg.PollInterval
+			if recheck > 0 && recheck < d {
+				d, recheck = recheck, recheck*2
+			} else {
+				recheck = 0
+			}
+			if sleep(ctx, d, r.wake) {
+				recheck = r.cfg.Recheck
+			}
 		}
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+// sleep waits d, until ctx is done or a wake-up; it reports the wake-up.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-t.C:
 	case <-wake:
+		return true
 	}
+	return false
 }
 
 // backoff returns a full-jitter delay for the n-th attempt (n ≥ 1).
