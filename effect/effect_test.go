@@ -456,10 +456,17 @@ func TestDrill7CrashAfterProviderCall(t *testing.T) {
 		stop2()
 		e := get(t, l, "order-confirmed-email:7")
 		pe, _ := p.Effect("order-confirmed-email:7")
-		if p.UniqueEffects() != 1 || p.Calls() != 2 || len(keys) != 1 || keys[0] != "order-confirmed-email:7" {
+		// One unique effect, however many calls a loaded machine needed (a
+		// call cut off by its timeout is retried, always with the same key).
+		if p.UniqueEffects() != 1 || p.Calls() < 2 || len(keys) < 1 {
 			t.Fatalf("calls=%d unique=%d keys=%v", p.Calls(), p.UniqueEffects(), keys)
 		}
-		if string(e.Result) != string(pe.Result) || e.Attempts != 2 {
+		for _, call := range p.CallLog() {
+			if call.Key != "order-confirmed-email:7" {
+				t.Fatalf("a call used key %q", call.Key)
+			}
+		}
+		if string(e.Result) != string(pe.Result) || e.Attempts < 2 {
 			t.Fatalf("effect %+v, provider result %s", e, pe.Result)
 		}
 	})
