@@ -18,28 +18,39 @@ import (
 )
 
 // BenchmarkRelayThroughput measures events/s from committed outbox rows to
-// broker acks on the embedded JetStream server: b.N events (1,000 keys,
-// enqueued 100 per transaction beforehand) drained by one relay.
+// broker acks on the embedded JetStream server: b.N events (over 1,000
+// ordering keys, or keyless as in idem bench; enqueued 100 per transaction
+// beforehand) drained by one relay.
 func BenchmarkRelayThroughput(b *testing.B) {
-	for _, batch := range []int{256, 1000} {
-		b.Run(fmt.Sprintf("pgx/batch=%d", batch), func(b *testing.B) { benchThroughput(b, testdb.Pgx(b), batch) })
-		b.Run(fmt.Sprintf("sqlite/batch=%d", batch), func(b *testing.B) { benchThroughput(b, testdb.SQLite(b), batch) })
+	for _, keys := range []int{1000, 0} {
+		for _, batch := range []int{256, 512, 1000} {
+			name := fmt.Sprintf("keys=%d/batch=%d", keys, batch)
+			b.Run("pgx/"+name, func(b *testing.B) { benchThroughput(b, testdb.Pgx(b), keys, batch) })
+			b.Run("sqlite/"+name, func(b *testing.B) { benchThroughput(b, testdb.SQLite(b), keys, batch) })
+		}
 	}
 }
 
-func benchThroughput[TTx any](b *testing.B, d store.Driver[TTx], batch int) {
+func benchThroughput[TTx any](b *testing.B, d store.Driver[TTx], keys, batch int) {
 	_, pub, _ := embeddedJetStream(b)
 	o, _ := New(d, Config{})
 	evs := make([]Event, 0, 100)
 	for i := 0; i < b.N; i += 100 {
 		evs = evs[:0]
 		for j := i; j < min(i+100, b.N); j++ {
-			evs = append(evs, ev(fmt.Sprintf("k%d", j%1000), j))
+			e := ev(fmt.Sprintf("k%d", j%max(keys, 1)), j)
+			if keys == 0 {
+				e.Key = ""
+			}
+			evs = append(evs, e)
 		}
 		enqueueTx(b, d, o, evs...)
 	}
 	cfg := fastRelay("bench")
 	cfg.BatchSize = batch
+	if batch == 0 {
+		cfg.BatchSize = 0 // the default
+	}
 	cfg.ClaimTTL = 30 * time.Second
 	done := make(chan struct{})
 	published := 0

@@ -617,7 +617,7 @@ func TestClaimPlanWithoutStatistics(t *testing.T) {
 	r, _ := NewRelay(d, &fakePub{}, fastRelay("plan"))
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		err := store.InTx(ctx, d, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, r.q.claimPlan, "10000"); err != nil {
+			if _, err := tx.Exec(ctx, r.q.claimPlan, r.q.ns64, "10000"); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode); err != nil {

@@ -27,9 +27,8 @@ type queries struct {
 	lease   string
 
 	enqueue      string // PostgreSQL: one-round-trip Enqueue (see pgEnqueue)
-	lockClaim    string // PostgreSQL: exclusive relay lock ($1 bigint)
 	lockOwner    string // PostgreSQL: shared relay lock ($1 bigint)
-	claimPlan    string // PostgreSQL: SET LOCAL statement_timeout ($1 ms text) and planner settings
+	claimPlan    string // PostgreSQL: exclusive relay lock ($1 bigint), SET LOCAL statement_timeout ($2 ms text) and planner settings
 	acquireLease string // SQLite: $1 name, $2 holder, $3 until, $4 now
 	releaseLease string // SQLite: $1 name, $2 holder
 	claim        string // $1 holder, $2 until, $3 now, $4 limit
@@ -119,9 +118,10 @@ func newQueries(d store.Dialect, names store.Names, table func(string) string) q
 
 	if d == store.Postgres {
 		q.enqueue = pgEnqueue(t)
-		q.lockClaim = `SELECT pg_advisory_xact_lock($1::bigint)`
 		q.lockOwner = `SELECT pg_advisory_xact_lock_shared($1::bigint)`
-		q.claimPlan = `SELECT set_config('statement_timeout', $1, true),
+		// The lock is taken in its own statement, before the claim's: the
+		// claim's snapshot must be taken after the lock is granted.
+		q.claimPlan = `SELECT pg_advisory_xact_lock($1::bigint), set_config('statement_timeout', $2::text, true),
 			set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
 			set_config('enable_sort', 'off', true)`
 	} else {

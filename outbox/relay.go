@@ -31,7 +31,7 @@ type RelayConfig struct {
 	// Defaults to "<hostname>-<pid>-<random>".
 	Name string
 	// BatchSize is the most events claimed and published at once.
-	// Defaults to 256.
+	// Defaults to 512.
 	BatchSize int
 	// PollInterval is how long the relay sleeps when there is nothing to
 	// publish, unless woken earlier by LISTEN/NOTIFY or [Relay.Notify]. It is
@@ -102,7 +102,10 @@ var ErrRelayRunning = errors.New("outbox: relay already running")
 //
 // Each round claims up to BatchSize due events in seq order that no earlier
 // unpublished event of the same key blocks, publishes them in one Publish
-// call, and marks them published after the broker ack. If the batch fails,
+// call, and marks them published after the broker ack. Rounds are
+// pipelined: while a batch is published, one transaction marks the
+// previous (acked) batch published and claims the next batch (on
+// PostgreSQL with the pgx driver, that transaction is one round trip). If the batch fails,
 // its events are published one at a time to find the failing ones: a failed
 // event gets an attempt counted, a backoff, and is parked after MaxAttempts
 // (at once for an [idem.Permanent] error); the later events of its key wait.
@@ -119,6 +122,7 @@ type Relay[TTx any] struct {
 	q    queries
 	log  *slog.Logger
 	pool *pgxpool.Pool // LISTEN; nil when polling only
+	pgx  *pgxpool.Pool // one-round-trip claims; nil unless the pgx driver
 
 	wake    chan struct{}
 	running atomic.Bool
@@ -148,7 +152,7 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 		_, _ = rand.Read(b)
 		cfg.Name = cmp.Or(host, "relay") + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b)
 	}
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, 256)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 512)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 500*time.Millisecond)
 	cfg.Recheck = cmp.Or(cfg.Recheck, 10*time.Millisecond)
 	cfg.ClaimTTL = cmp.Or(cfg.ClaimTTL, 30*time.Second)
@@ -186,8 +190,11 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 		wake: make(chan struct{}, 1),
 		rnd:  mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64())),
 	}
-	if p, ok := any(d).(interface{ PgxPool() *pgxpool.Pool }); ok && d.Dialect() == store.Postgres && !cfg.DisableListen {
-		r.pool = p.PgxPool()
+	if p, ok := any(d).(interface{ PgxPool() *pgxpool.Pool }); ok && d.Dialect() == store.Postgres {
+		r.pgx = p.PgxPool()
+		if !cfg.DisableListen {
+			r.pool = r.pgx
+		}
 	}
 	return r, nil
 }
@@ -238,12 +245,14 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 	r.log.InfoContext(ctx, "relay started", "listen", r.pool != nil)
 	streak := 0
 	recheck := time.Duration(0) // next empty-round delay below PollInterval; 0 = none
+	var p pipe
 	for {
 		if ctx.Err() != nil {
+			r.flush(ctx, &p)
 			r.log.InfoContext(ctx, "relay stopped")
 			return nil
 		}
-		n, err := r.round(ctx)
+		n, err := r.round(ctx, &p)
 		switch {
 		case errors.Is(err, errCrashed):
 			return err
@@ -304,42 +313,110 @@ func (r *Relay[TTx]) pause(streak int) time.Duration {
 	return min(r.cfg.BaseBackoff+r.backoff(streak), r.cfg.MaxBackoff)
 }
 
-// round claims, publishes and settles one batch; it returns how many
-// events it claimed.
-func (r *Relay[TTx]) round(ctx context.Context) (int, error) {
-	evs, err := r.claim(ctx)
-	if err != nil || len(evs) == 0 {
-		return 0, err
+// pipe is the relay's pipeline state between rounds.
+type pipe struct {
+	acked []Event // acked by the broker, not yet marked published
+	next  []Event // claimed, not yet published
+}
+
+// round publishes one batch and returns how many events it claimed.
+//
+// Pipelining: while a batch is being published, the next one is claimed in
+// a transaction that also marks the previous (acked) batch published. The
+// next batch cannot hold a key of the batch in flight (its rows are claimed,
+// hence blockers) and is published only after the batch in flight was
+// acked, so per-key order is unchanged; a row is still marked published only
+// after its broker ack. If the batch in flight fails, the next batch is
+// released unpublished and the failure is handled as without pipelining.
+func (r *Relay[TTx]) round(ctx context.Context, p *pipe) (int, error) {
+	cur := p.next
+	p.next = nil
+	if len(cur) == 0 {
+		evs, err := r.claimTx(ctx, p.acked)
+		if err != nil {
+			return 0, err
+		}
+		r.published(ctx, p.acked)
+		p.acked = nil
+		if cur = evs; len(cur) == 0 {
+			return 0, nil
+		}
 	}
-	acked, err := r.publish(ctx, evs, msgsOf(evs))
-	if err == nil {
-		if r.afterPublish != nil && r.afterPublish(evs) {
+	type result struct {
+		acked int
+		dups  []Event
+		err   error
+	}
+	res := make(chan result, 1)
+	go func() {
+		n, dups, err := r.publishQuiet(ctx, cur, msgsOf(cur))
+		res <- result{n, dups, err}
+	}()
+	next, cerr := r.claimTx(ctx, p.acked)
+	if cerr == nil {
+		r.published(ctx, p.acked)
+		p.acked = nil
+	}
+	pr := <-res
+	r.duplicates(ctx, pr.dups)
+	if pr.err == nil {
+		if r.afterPublish != nil && r.afterPublish(cur) {
 			return 0, errCrashed
 		}
-		return len(evs), r.settle(ctx, evs, nil, nil)
+		p.acked = append(p.acked, cur...)
+		p.next = next
+		return len(cur), cerr
 	}
+	// The batch failed: settle what is known, release the next batch.
+	if err := r.settle(ctx, p.acked, nil, next); err != nil {
+		return 0, err
+	}
+	p.acked = nil
+	acked := pr.acked
 	if ctx.Err() != nil {
-		return 0, r.settle(ctx, evs[:acked], nil, evs[acked:])
+		return 0, r.settle(ctx, cur[:acked], nil, cur[acked:])
 	}
-	r.log.DebugContext(ctx, "batch publish failed, publishing one by one", "events", len(evs), "acked", acked, "err", err)
-	return len(evs), r.fallback(ctx, evs[:acked], evs[acked:])
+	r.log.DebugContext(ctx, "batch publish failed, publishing one by one", "events", len(cur), "acked", acked, "err", pr.err)
+	return len(cur), r.fallback(ctx, cur[:acked], cur[acked:])
+}
+
+// flush marks acked events and releases claimed, unpublished ones (clean
+// shutdown).
+func (r *Relay[TTx]) flush(ctx context.Context, p *pipe) {
+	if len(p.acked) == 0 && len(p.next) == 0 {
+		return
+	}
+	if err := r.settle(ctx, p.acked, nil, p.next); err != nil {
+		r.log.WarnContext(ctx, "shutdown: could not settle; the claims expire after ClaimTTL", "err", err)
+	}
+	p.acked, p.next = nil, nil
 }
 
 // publish publishes msgs (of evs) in one call and returns how many of them
 // (a prefix) the broker is known to have accepted. With a
 // broker.ResultPublisher, broker-side duplicates are reported to OnDuplicate.
 func (r *Relay[TTx]) publish(ctx context.Context, evs []Event, msgs []idem.Message) (int, error) {
+	n, dups, err := r.publishQuiet(ctx, evs, msgs)
+	r.duplicates(ctx, dups)
+	return n, err
+}
+
+// publishQuiet is publish without running hooks (it may run on another
+// goroutine than the relay's); it returns the events the broker reported as
+// duplicates.
+func (r *Relay[TTx]) publishQuiet(ctx context.Context, evs []Event, msgs []idem.Message) (int, []Event, error) {
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
 	rp, ok := r.pub.(broker.ResultPublisher)
 	if !ok {
 		if err := r.pub.Publish(pctx, msgs...); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
-		return len(msgs), nil
+		return len(msgs), nil, nil
 	}
 	res, err := rp.PublishResults(pctx, msgs...)
 	n := 0
+	var dups []Event
 	for i, pr := range res {
 		if i >= len(evs) || pr.ID != evs[i].ID {
 			break // not a prefix of ours: trust nothing more
@@ -348,18 +425,22 @@ func (r *Relay[TTx]) publish(ctx context.Context, evs []Event, msgs []idem.Messa
 		if pr.Duplicate {
 			r.log.DebugContext(ctx, "broker reported a duplicate (republish inside its dedup window)",
 				"seq", evs[i].Seq, "id", evs[i].ID, "position", pr.Position)
-			if r.cfg.OnDuplicate != nil {
-				r.cfg.OnDuplicate(ctx, evs[i])
-			}
+			dups = append(dups, evs[i])
 		}
 	}
 	if err == nil && n < len(msgs) {
 		err = fmt.Errorf("outbox: broker returned %d results for %d messages", n, len(msgs))
 	}
-	if err != nil {
-		return n, err
+	return n, dups, err
+}
+
+func (r *Relay[TTx]) duplicates(ctx context.Context, dups []Event) {
+	if r.cfg.OnDuplicate == nil {
+		return
 	}
-	return n, nil
+	for _, e := range dups {
+		r.cfg.OnDuplicate(ctx, e)
+	}
 }
 
 type failure struct {
@@ -419,29 +500,54 @@ func (r *Relay[TTx]) fallback(ctx context.Context, done, evs []Event) error {
 	return r.settle(ctx, done, failed, rest)
 }
 
-// claim claims the next batch, sorted by seq.
+// claim claims the next batch, sorted by seq (marking nothing).
 func (r *Relay[TTx]) claim(ctx context.Context) ([]Event, error) {
+	return r.claimTx(ctx, nil)
+}
+
+// claimTx marks done (events acked by the broker) published and claims the
+// next batch, in one transaction; it returns the batch sorted by seq. On
+// error nothing was marked: done must be marked later (or its claims
+// expire and the events are published again with the same ids).
+//
+// On PostgreSQL the transaction first takes the exclusive relay lock in a
+// statement of its own, so the claim's snapshot (taken after the lock is
+// granted) sees every earlier row of a key in its settled state; the mark
+// runs before the claim, so the claim sees those rows published. With the
+// pgx driver the whole transaction (BEGIN, lock, mark, claim, COMMIT) is
+// sent as one pipelined batch: one round trip per batch of events.
+func (r *Relay[TTx]) claimTx(ctx context.Context, done []Event) ([]Event, error) {
 	now := r.cfg.Now()
 	nowUS, until := store.Micros(now), store.Micros(now.Add(r.cfg.ClaimTTL))
+	timeout := strconv.FormatInt(max(1, r.cfg.PublishTimeout.Milliseconds()), 10)
 	var evs []Event
+	if r.pgx != nil {
+		var err error
+		evs, err = r.claimPgx(ctx, done, nowUS, until, timeout)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: claim: %w", err)
+		}
+		sortBySeq(evs)
+		return evs, nil
+	}
 	err := store.InTx(ctx, r.d, func(tx TTx) error {
 		evs = evs[:0]
 		q := r.d.Tx(tx)
 		if r.q.dialect == store.Postgres {
-			// Claims are serialized against each other and against owners
-			// settling their claims, so the claim's snapshot sees every
-			// earlier row of a key in its settled state (see package doc).
-			if _, err := q.Exec(ctx, r.q.lockClaim, r.q.ns64); err != nil {
-				return fmt.Errorf("lock: %w", err)
-			}
 			// Never hold the claim lock longer than a claim's lease: a
 			// stalled claim statement is cancelled and the round retried
 			// (a backstop). The planner settings pin the claim's plan to
 			// ordered index scans (see queries.go).
-			if _, err := q.Exec(ctx, r.q.claimPlan, strconv.FormatInt(max(1, r.cfg.PublishTimeout.Milliseconds()), 10)); err != nil {
-				return fmt.Errorf("statement timeout: %w", err)
+			if _, err := q.Exec(ctx, r.q.claimPlan, r.q.ns64, timeout); err != nil {
+				return fmt.Errorf("lock: %w", err)
 			}
-		} else {
+		}
+		if len(done) > 0 {
+			if _, err := q.Exec(ctx, r.q.markDone, nowUS, r.q.seqArg(seqsOf(done))); err != nil {
+				return fmt.Errorf("mark published: %w", err)
+			}
+		}
+		if r.q.dialect == store.SQLite {
 			n, err := q.Exec(ctx, r.q.acquireLease, r.cfg.LeaseName, r.cfg.Name, until, nowUS)
 			if err != nil {
 				return fmt.Errorf("lease: %w", err)
@@ -456,18 +562,9 @@ func (r *Relay[TTx]) claim(ctx context.Context) ([]Event, error) {
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var e Event
-			var t int64
-			var headers string
-			if err := rows.Scan(&e.Seq, &e.Source, &e.ID, &e.Type, &e.Topic, &e.Subject, &t,
-				&e.DataContentType, &e.Key, &headers, &e.Payload, &e.Attempts); err != nil {
+			e, err := scanEvent(rows)
+			if err != nil {
 				return err
-			}
-			e.Time = store.FromMicros(t)
-			if headers != "" && headers != "{}" {
-				if err := json.Unmarshal([]byte(headers), &e.Headers); err != nil {
-					return fmt.Errorf("headers of seq %d: %w", e.Seq, err)
-				}
 			}
 			evs = append(evs, e)
 		}
@@ -478,6 +575,91 @@ func (r *Relay[TTx]) claim(ctx context.Context) ([]Event, error) {
 	}
 	sortBySeq(evs)
 	return evs, nil
+}
+
+// claimPgx is claimTx's transaction as one pipelined pgx batch. Any error
+// leaves the transaction rolled back (the connection is discarded when it
+// is not idle).
+func (r *Relay[TTx]) claimPgx(ctx context.Context, done []Event, nowUS, until int64, timeout string) (evs []Event, err error) {
+	conn, err := r.pgx.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil && conn.Conn().PgConn().TxStatus() != 'I' {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = conn.Hijack().Close(cctx)
+			cancel()
+			return
+		}
+		conn.Release()
+	}()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(r.q.claimPlan, r.q.ns64, timeout)
+	if len(done) > 0 {
+		b.Queue(r.q.markDone, nowUS, seqsOf(done))
+	}
+	b.Queue(r.q.claim, r.cfg.Name, until, nowUS, r.cfg.BatchSize)
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	if len(done) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("mark published: %w", err)
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		evs = append(evs, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	if tag.String() != "COMMIT" {
+		return nil, fmt.Errorf("commit: transaction ended with %q", tag.String())
+	}
+	return evs, nil
+}
+
+func scanEvent(rows interface{ Scan(...any) error }) (Event, error) {
+	var e Event
+	var t int64
+	var headers string
+	if err := rows.Scan(&e.Seq, &e.Source, &e.ID, &e.Type, &e.Topic, &e.Subject, &t,
+		&e.DataContentType, &e.Key, &headers, &e.Payload, &e.Attempts); err != nil {
+		return e, err
+	}
+	e.Time = store.FromMicros(t)
+	if headers != "" && headers != "{}" {
+		if err := json.Unmarshal([]byte(headers), &e.Headers); err != nil {
+			return e, fmt.Errorf("headers of seq %d: %w", e.Seq, err)
+		}
+	}
+	return e, nil
 }
 
 // settle records the outcome of a round in one transaction: done events are
@@ -544,12 +726,7 @@ func (r *Relay[TTx]) settle(ctx context.Context, done []Event, failed []failure,
 		// The claims expire after ClaimTTL; the events are published again.
 		return fmt.Errorf("outbox: settle: %w", err)
 	}
-	if len(done) > 0 {
-		r.log.DebugContext(ctx, "published", "events", len(done), "first_seq", done[0].Seq, "last_seq", done[len(done)-1].Seq)
-		if r.cfg.OnPublished != nil {
-			r.cfg.OnPublished(ctx, done)
-		}
-	}
+	r.published(ctx, done)
 	for i, f := range retried {
 		r.log.WarnContext(ctx, "publish failed, will retry", "seq", f.ev.Seq, "id", f.ev.ID, "key", f.ev.Key,
 			"attempt", f.ev.Attempts, "next", nexts[i], "err", f.err)
@@ -565,6 +742,17 @@ func (r *Relay[TTx]) settle(ctx context.Context, done []Event, failed []failure,
 		}
 	}
 	return nil
+}
+
+// published reports events that were acked and marked published.
+func (r *Relay[TTx]) published(ctx context.Context, done []Event) {
+	if len(done) == 0 {
+		return
+	}
+	r.log.DebugContext(ctx, "published", "events", len(done), "first_seq", done[0].Seq, "last_seq", done[len(done)-1].Seq)
+	if r.cfg.OnPublished != nil {
+		r.cfg.OnPublished(ctx, done)
+	}
 }
 
 func msgsOf(evs []Event) []idem.Message {
