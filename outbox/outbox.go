@@ -131,15 +131,15 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 // On PostgreSQL Enqueue is one statement (one round trip): it takes the
 // ordering-key locks (see Config.DisableKeyLock) before inserting, inserts
 // the rows and, at most once per Config.NotifyInterval, queues a pg_notify
-// that wakes listening relays after commit. On SQLite call [Relay.Notify] after commit for an
-// immediate wake-up, otherwise the relay polls.
+// that wakes listening relays after commit. On SQLite call [Relay.Notify]
+// after commit for an immediate wake-up, otherwise the relay polls.
 func (o *Outbox[TTx]) Enqueue(ctx context.Context, tx TTx, events ...Event) ([]Event, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
 	now := o.cfg.Now()
 	out := make([]Event, len(events))
-	var keys []string
+	anyKey := false
 	for i, e := range events {
 		if e.ID == "" {
 			u, err := uuid.NewV7()
@@ -157,15 +157,13 @@ func (o *Outbox[TTx]) Enqueue(ctx context.Context, tx TTx, events ...Event) ([]E
 		}
 		e.Seq, e.Attempts = 0, 0
 		out[i] = e
-		if e.Key != "" {
-			keys = append(keys, e.Key)
-		}
+		anyKey = anyKey || e.Key != ""
 	}
 	q := o.d.Tx(tx)
 	seqs := make(map[ident]int64, len(out))
 	var err error
 	if o.q.dialect == store.Postgres {
-		err = o.insertPG(ctx, q, out, now, len(keys) > 0, seqs)
+		err = o.insertPG(ctx, q, out, now, anyKey, seqs)
 	} else {
 		err = o.insertChunks(ctx, q, out, now, seqs)
 	}
