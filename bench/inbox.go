@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -32,9 +33,9 @@ func countRows[TTx any](ctx context.Context, d store.Driver[TTx], table string) 
 	return n, err
 }
 
-// inboxVsPlain: one message per transaction through the inbox (inbox row +
-// one business INSERT) against the business INSERT alone, on workers
-// concurrent workers.
+// inboxVsPlain: one message per transaction through the inbox (Process:
+// inbox row + one business INSERT) against the business INSERT alone, on
+// workers concurrent workers.
 func inboxVsPlain[TTx any](e *Env, d store.Driver[TTx], storeName string, workers int) Pair {
 	var (
 		in       *inbox.Inbox[TTx]
@@ -56,14 +57,13 @@ func inboxVsPlain[TTx any](e *Env, d store.Driver[TTx], storeName string, worker
 			return err
 		}
 		return throughput(ctx, budget, workers, func(ctx context.Context, _ int) (int, error) {
-			msg := idem.Message{ID: "m-" + strconv.FormatInt(seq.Add(1), 10), Subject: "bench", Payload: payload}
-			err := store.InTx(ctx, d, func(tx TTx) error {
-				res, err := in.ProcessTx(ctx, tx, consumer, msg, h)
-				if err == nil && res != inbox.Processed {
-					err = fmt.Errorf("message %s: %v, want processed", msg.ID, res)
-				}
-				return err
-			})
+			msg := idem.Message{ID: "m-" + strconv.FormatInt(seq.Add(1), 10), Subject: "bench", Payload: payload, Attempt: 1}
+			// Process: the inbox's own transaction per message (with pgx,
+			// BEGIN and the inbox INSERT share one round trip).
+			res, err := in.Process(ctx, consumer, msg, h)
+			if err == nil && res != inbox.Processed {
+				err = fmt.Errorf("message %s: %v, want processed", msg.ID, res)
+			}
 			return 1, err
 		})
 	}}
@@ -84,8 +84,12 @@ const batchSize = 100
 
 // inboxBatchVsSingle: batches of 100 messages per transaction
 // (ProcessBatchTx: one multi-row inbox insert, each handler in a savepoint)
-// against one message per transaction (ProcessTx), one worker each.
-func inboxBatchVsSingle[TTx any](e *Env, d store.Driver[TTx], storeName string) Pair {
+// against one message per transaction (Process), one worker each.
+//
+// With batchHandler, side A hands the batch's new messages to a
+// BatchHandler writing them with one multi-row INSERT
+// (ProcessBatchWithTx), the pair inbox_batch_handler_vs_single.
+func inboxBatchVsSingle[TTx any](e *Env, d store.Driver[TTx], storeName string, batchHandler bool) Pair {
 	var (
 		in       *inbox.Inbox[TTx]
 		insert   string
@@ -93,6 +97,9 @@ func inboxBatchVsSingle[TTx any](e *Env, d store.Driver[TTx], storeName string) 
 		consumer = e.name("bench")
 	)
 	p := Pair{Name: "inbox_batch_vs_single_" + storeName}
+	if batchHandler {
+		p.Name = "inbox_batch_handler_vs_single_" + storeName
+	}
 	p.Setup = func(ctx context.Context) (err error) {
 		if in, err = inbox.New(d, inbox.Config{}); err != nil {
 			return err
@@ -111,7 +118,15 @@ func inboxBatchVsSingle[TTx any](e *Env, d store.Driver[TTx], storeName string) 
 				msgs[i] = idem.Message{ID: "m-" + strconv.FormatInt(seq.Add(1), 10), Subject: "bench", Payload: payload}
 			}
 			err := store.InTx(ctx, d, func(tx TTx) error {
-				out, err := in.ProcessBatchTx(ctx, tx, consumer, msgs, h)
+				var out []inbox.Outcome
+				var err error
+				if batchHandler {
+					out, err = in.ProcessBatchWithTx(ctx, tx, consumer, msgs, func(ctx context.Context, tx TTx, ms []idem.Message) error {
+						return insertMany(ctx, d, tx, insert, ms)
+					}, h)
+				} else {
+					out, err = in.ProcessBatchTx(ctx, tx, consumer, msgs, h)
+				}
 				if err != nil {
 					return err
 				}
@@ -127,12 +142,29 @@ func inboxBatchVsSingle[TTx any](e *Env, d store.Driver[TTx], storeName string) 
 	}}
 	p.B = Side{Label: "single", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
 		return throughput(ctx, budget, 1, func(ctx context.Context, _ int) (int, error) {
-			msg := idem.Message{ID: "m-" + strconv.FormatInt(seq.Add(1), 10), Subject: "bench", Payload: payload}
-			return 1, store.InTx(ctx, d, func(tx TTx) error {
-				_, err := in.ProcessTx(ctx, tx, consumer, msg, h)
-				return err
-			})
+			msg := idem.Message{ID: "m-" + strconv.FormatInt(seq.Add(1), 10), Subject: "bench", Payload: payload, Attempt: 1}
+			_, err := in.Process(ctx, consumer, msg, h)
+			return 1, err
 		})
 	}}
 	return p
+}
+
+// insertMany writes ms with one multi-row form of insert (whose VALUES
+// clause is "($1, $2, $3)").
+func insertMany[TTx any](ctx context.Context, d store.Driver[TTx], tx TTx, insert string, ms []idem.Message) error {
+	head, _, _ := strings.Cut(insert, "VALUES")
+	var b strings.Builder
+	b.WriteString(head + "VALUES ")
+	args := make([]any, 0, 3*len(ms))
+	now := store.Micros(time.Now())
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "($%d, $%d, $%d)", 3*i+1, 3*i+2, 3*i+3)
+		args = append(args, m.ID, m.Payload, now)
+	}
+	_, err := d.Tx(tx).Exec(ctx, b.String(), args...)
+	return err
 }

@@ -36,6 +36,7 @@ var targets = []struct {
 }{
 	{"inbox_vs_plain", Target{MinRatio: 0.80}},
 	{"inbox_batch_vs_single", Target{MinRatio: 15}},
+	{"inbox_batch_handler_vs_single", Target{MinRatio: 15}},
 	{"http_vs_plain", Target{MinRatio: 0.75}},
 	{"http_replay_vs_execute", Target{MinRatio: 2}},
 	{"outbox_relay", Target{MinAPerS: 20000, MaxP99Ms: 100}},

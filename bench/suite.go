@@ -21,9 +21,11 @@ func (e *Env) Pairs() []Pair {
 			ps = append(ps, inboxVsPlain(e, e.pg, "postgres", w))
 		}
 	}
-	ps = append(ps, inboxBatchVsSingle(e, e.sqlite, "sqlite"))
-	if e.hasPostgres() {
-		ps = append(ps, inboxBatchVsSingle(e, e.pg, "postgres"))
+	for _, bh := range []bool{false, true} {
+		ps = append(ps, inboxBatchVsSingle(e, e.sqlite, "sqlite", bh))
+		if e.hasPostgres() {
+			ps = append(ps, inboxBatchVsSingle(e, e.pg, "postgres", bh))
+		}
 	}
 	if e.hasPostgres() {
 		ps = append(ps, httpPairs(e, e.pg, "postgres")...)

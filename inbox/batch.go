@@ -38,6 +38,30 @@ type Outcome struct {
 // whole batch. Acknowledge each delivery whose Outcome has no error after
 // tx commits; Nak or dead-letter the others.
 func (in *Inbox[TTx]) ProcessBatchTx(ctx context.Context, tx TTx, consumer string, msgs []idem.Message, h Handler[TTx]) ([]Outcome, error) {
+	return in.processBatch(ctx, tx, consumer, msgs, nil, h)
+}
+
+// BatchHandler applies the effects of several new messages at once with
+// tx, typically one multi-row statement or COPY instead of a round trip per
+// message. It receives the messages in batch order. An error rolls back
+// everything it wrote.
+type BatchHandler[TTx any] func(ctx context.Context, tx TTx, msgs []idem.Message) error
+
+// ProcessBatchWithTx is ProcessBatchTx for handlers that can apply a whole
+// batch at once: the new messages of the batch (duplicates and invalid
+// messages removed) are handed to bh in one call. If bh fails, its writes
+// are rolled back to a savepoint and each new message is applied through h
+// in a savepoint of its own, exactly as ProcessBatchTx does, so one poison
+// message still cannot sink the others. Both handlers must have the same
+// effect for a message.
+func (in *Inbox[TTx]) ProcessBatchWithTx(ctx context.Context, tx TTx, consumer string, msgs []idem.Message, bh BatchHandler[TTx], h Handler[TTx]) ([]Outcome, error) {
+	if bh == nil {
+		return nil, idem.InvalidOptionf("inbox: nil batch handler")
+	}
+	return in.processBatch(ctx, tx, consumer, msgs, bh, h)
+}
+
+func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string, msgs []idem.Message, bh BatchHandler[TTx], h Handler[TTx]) ([]Outcome, error) {
 	if h == nil {
 		return nil, idem.InvalidOptionf("inbox: nil handler")
 	}
@@ -135,14 +159,22 @@ func (in *Inbox[TTx]) ProcessBatchTx(ctx context.Context, tx TTx, consumer strin
 			toRun = append(toRun, i)
 		}
 	}
-	if len(toRun) > 1 {
+	if len(toRun) > 1 || (bh != nil && len(toRun) == 1) {
 		if _, err := q.Exec(ctx, `SAVEPOINT idem_inbox_batch`); err != nil {
 			return nil, fmt.Errorf("inbox: savepoint: %w", err)
 		}
-		for _, i := range toRun {
-			if err := h(ctx, tx, msgs[i]); err != nil {
-				fast = false
-				break
+		if bh != nil {
+			fresh := make([]idem.Message, len(toRun))
+			for j, i := range toRun {
+				fresh[j] = msgs[i]
+			}
+			fast = bh(ctx, tx, fresh) == nil
+		} else {
+			for _, i := range toRun {
+				if err := h(ctx, tx, msgs[i]); err != nil {
+					fast = false
+					break
+				}
 			}
 		}
 		stmt := `RELEASE SAVEPOINT idem_inbox_batch`

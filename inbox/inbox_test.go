@@ -464,3 +464,91 @@ func TestInvalidInput(t *testing.T) {
 		}
 	}
 }
+
+// A batch handler writes all new messages in one statement; when it fails
+// (one poison message), the batch falls back to one savepoint per message.
+func TestBatchHandler(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testBatchHandler(t, testdb.SQLite(t)) })
+	t.Run("pgx", func(t *testing.T) { t.Parallel(); testBatchHandler(t, testdb.Pgx(t)) })
+	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); testBatchHandler(t, testdb.SQLPostgres(t)) })
+}
+
+func testBatchHandler[TTx any](t *testing.T, d store.Driver[TTx]) {
+	ctx := context.Background()
+	testdb.Exec(t, d, `CREATE TABLE bh_biz (id text PRIMARY KEY, payload text NOT NULL CHECK (payload <> 'poison'))`)
+	ib, err := inbox.New(d, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batchCalls, singleCalls atomic.Int32
+	bh := func(ctx context.Context, tx TTx, msgs []idem.Message) error {
+		batchCalls.Add(1)
+		sql := `INSERT INTO bh_biz (id, payload) VALUES `
+		args := []any{}
+		for i, m := range msgs {
+			if i > 0 {
+				sql += ","
+			}
+			sql += fmt.Sprintf("($%d, $%d)", 2*i+1, 2*i+2)
+			args = append(args, m.ID, string(m.Payload))
+		}
+		_, err := d.Tx(tx).Exec(ctx, sql, args...)
+		return err
+	}
+	h := func(ctx context.Context, tx TTx, m idem.Message) error {
+		singleCalls.Add(1)
+		_, err := d.Tx(tx).Exec(ctx, `INSERT INTO bh_biz (id, payload) VALUES ($1, $2)`, m.ID, string(m.Payload))
+		return err
+	}
+	run := func(msgs []idem.Message) []inbox.Outcome {
+		t.Helper()
+		var out []inbox.Outcome
+		if err := store.InTx(ctx, d, func(tx TTx) error {
+			var err error
+			out, err = ib.ProcessBatchWithTx(ctx, tx, "proj", msgs, bh, h)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	var msgs []idem.Message
+	for i := range 50 {
+		msgs = append(msgs, msg(fmt.Sprintf("a-%02d", i), "ok"))
+	}
+	for _, o := range run(msgs) {
+		if o.Err != nil || o.Result != inbox.Processed {
+			t.Fatalf("clean batch: %+v", o)
+		}
+	}
+	if batchCalls.Load() != 1 || singleCalls.Load() != 0 {
+		t.Fatalf("clean batch: %d batch calls, %d single calls; want 1 and 0", batchCalls.Load(), singleCalls.Load())
+	}
+	// A redelivered batch with 10 new messages, one of them poison.
+	next := append([]idem.Message{}, msgs[:20]...)
+	for i := range 10 {
+		p := "ok"
+		if i == 4 {
+			p = "poison"
+		}
+		next = append(next, msg(fmt.Sprintf("b-%02d", i), p))
+	}
+	out := run(next)
+	for i, o := range out {
+		switch {
+		case i < 20 && (o.Err != nil || o.Result != inbox.Duplicate):
+			t.Errorf("redelivered %d: %+v, want duplicate", i, o)
+		case i == 24 && o.Err == nil:
+			t.Errorf("poison message processed")
+		case i >= 20 && i != 24 && (o.Err != nil || o.Result != inbox.Processed):
+			t.Errorf("new %d: %+v, want processed", i, o)
+		}
+	}
+	if n := testdb.Count(t, d, `SELECT count(*) FROM bh_biz`); n != 59 {
+		t.Fatalf("%d business rows, want 59", n)
+	}
+	if n := testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("inbox")); n != 59 {
+		t.Fatalf("%d inbox rows, want 59", n)
+	}
+}
