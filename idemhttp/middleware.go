@@ -45,6 +45,12 @@
 // Config.LockTimeout; SQLite: BEGIN IMMEDIATE serialises writers) and then
 // replays, or answers 409.
 //
+// With the pgx driver a new key costs four round trips: the replay read,
+// BEGIN together with the key INSERT, the handler's statements, and the
+// completion UPDATE together with COMMIT. A racing duplicate surfaces in
+// the pipelined INSERT as a unique violation (an ERROR line in the server
+// log) and takes the ordinary ON CONFLICT path.
+//
 // Records live in the idempotency_keys table for Config.Retention (24 h by
 // default, per operation with Config.OperationRetention), counted from the
 // first request. Expiry is enforced at read time — a record past its
@@ -418,9 +424,23 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	defer cancelTx()
 	stop := context.AfterFunc(ctx, cancelTx)
 	defer stop()
-	tx, err := m.d.Begin(txCtx)
+	insertSQL, takeoverSQL := m.q.insert, m.q.takeover
+	var extra []any
+	if m.d.Dialect() == store.Postgres {
+		insertSQL, takeoverSQL = m.q.insertLocked, m.q.takeoverLocked
+		extra = []any{pgInterval(m.cfg.LockTimeout.Milliseconds())}
+	}
+	// Fast path (pgx): BEGIN and the key INSERT in one round trip. A key
+	// that exists already surfaces as a unique violation there, and the
+	// ordinary path below decides what it means.
+	tx, token, began, err := m.beginInsert(txCtx, req, extra)
 	if err != nil {
 		return errOutcome(err), nil, err
+	}
+	if !began {
+		if tx, err = m.d.Begin(txCtx); err != nil {
+			return errOutcome(err), nil, err
+		}
 	}
 	finished := false
 	defer func() {
@@ -429,15 +449,13 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 		}
 	}()
 	q := m.d.Tx(tx)
-	insertSQL, takeoverSQL := m.q.insert, m.q.takeover
-	var extra []any
-	if m.d.Dialect() == store.Postgres {
-		insertSQL, takeoverSQL = m.q.insertLocked, m.q.takeoverLocked
-		extra = []any{pgInterval(m.cfg.LockTimeout.Milliseconds())}
-	}
-	token, out, rec, err := m.claim(ctx, q, req, insertSQL, takeoverSQL, extra...)
-	if err != nil || token == 0 {
-		return out, rec, err
+	if !began {
+		var out outcome
+		var rec *Record
+		token, out, rec, err = m.claim(ctx, q, req, insertSQL, takeoverSQL, extra...)
+		if err != nil || token == 0 {
+			return out, rec, err
+		}
 	}
 
 	req.state.tx, req.state.hasTx = tx, true
@@ -459,6 +477,20 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	// meanwhile, so its retry replays instead of executing again.
 	bg := context.WithoutCancel(ctx)
 	now := m.cfg.Now()
+	if ce, ok := m.d.(store.CommitExecer[TTx]); ok {
+		// pgx: the completion UPDATE and COMMIT in one round trip. The
+		// record was inserted by this transaction and stays locked by it,
+		// so the UPDATE cannot miss it.
+		done, err := ce.ExecCommit(bg, tx, m.q.complete, m.completeArgs(req, token, cw, now)...)
+		if done {
+			finished = true
+			if err != nil {
+				return outStoreFailed, nil, fmt.Errorf("commit failed, nothing was recorded: %w", err)
+			}
+			cw.send()
+			return outDone, nil, nil
+		}
+	}
 	n, err := q.Exec(bg, m.q.complete, m.completeArgs(req, token, cw, now)...)
 	if err == nil && n != 1 {
 		err = fmt.Errorf("idemhttp: record %s vanished before completion", req.scope)
@@ -473,6 +505,24 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	}
 	cw.send()
 	return outDone, nil, nil
+}
+
+// beginInsert begins the request transaction and inserts a pending record
+// in one round trip when the driver can (store.BeginInserter). began=false
+// means the ordinary path must run; a record that already exists is one
+// such case.
+func (m *Middleware[TTx]) beginInsert(ctx context.Context, req *request, extra []any) (tx TTx, token int64, began bool, err error) {
+	bi, ok := m.d.(store.BeginInserter[TTx])
+	if !ok || m.q.insertStrict == "" {
+		return tx, 0, false, nil
+	}
+	now := m.cfg.Now()
+	args := append(req.args(req.fp.Bytes(), store.Micros(now), int64(0), store.Micros(now.Add(m.retention(req.operation)))), extra...)
+	tx, inserted, ok, err := bi.BeginInsert(ctx, m.q.insertStrict, args...)
+	if err != nil || !ok || !inserted {
+		return tx, 0, false, err
+	}
+	return tx, 1, true, nil
 }
 
 // attemptTwoPhase is one two-phase attempt: commit a pending record with a

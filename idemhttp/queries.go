@@ -22,6 +22,9 @@ type queries struct {
 	// it first sets lock_timeout to $8 for the wait on the unique index, and
 	// restores the previous value in RETURNING once the row is inserted.
 	insertLocked string
+	// insertStrict is insertLocked without ON CONFLICT, for
+	// store.BeginInserter: a conflict is a unique violation (PostgreSQL).
+	insertStrict string
 	// load reads one record: $1 tenant, $2 operation, $3 key.
 	load string
 	// takeover re-arms an expired record (retention passed) or, when
@@ -91,6 +94,7 @@ INSERT INTO {T} (tenant, operation, idem_key, fingerprint, state, token, created
 SELECT $1::text, $2::text, $3::text, $4::bytea, 'pending', 1, $5::bigint, $6::bigint, $7::bigint FROM lt
 ON CONFLICT (tenant, operation, idem_key) DO NOTHING
 RETURNING token`) + restore
+		q.insertStrict = strings.Replace(q.insertLocked, "ON CONFLICT (tenant, operation, idem_key) DO NOTHING\n", "", 1)
 	}
 	return q
 }

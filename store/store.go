@@ -194,3 +194,14 @@ type BeginInserter[TTx any] interface {
 	// unavailable on this connection and nothing was done.
 	BeginInsert(ctx context.Context, insertSQL string, args ...any) (tx TTx, inserted, ok bool, err error)
 }
+
+// CommitExecer is implemented by drivers that can run a transaction's last
+// statement and its COMMIT in a single round trip (pgxstore, for
+// transactions it began with BeginInsert).
+type CommitExecer[TTx any] interface {
+	// ExecCommit runs stmt (args of type string, []byte, int64 or int) and
+	// commits tx. ok=false means the fast path does not apply to tx and
+	// nothing was done: the caller runs stmt and Commit itself. Otherwise
+	// tx is over, committed when err is nil and rolled back when not.
+	ExecCommit(ctx context.Context, tx TTx, stmt string, args ...any) (ok bool, err error)
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,20 +40,45 @@ func (d *Driver) BeginInsert(ctx context.Context, insertSQL string, args ...any)
 	tx, err := c.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + sql})
 	if err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		if errors.As(err, &pgErr) && c.Conn().PgConn().TxStatus() != 'I' {
 			// The failed INSERT left the connection in an aborted
 			// transaction: end it before the connection goes back.
-			_, rbErr := c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-			c.Release()
-			if rbErr != nil {
+			if _, rbErr := c.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+				c.Release()
 				return nil, false, false, translate(rbErr)
 			}
-			return nil, false, true, nil
 		}
 		c.Release()
+		if pgErr != nil && pgErr.Code == "23505" {
+			return nil, false, true, nil
+		}
 		return nil, false, false, translate(err)
 	}
 	return &pooledTx{Tx: tx, c: c}, true, true, nil
+}
+
+// ExecCommit runs stmt and COMMIT as one simple-protocol query, the
+// arguments rendered as literals, for a transaction BeginInsert started.
+// It reports ok=false, doing nothing, for any other transaction (or
+// arguments it cannot render). The statement's row count is not reported.
+// On error the transaction is rolled back; either way it is over and its
+// connection is back in the pool.
+func (d *Driver) ExecCommit(ctx context.Context, tx pgx.Tx, stmt string, args ...any) (bool, error) {
+	pt, ok := tx.(*pooledTx)
+	if !ok || pt.done.Load() {
+		return false, nil
+	}
+	sql, ok := inlineArgs(stmt, args)
+	if !ok {
+		return false, nil
+	}
+	pt.done.Store(true)
+	defer pt.release()
+	_, err := pt.c.Exec(ctx, sql+"; COMMIT")
+	if err != nil && pt.c.Conn().PgConn().TxStatus() != 'I' {
+		_, _ = pt.c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	return true, translate(err)
 }
 
 // pooledTx returns its connection to the pool when it ends, like pgxpool.Tx.
@@ -60,11 +86,15 @@ type pooledTx struct {
 	pgx.Tx
 	c    *pgxpool.Conn
 	once sync.Once
+	done atomic.Bool // ended by ExecCommit: the inner Tx must not be used
 }
 
 func (t *pooledTx) release() { t.once.Do(t.c.Release) }
 
 func (t *pooledTx) Commit(ctx context.Context) error {
+	if t.done.Load() {
+		return pgx.ErrTxClosed
+	}
 	err := t.Tx.Commit(ctx)
 	if !errors.Is(err, pgx.ErrTxClosed) {
 		t.release()
@@ -73,6 +103,9 @@ func (t *pooledTx) Commit(ctx context.Context) error {
 }
 
 func (t *pooledTx) Rollback(ctx context.Context) error {
+	if t.done.Load() {
+		return pgx.ErrTxClosed
+	}
 	err := t.Tx.Rollback(ctx)
 	if !errors.Is(err, pgx.ErrTxClosed) {
 		t.release()
