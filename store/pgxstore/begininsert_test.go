@@ -53,3 +53,58 @@ func TestBeginInsertRoundTrip(t *testing.T) {
 		t.Fatalf("%d connections still acquired", st.AcquiredConns())
 	}
 }
+
+// ExecCommit ends a BeginInsert transaction with one round trip: committed
+// on success, rolled back (nothing visible) when COMMIT fails, and declined
+// for transactions it did not begin.
+func TestExecCommit(t *testing.T) {
+	t.Parallel()
+	d := testdb.Pgx(t)
+	ctx := context.Background()
+	testdb.Exec(t, d, `CREATE TABLE ec (k text PRIMARY KEY, v text NOT NULL)`)
+	testdb.Exec(t, d, `CREATE TABLE ec_ref (k text NOT NULL REFERENCES ec (k) DEFERRABLE INITIALLY DEFERRED)`)
+
+	tx, inserted, ok, err := d.BeginInsert(ctx, `INSERT INTO ec (k, v) VALUES ($1, $2)`, "a", "pending")
+	if err != nil || !ok || !inserted {
+		t.Fatal(inserted, ok, err)
+	}
+	done, err := d.ExecCommit(ctx, tx, `UPDATE ec SET v = $2 WHERE k = $1`, "a", "it's done")
+	if !done || err != nil {
+		t.Fatalf("ExecCommit: %v %v", done, err)
+	}
+	var v string
+	if err := d.PgxPool().QueryRow(ctx, `SELECT v FROM ec WHERE k = 'a'`).Scan(&v); err != nil || v != "it's done" {
+		t.Fatalf("after commit: %q %v", v, err)
+	}
+	if err := d.Rollback(ctx, tx); err != nil {
+		t.Fatalf("rollback after ExecCommit must be a no-op: %v", err)
+	}
+
+	// A COMMIT that fails (deferred foreign key) leaves nothing behind.
+	tx, _, _, err = d.BeginInsert(ctx, `INSERT INTO ec (k, v) VALUES ($1, $2)`, "b", "pending")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err = d.ExecCommit(ctx, tx, `INSERT INTO ec_ref (k) VALUES ($1)`, "missing")
+	if !done || err == nil {
+		t.Fatalf("failing commit: done=%v err=%v, want an error", done, err)
+	}
+	if n := testdb.Count(t, d, `SELECT count(*) FROM ec WHERE k = 'b'`); n != 0 {
+		t.Fatal("a failed commit left its insert")
+	}
+
+	// Not a BeginInsert transaction: declined, nothing done.
+	plain, err := d.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, err := d.ExecCommit(ctx, plain, `UPDATE ec SET v = 'x'`); done || err != nil {
+		t.Fatalf("plain tx: done=%v err=%v, want declined", done, err)
+	}
+	if err := d.Rollback(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.PgxPool().Stat(); st.AcquiredConns() != 0 {
+		t.Fatalf("%d connections still acquired", st.AcquiredConns())
+	}
+}
