@@ -12,10 +12,10 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/broker/jetstream"
 	"github.com/idemkit/idem/broker/jetstream/embedded"
+	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
@@ -145,10 +145,10 @@ func (e *Env) sqlPgNS(ctx context.Context) (*sqlstore.Driver, error) {
 	return d, migrate.Up(ctx, d)
 }
 
-// batchConsumer is an inbox consumer in batch mode: it fetches up to
-// batchSize deliveries, records them and runs h for each in one
-// transaction (inbox.ProcessBatchTx), commits, and only then acks them.
-// A failing transaction naks the batch for redelivery.
+// batchConsumer is idem's consumer runtime in batch mode: consumerWorkers
+// fetch loops on one durable consumer, each fetching up to batchSize
+// deliveries, recording them and running h for each in one transaction
+// (inbox.ProcessBatchTx), committing, and only then acking them.
 type batchConsumer[TTx any] struct {
 	d        store.Driver[TTx]
 	in       *inbox.Inbox[TTx]
@@ -160,65 +160,20 @@ type batchConsumer[TTx any] struct {
 // consumerWorkers is how many fetch loops share one durable consumer.
 const consumerWorkers = 2
 
-// run consumes with consumerWorkers concurrent loops until ctx is done; it
-// returns the first error that is not ctx's.
+// run consumes until ctx is done.
 func (c *batchConsumer[TTx]) run(ctx context.Context) error {
-	errs := make([]error, consumerWorkers)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i := range consumerWorkers {
-		wg.Go(func() {
-			if errs[i] = c.loop(ctx); errs[i] != nil {
-				cancel()
-			}
-		})
+	cons, err := consumer.New(c.d, c.in, c.sub, consumer.Config[TTx]{
+		Name: c.consumer, Handler: c.h, Concurrency: consumerWorkers, BatchSize: batchSize,
+		FetchWait: 50 * time.Millisecond,
+	})
+	if err != nil {
+		return err
 	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// loop is one fetch → transaction → commit → ack loop.
-func (c *batchConsumer[TTx]) loop(ctx context.Context) error {
-	for {
-		ds, err := c.sub.Fetch(ctx, batchSize, 50*time.Millisecond)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if len(ds) == 0 {
-			continue
-		}
-		msgs := make([]idem.Message, len(ds))
-		for i, d := range ds {
-			msgs[i] = d.Message()
-		}
-		var outs []inbox.Outcome
-		err = store.InTx(ctx, c.d, func(tx TTx) error {
-			outs, err = c.in.ProcessBatchTx(ctx, tx, c.consumer, msgs, c.h)
-			return err
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("consumer batch: %w", err)
-		}
-		for i, o := range outs {
-			if o.Err != nil {
-				return fmt.Errorf("consumer: message %s: %w", msgs[i].ID, o.Err)
-			}
-		}
-		if err := ackAll(ctx, ds); err != nil && ctx.Err() == nil {
-			return err
-		}
-	}
+	return cons.Run(ctx)
 }
 
 // ackAll acks deliveries concurrently (each Ack waits for the server's
-// confirmation).
+// confirmation), as the consumer runtime does for a batch.
 func ackAll(ctx context.Context, ds []broker.Delivery) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(ds))

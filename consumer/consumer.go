@@ -73,7 +73,7 @@ func (b Backoff) Delay(attempt int, rnd func() float64) time.Duration {
 // Hooks are test and drill seams.
 type Hooks struct {
 	// AfterCommit runs after a message's transaction committed and before
-	// its Ack. Returning an error skips the Ack, as if the process crashed
+	// its Ack, concurrently for the messages of a batch. Returning an error skips the Ack, as if the process crashed
 	// there: the broker redelivers the message after its ack wait.
 	AfterCommit func(msg idem.Message) error
 }
@@ -396,14 +396,28 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, ds []broker.Delivery) 
 		}
 		return
 	}
+	// Settle the batch's deliveries concurrently: each Ack waits for the
+	// broker's confirmation (JetStream double ack), and one after the other
+	// they would cost a round trip per message.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxConcurrentSettles)
 	for i, dv := range valid {
-		if outs[i].Err != nil {
-			c.fail(ctx, dv, msgs[i], outs[i].Err)
-			continue
-		}
-		c.succeeded(ctx, dv, msgs[i], outs[i].Result)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if outs[i].Err != nil {
+				c.fail(ctx, dv, msgs[i], outs[i].Err)
+				return
+			}
+			c.succeeded(ctx, dv, msgs[i], outs[i].Result)
+		})
 	}
+	wg.Wait()
 }
+
+// maxConcurrentSettles bounds the acks (or naks / dead letters) of one
+// batch in flight at once.
+const maxConcurrentSettles = 32
 
 // settleCtx outlives a cancelled run context briefly, so deliveries being
 // settled at shutdown still reach the broker.
