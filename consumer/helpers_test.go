@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/promtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -89,37 +90,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// value gathers g and returns metric name's value for labels rendered
-// "k=v,k=v" in label-name order (0 when absent; histograms: sample count).
+// value is promtest.Value.
 func value(t *testing.T, g prometheus.Gatherer, name, labels string) float64 {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var parts []string
-			for _, lp := range m.GetLabel() {
-				parts = append(parts, lp.GetName()+"="+lp.GetValue())
-			}
-			if strings.Join(parts, ",") != labels {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return 0
+	return promtest.Value(t, g, name, labels)
 }
 
 // natsEnv is an embedded JetStream server with one stream.

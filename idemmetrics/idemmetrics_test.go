@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/internal/promtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -126,35 +127,8 @@ func testDBCollector[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 }
 
-// value gathers reg and returns the value of metric name whose labels,
-// rendered "k=v,k=v" in name order, equal labels (histograms: sample count).
+// value is promtest.Value.
 func value(t *testing.T, g prometheus.Gatherer, name, labels string) float64 {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var parts []string
-			for _, lp := range m.GetLabel() {
-				parts = append(parts, lp.GetName()+"="+lp.GetValue())
-			}
-			if strings.Join(parts, ",") != labels {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return -1
+	return promtest.Value(t, g, name, labels)
 }
