@@ -199,35 +199,56 @@ func peerConsume(e *Env) Pair {
 // pipelineDrain starts a relay and a batch inbox consumer on topic and
 // times them from start until table holds n rows.
 func pipelineDrain[TTx any](ctx context.Context, e *Env, d store.Driver[TTx], in *inbox.Inbox[TTx], topic, table, insert string, n int) (Sample, error) {
-	pub, err := e.publisher()
-	if err != nil {
-		return Sample{}, err
-	}
-	sub, err := e.subscriber(ctx, topic)
-	if err != nil {
-		return Sample{}, err
-	}
-	defer sub.Close()
 	start := time.Now()
-	rr, err := startRelay(ctx, d, pub)
+	dr, err := startDrain(ctx, e, d, in, topic, insert)
 	if err != nil {
 		return Sample{}, err
 	}
-	defer rr.stop()
-	cctx, stop := context.WithCancel(ctx)
-	defer stop()
-	errc := make(chan error, 2)
-	c := &batchConsumer[TTx]{d: d, in: in, sub: sub, consumer: e.name("consumer"), h: rowHandler[TTx](d, insert)}
-	go func() { errc <- c.run(cctx) }()
-	go func() {
-		select {
-		case err := <-rr.done:
-			errc <- err
-		case <-cctx.Done():
-		}
-	}()
-	if err := waitRows(ctx, d, table, n, errc); err != nil {
+	defer dr.stop()
+	if err := waitRows(ctx, d, table, n, dr.errc); err != nil {
 		return Sample{}, err
 	}
 	return Sample{Ops: n, Elapsed: time.Since(start)}, nil
+}
+
+// drain is a running relay → JetStream → batch inbox consumer chain.
+type drain[TTx any] struct {
+	relay *runningRelay[TTx]
+	errc  chan error // the first failure of the relay or the consumer
+	stop  func()
+}
+
+// startDrain starts a relay publishing d's outbox and a batch inbox
+// consumer on topic writing one row per event with insert.
+func startDrain[TTx any](ctx context.Context, e *Env, d store.Driver[TTx], in *inbox.Inbox[TTx], topic, insert string) (*drain[TTx], error) {
+	pub, err := e.publisher()
+	if err != nil {
+		return nil, err
+	}
+	sub, err := e.subscriber(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	rr, err := startRelay(ctx, d, pub)
+	if err != nil {
+		sub.Close()
+		return nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	dr := &drain[TTx]{relay: rr, errc: make(chan error, 2)}
+	dr.stop = func() {
+		cancel()
+		rr.stop()
+		sub.Close()
+	}
+	c := &batchConsumer[TTx]{d: d, in: in, sub: sub, consumer: e.name("consumer"), h: rowHandler[TTx](d, insert)}
+	go func() { dr.errc <- c.run(cctx) }()
+	go func() {
+		select {
+		case err := <-rr.done:
+			dr.errc <- err
+		case <-cctx.Done():
+		}
+	}()
+	return dr, nil
 }

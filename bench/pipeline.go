@@ -68,26 +68,12 @@ func pipeline[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], erro
 		if err != nil {
 			return Sample{}, err
 		}
-		pub, err := e.publisher()
-		if err != nil {
-			return Sample{}, err
-		}
-		sub, err := e.subscriber(ctx, topic)
-		if err != nil {
-			return Sample{}, err
-		}
-		defer sub.Close()
 		start := time.Now()
-		rr, err := startRelay(ctx, d, pub)
+		dr, err := startDrain(ctx, e, d, in, topic, insert)
 		if err != nil {
 			return Sample{}, err
 		}
-		defer rr.stop()
-		cctx, stop := context.WithCancel(ctx)
-		defer stop()
-		errc := make(chan error, 2)
-		c := &batchConsumer[TTx]{d: d, in: in, sub: sub, consumer: e.name("consumer"), h: rowHandler[TTx](d, insert)}
-		go func() { errc <- c.run(cctx) }()
+		defer dr.stop()
 		s, err := throughput(ctx, time.Duration(float64(budget)*0.7), pipelineProducers, func(ctx context.Context, _ int) (int, error) {
 			id := "o-" + strconv.FormatInt(seq.Add(1), 10)
 			err := store.InTx(ctx, d, func(tx TTx) error {
@@ -98,14 +84,14 @@ func pipeline[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], erro
 				return err
 			})
 			if err == nil && d.Dialect() == store.SQLite {
-				rr.r.Notify()
+				dr.relay.r.Notify()
 			}
 			return 1, err
 		})
 		if err != nil {
 			return Sample{}, err
 		}
-		if err := waitRows(ctx, d, table, s.Ops, errc); err != nil {
+		if err := waitRows(ctx, d, table, s.Ops, dr.errc); err != nil {
 			return Sample{}, err
 		}
 		return Sample{Ops: s.Ops, Elapsed: time.Since(start)}, nil
