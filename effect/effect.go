@@ -8,8 +8,8 @@
 // key, so a call repeated after a crash is deduplicated by the provider:
 //
 //   - Scheduled effects (the usual path): [Ledger.Schedule] records the intent
-//     inside the business transaction (principle 7: scheduled, not performed,
-//     inside the transaction). A [Worker] claims due effects with a lease,
+//     inside the business transaction: an external effect is scheduled, not
+//     performed, inside the transaction, so a rollback leaves no call behind. A [Worker] claims due effects with a lease,
 //     calls the [Performer] registered for the kind with the effect key,
 //     and records completed + result under a fencing token.
 //   - Guarded inline calls: [Ledger.Do] runs a call now, two-phase: an
@@ -20,7 +20,8 @@
 // exhausted attempts; [Ledger.Retry] redrives it). A crash between the
 // provider call and the completion record leaves the row in_progress; once
 // its lease runs out it is claimed again and the provider sees the same key a
-// second time (drill 7). The number of raw calls can therefore exceed the
+// second time (the drill's "worker dies after the provider call"
+// scenario proves the provider still performs it once). The number of raw calls can therefore exceed the
 // number of effects; the provider's unique effects cannot.
 //
 // The table is {{t}}effects (migration 0004_effects).

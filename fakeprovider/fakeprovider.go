@@ -214,7 +214,7 @@ func (p *Provider) FailNext(n, status int) { p.Inject(Fault{Times: n, Status: st
 func (p *Provider) FailAlways(status int) { p.Inject(Fault{Times: -1, Status: status}) }
 
 // TimeoutAfterEffect makes the next n calls perform the effect and then hang
-// until the client times out (drill 12: the provider times out).
+// until the client times out (the drill's provider time-out scenario).
 func (p *Provider) TimeoutAfterEffect(n int) { p.Inject(Fault{Times: n, After: Hang}) }
 
 // DropAfterEffect makes the next n calls perform the effect and then drop

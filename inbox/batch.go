@@ -29,7 +29,8 @@ type Outcome struct {
 // only when one of them fails is that pass rolled back and replayed with a
 // savepoint per message. A handler may therefore run twice inside tx, the
 // first run's writes rolled back: handlers must keep their effects in tx
-// (external effects are scheduled, SPEC §0.7).
+// (external effects are scheduled through the effect ledger, not performed
+// inside the transaction).
 //
 // The returned slice has one Outcome per message, in order. A message id
 // repeated within the batch is processed once; its later copies are
@@ -150,7 +151,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 	// one per message. If one fails, roll the whole pass back (the inbox
 	// rows written above survive) and replay it below with a savepoint per
 	// message, so only the failing messages are left out. Handlers are
-	// transactional (SPEC §0.7), so running one twice in a transaction whose
+	// transactional (external effects are only scheduled), so running one twice in a transaction whose
 	// first pass was rolled back leaves one effect.
 	fast := true
 	var toRun []int

@@ -2,7 +2,7 @@
 // in the caller's transaction, through the table's primary key, and runs the
 // handler only for the first delivery of each message.
 //
-// The flow for one message (SPEC §3):
+// The flow for one message:
 //
 //	begin
 //	INSERT inbox row … ON CONFLICT DO NOTHING

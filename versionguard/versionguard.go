@@ -1,5 +1,5 @@
 // Package versionguard applies events that may arrive out of order without
-// letting an older one overwrite a newer state (SPEC §8): every write is
+// letting an older one overwrite a newer state: every write is
 // conditional on the stored version being lower than the event's.
 //
 //	UPDATE t SET cols…, version = $v WHERE key = … AND version < $v
