@@ -33,7 +33,6 @@
 package outbox
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -294,15 +293,22 @@ func (o *Outbox[TTx]) compareExisting(ctx context.Context, q store.Querier, e Ev
 	if err != nil {
 		return fmt.Errorf("outbox: re-read duplicate event %s/%s: %w", e.Source, e.ID, err)
 	}
-	if typ != e.Type || topic != e.Topic || !bytes.Equal(payload, e.Payload) {
-		return &idem.FingerprintMismatchError{
-			Key:      e.Source + "/" + e.ID,
-			Stored:   idem.PayloadFingerprint(payload),
-			Received: idem.PayloadFingerprint(e.Payload),
-		}
+	// The payloads are compared as canonical JSON, like the inbox's, so a
+	// retried Enqueue whose JSON keys come in another order is the same
+	// event; type and topic are part of the fingerprint, so a mismatch on
+	// them shows two different fingerprints too.
+	if stored, received := eventFingerprint(typ, topic, payload), eventFingerprint(e.Type, e.Topic, e.Payload); stored != received {
+		return &idem.FingerprintMismatchError{Key: e.Source + "/" + e.ID, Stored: stored, Received: received}
 	}
 	o.log.DebugContext(ctx, "duplicate enqueue ignored", "source", e.Source, "id", e.ID)
 	return nil
+}
+
+// eventFingerprint is what a duplicate Enqueue must repeat: the type, the
+// topic and the payload as canonical JSON (raw bytes when it is not JSON).
+func eventFingerprint(typ, topic string, payload []byte) idem.Fingerprint {
+	p := idem.PayloadFingerprint(payload)
+	return idem.FingerprintOf([]byte(typ), []byte(topic), p[:])
 }
 
 func validate(e Event) error {

@@ -116,6 +116,26 @@ func testEnqueueDuplicateID[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatalf("different payload: err = %v, want ErrFingerprintMismatch", err)
 	}
 	mustEqual(t, "rows", testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("outbox")), 1)
+
+	// A JSON payload is compared as canonical JSON: a retry whose keys come
+	// in another order is the same event, not a mismatch.
+	j := Event{ID: "orders:43-created", Type: "t", Topic: "x", Payload: []byte(`{"order":43,"seats":2}`)}
+	enqueueTx(t, d, o, j)
+	j.Payload = []byte(`{ "seats": 2, "order": 43 }`)
+	out = enqueueTx(t, d, o, j)
+	mustEqual(t, "reordered dup seq", out[0].Seq, 0)
+	// Another type under the same id is a mismatch whose error shows two
+	// different fingerprints.
+	j.Type = "other"
+	err = store.InTx(ctx, d, func(tx TTx) error { _, err := o.Enqueue(ctx, tx, j); return err })
+	var fm *idem.FingerprintMismatchError
+	if !errors.As(err, &fm) {
+		t.Fatalf("different type: err = %v, want *FingerprintMismatchError", err)
+	}
+	if fm.Stored == fm.Received {
+		t.Fatalf("mismatch error shows equal fingerprints %s", fm.Stored.Short())
+	}
+	mustEqual(t, "rows", testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("outbox")), 2)
 	// Invalid events are rejected before anything is written.
 	err = store.InTx(ctx, d, func(tx TTx) error { _, err := o.Enqueue(ctx, tx, Event{Topic: "x"}); return err })
 	if !errors.Is(err, idem.ErrInvalidInput) {
