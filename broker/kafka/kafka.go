@@ -46,7 +46,8 @@ type PublisherConfig struct {
 	// Brokers are the seed brokers. Required.
 	Brokers []string
 	// Opts are extra franz-go options, applied last (TLS, SASL, linger…).
-	// Disabling idempotent writes is refused.
+	// Disabling idempotent writes (kgo.DisableIdempotentWrite) is refused
+	// with idem.ErrInvalidOption.
 	Opts []kgo.Opt
 	// Logger receives debug logs. Defaults to discard.
 	Logger *slog.Logger
@@ -77,6 +78,12 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", errors.Join(err, idem.ErrInvalidOption))
+	}
+	// Without idempotent writes a producer retry after a lost ack writes
+	// the record twice with two offsets, and ordering per key can break.
+	if disabled, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); disabled {
+		cl.Close()
+		return nil, idem.InvalidOptionf("kafka: kgo.DisableIdempotentWrite is refused: idem's publisher needs franz-go's idempotent producer")
 	}
 	log := cfg.Logger
 	if log == nil {

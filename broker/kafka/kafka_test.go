@@ -135,4 +135,12 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: []string{"x:1"}}); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatal(err)
 	}
+	// The doc says disabling idempotent writes is refused; it must be.
+	p, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: []string{"127.0.0.1:1"}, Opts: []kgo.Opt{kgo.DisableIdempotentWrite()}})
+	if !errors.Is(err, idem.ErrInvalidOption) {
+		if p != nil {
+			p.Close()
+		}
+		t.Fatalf("DisableIdempotentWrite: err = %v, want ErrInvalidOption", err)
+	}
 }
