@@ -72,10 +72,13 @@ func (p ExpiredPolicy) String() string {
 const (
 	DefaultMaxBodyBytes  = 1 << 20
 	DefaultMaxStoredBody = 1 << 20
-	DefaultRetention     = 24 * time.Hour
-	DefaultLockTimeout   = 2 * time.Second
-	DefaultLease         = 30 * time.Second
-	DefaultRetryAfter    = 1 * time.Second
+	// DefaultMaxResponseMemory is the part of a response body held in
+	// memory before the rest is spilled to a temporary file.
+	DefaultMaxResponseMemory = 1 << 20
+	DefaultRetention         = 24 * time.Hour
+	DefaultLockTimeout       = 2 * time.Second
+	DefaultLease             = 30 * time.Second
+	DefaultRetryAfter        = 1 * time.Second
 )
 
 // Config configures a [Middleware]. The zero value is usable: transactional
@@ -117,6 +120,11 @@ type Config struct {
 	// top-level names or dotted paths ("metadata.client_time"), for fields
 	// that legitimately change between retries.
 	ExcludeFields []string
+
+	// ExcludeQuery lists query parameters left out of the fingerprint (for
+	// example a cache buster "_"), by exact name. Defaults to none: every
+	// parameter counts.
+	ExcludeQuery []string
 
 	// Retention is how long a record answers for its key, counted from the
 	// request that created it. Defaults to 24h.
@@ -167,6 +175,28 @@ type Config struct {
 	// "Idempotent-Body-Omitted: true" without Content-Type. Defaults to
 	// 1 MiB.
 	MaxStoredBody int
+
+	// MaxResponseMemory is how much of a response body is held in memory
+	// while the middleware waits to send it (after the commit, or after the
+	// two-phase completion). Beyond it the body is spilled to a temporary
+	// file in SpillDir (created with mode 0600, unlinked at once on POSIX
+	// systems and removed after the response is sent on others) and
+	// streamed to the client from there; the stored copy still obeys
+	// MaxStoredBody. Both modes buffer this way: the response is sent only
+	// after it is recorded. Defaults to 1 MiB; values below 512 (the bytes
+	// read to sniff a Content-Type) are raised to 512.
+	MaxResponseMemory int
+
+	// SpillDir is the directory of spilled response bodies. Defaults to
+	// os.TempDir().
+	SpillDir string
+
+	// MaxResponseBytes caps the response body a handler may write. Beyond
+	// it the handler's writes fail with [ErrResponseTooLarge], nothing is
+	// recorded (transactional mode rolls the handler's work back; two-phase
+	// mode releases the key as after a 5xx) and the client gets 500
+	// problem+json ([TypeResponseTooLarge]). Defaults to 0: no cap.
+	MaxResponseBytes int64
 
 	// ErrorHandler writes the middleware's own error responses. Defaults to
 	// [WriteProblem] (RFC 9457 application/problem+json).
@@ -220,8 +250,8 @@ func (c Config) withDefaults() (Config, error) {
 			return c, idem.InvalidOptionf("idemhttp: %s must not be negative (got %v)", name, d)
 		}
 	}
-	if c.MaxBodyBytes < 0 || c.MaxStoredBody < 0 {
-		return c, idem.InvalidOptionf("idemhttp: MaxBodyBytes and MaxStoredBody must not be negative")
+	if c.MaxBodyBytes < 0 || c.MaxStoredBody < 0 || c.MaxResponseMemory < 0 || c.MaxResponseBytes < 0 {
+		return c, idem.InvalidOptionf("idemhttp: MaxBodyBytes, MaxStoredBody, MaxResponseMemory and MaxResponseBytes must not be negative")
 	}
 	for op, d := range c.OperationRetention {
 		if d <= 0 {
@@ -239,6 +269,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxStoredBody == 0 {
 		c.MaxStoredBody = DefaultMaxStoredBody
+	}
+	if c.MaxResponseMemory == 0 {
+		c.MaxResponseMemory = DefaultMaxResponseMemory
 	}
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention

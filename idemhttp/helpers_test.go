@@ -44,6 +44,16 @@ type app struct {
 	execs atomic.Int64
 	// hook, if set, runs after the insert; a non-zero status replaces 201.
 	hook func(r *http.Request) int
+	// write, if set, writes the response body instead of the JSON.
+	write func(w http.ResponseWriter)
+}
+
+// eachDriverSerially runs test against the same drivers as forEachDriver,
+// one after the other, for tests that measure the process (memory).
+func eachDriverSerially(t *testing.T, test func(t *testing.T, e *env)) {
+	t.Run("sqlite", func(t *testing.T) { test(t, newEnv(t, testdb.SQLite(t))) })
+	t.Run("pgx", func(t *testing.T) { test(t, newEnv(t, testdb.Pgx(t))) })
+	t.Run("sql-postgres", func(t *testing.T) { test(t, newEnv(t, testdb.SQLPostgres(t))) })
 }
 
 // env hides the transaction type so one test body serves every driver.
@@ -51,12 +61,17 @@ type env struct {
 	dialect store.Dialect
 	clock   *clock
 	keys    string // the qualified idempotency_keys table
-	// handler returns a mux with POST /orders behind a fresh middleware.
+	// handler returns a mux with POST /orders (also GET and PUT),
+	// POST /accounts/{id}/charge and POST /refund behind a fresh middleware.
 	handler func(t *testing.T, cfg idemhttp.Config, a *app) http.Handler
-	count   func(t *testing.T, sql string, args ...any) int
-	exec    func(t *testing.T, sql string, args ...any)
-	lookup  func(tenant, op, key string) (*idemhttp.Record, error)
-	forget  func(tenant, op, key string) error
+	// bare returns the same business handler behind a fresh middleware with
+	// no mux in front, as when the middleware runs before routing (no
+	// r.Pattern: the default operation is the method plus the path).
+	bare   func(t *testing.T, cfg idemhttp.Config, a *app) http.Handler
+	count  func(t *testing.T, sql string, args ...any) int
+	exec   func(t *testing.T, sql string, args ...any)
+	lookup func(tenant, op, key string) (*idemhttp.Record, error)
+	forget func(tenant, op, key string) error
 	// txString runs a one-value query on the request transaction in ctx.
 	txString func(ctx context.Context, sql string) (string, error)
 }
@@ -73,7 +88,7 @@ func newEnv[TTx any](t *testing.T, d store.Driver[TTx]) *env {
 	testdb.Exec(t, d, `CREATE TABLE orders (tenant text NOT NULL, idem_key text NOT NULL, exec integer NOT NULL, body text NOT NULL)`)
 	clk := &clock{now: time.Now()}
 	e := &env{dialect: d.Dialect(), clock: clk, keys: d.Table("idempotency_keys")}
-	e.handler = func(t *testing.T, cfg idemhttp.Config, a *app) http.Handler {
+	build := func(t *testing.T, cfg idemhttp.Config, a *app) (*idemhttp.Middleware[TTx], http.Handler) {
 		if cfg.Now == nil {
 			cfg.Now = clk.Now
 		}
@@ -115,12 +130,26 @@ func newEnv[TTx any](t *testing.T, d store.Driver[TTx]) *env {
 			w.Header().Set("Location", fmt.Sprintf("/orders/%d", n))
 			w.Header().Set("X-Not-Replayed", "1")
 			w.WriteHeader(status)
+			if a.write != nil {
+				a.write(w)
+				return
+			}
 			fmt.Fprintf(w, `{"order":%d,"tenant":%q,"key":%q}`, n, idemhttp.Tenant(ctx), idemhttp.Key(ctx))
 		})
+		return mw, orders
+	}
+	e.bare = func(t *testing.T, cfg idemhttp.Config, a *app) http.Handler {
+		mw, orders := build(t, cfg, a)
+		return mw.Handler(orders)
+	}
+	e.handler = func(t *testing.T, cfg idemhttp.Config, a *app) http.Handler {
+		mw, orders := build(t, cfg, a)
 		mux := http.NewServeMux()
 		mux.Handle("POST /orders", mw.Handler(orders))
 		mux.Handle("GET /orders", mw.Handler(orders))
 		mux.Handle("PUT /orders", mw.Handler(orders))
+		mux.Handle("POST /accounts/{id}/charge", mw.Handler(orders))
+		mux.Handle("POST /refund", mw.Handler(orders))
 		return mux
 	}
 	e.count = func(t *testing.T, sql string, args ...any) int { return testdb.Count(t, d, sql, args...) }
@@ -186,7 +215,11 @@ func do(h http.Handler, q req) *httptest.ResponseRecorder {
 func wantStatus(t *testing.T, w *httptest.ResponseRecorder, status int) {
 	t.Helper()
 	if w.Code != status {
-		t.Fatalf("status %d, want %d; body %s", w.Code, status, w.Body.String())
+		body := w.Body.String()
+		if len(body) > 500 {
+			body = body[:500] + "…"
+		}
+		t.Fatalf("status %d, want %d; body %s", w.Code, status, body)
 	}
 }
 

@@ -62,18 +62,27 @@ func ParseKeyValue(v string) (string, error) {
 	} else if strings.ContainsRune(v, '"') {
 		return "", fmt.Errorf("%w: stray quote in bare key", ErrKeyInvalid)
 	}
+	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// checkKey checks a parsed key: 1 to 255 visible ASCII characters, so
+// never NUL, a control character or anything but ASCII.
+func checkKey(key string) error {
 	switch {
 	case key == "":
-		return "", fmt.Errorf("%w: empty key", ErrKeyInvalid)
+		return fmt.Errorf("%w: empty key", ErrKeyInvalid)
 	case len(key) > idem.MaxKeyLen:
-		return "", fmt.Errorf("%w: key of %d characters exceeds %d", ErrKeyInvalid, len(key), idem.MaxKeyLen)
+		return fmt.Errorf("%w: key of %d characters exceeds %d", ErrKeyInvalid, len(key), idem.MaxKeyLen)
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x21 || c > 0x7e {
-			return "", fmt.Errorf("%w: key contains a character outside visible ASCII at byte %d", ErrKeyInvalid, i)
+			return fmt.Errorf("%w: key contains a character outside visible ASCII at byte %d", ErrKeyInvalid, i)
 		}
 	}
-	return key, nil
+	return nil
 }
 
 // unquote parses an RFC 8941 sf-string: "…" with \" and \\ escapes only.

@@ -72,6 +72,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -165,7 +166,20 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 		m.fail(w, r, ErrUnauthorized, key, "")
 		return
 	}
+	// Tenant and operation are checked before anything reaches the store:
+	// text PostgreSQL cannot hold would otherwise fail there (a 503 telling
+	// the client to retry what can never succeed).
+	if err := checkText("tenant", tenant, MaxTenantLen); err != nil {
+		m.log.InfoContext(r.Context(), "tenant rejected", "err", err)
+		m.fail(w, r, fmt.Errorf("%w: %w", ErrUnauthorized, err), key, "")
+		return
+	}
 	op := m.cfg.Operation(r)
+	if err := checkText("operation", op, MaxOperationLen); err != nil {
+		m.log.InfoContext(r.Context(), "operation rejected", "err", err)
+		m.fail(w, r, fmt.Errorf("%w: %w", ErrOperationInvalid, err), key, err.Error())
+		return
+	}
 	body, err := m.readBody(w, r)
 	if err != nil {
 		m.fail(w, r, err, key, "")
@@ -261,10 +275,15 @@ func (m *Middleware[TTx]) readBody(w http.ResponseWriter, r *http.Request) ([]by
 	return body, nil
 }
 
-// fingerprint hashes method, operation, body and the configured headers.
+// fingerprint hashes method, operation, request target (escaped path and
+// canonical query), body and the configured headers.
 func (m *Middleware[TTx]) fingerprint(r *http.Request, op string, body []byte) idem.Fingerprint {
-	parts := make([][]byte, 0, 4+2*len(m.cfg.FingerprintHeaders))
+	parts := make([][]byte, 0, 8+2*len(m.cfg.FingerprintHeaders))
 	parts = append(parts, []byte(r.Method), []byte(op))
+	if r.URL != nil {
+		qtag, q := canonicalQuery(r.URL.RawQuery, m.cfg.ExcludeQuery)
+		parts = append(parts, []byte("path"), []byte(r.URL.EscapedPath()), []byte(qtag), []byte(q))
+	}
 	if c, err := canonicalBody(r.Header.Get("Content-Type"), body, m.cfg.ExcludeFields); err == nil {
 		parts = append(parts, []byte("json"), c)
 	} else {
@@ -274,6 +293,23 @@ func (m *Middleware[TTx]) fingerprint(r *http.Request, op string, body []byte) i
 		parts = append(parts, []byte(h), []byte(strings.Join(r.Header.Values(h), "\x00")))
 	}
 	return idem.FingerprintOf(parts...)
+}
+
+// canonicalQuery returns the query in canonical form: parameters decoded,
+// those named in exclude dropped, sorted by name, the values of one name
+// kept in their order, and re-encoded (url.Values.Encode), so that
+// "b=2&a=1" and "a=1&b=2" are one request while "a=1&a=2" and "a=2&a=1"
+// are two. A query that does not parse (a bad escape, a semicolon) is
+// compared byte for byte, tagged apart so it never equals a parsed one.
+func canonicalQuery(raw string, exclude []string) (tag, q string) {
+	vals, err := url.ParseQuery(raw)
+	if err != nil {
+		return "rawquery", raw
+	}
+	for _, name := range exclude {
+		delete(vals, name)
+	}
+	return "query", vals.Encode()
 }
 
 func canonicalBody(contentType string, body []byte, exclude []string) ([]byte, error) {
@@ -460,15 +496,19 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 
 	req.state.tx, req.state.hasTx = tx, true
 	markExecuted(ctx)
-	cw := newCapture(w)
+	cw := m.newCapture(w)
+	defer cw.close()
 	h.ServeHTTP(cw, r) // a panic propagates; the deferred rollback runs
 	stop()
 	req.state.tx, req.state.hasTx = nil, false
 	cw.finish()
-	if !m.cfg.StoreStatus(cw.status) {
+	if failure := cw.failure(); failure != nil || !m.cfg.StoreStatus(cw.status) {
 		finished = true
 		if err := m.d.Rollback(context.WithoutCancel(ctx), tx); err != nil {
 			m.log.WarnContext(ctx, "rollback failed", "key", req.key, "err", err)
+		}
+		if failure != nil {
+			return m.unrecordable(w, r, req, failure)
 		}
 		cw.send()
 		return outDone, nil, nil
@@ -476,12 +516,15 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	// The handler finished: record and commit even if the client has gone
 	// meanwhile, so its retry replays instead of executing again.
 	bg := context.WithoutCancel(ctx)
-	now := m.cfg.Now()
+	args, err := m.completeArgs(req, token, cw, m.cfg.Now())
+	if err != nil {
+		return outStoreFailed, nil, err
+	}
 	if ce, ok := m.d.(store.CommitExecer[TTx]); ok {
 		// pgx: the completion UPDATE and COMMIT in one round trip. The
 		// record was inserted by this transaction and stays locked by it,
 		// so the UPDATE cannot miss it.
-		done, err := ce.ExecCommit(bg, tx, m.q.complete, m.completeArgs(req, token, cw, now)...)
+		done, err := ce.ExecCommit(bg, tx, m.q.complete, args...)
 		if done {
 			finished = true
 			if err != nil {
@@ -491,7 +534,7 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 			return outDone, nil, nil
 		}
 	}
-	n, err := q.Exec(bg, m.q.complete, m.completeArgs(req, token, cw, now)...)
+	n, err := q.Exec(bg, m.q.complete, args...)
 	if err == nil && n != 1 {
 		err = fmt.Errorf("idemhttp: record %s vanished before completion", req.scope)
 	}
@@ -544,7 +587,8 @@ func (m *Middleware[TTx]) attemptTwoPhase(w http.ResponseWriter, r *http.Request
 	markExecuted(ctx)
 	hctx, cancel := context.WithTimeout(ctx, m.cfg.Lease)
 	defer cancel()
-	cw := newCapture(w)
+	cw := m.newCapture(w)
+	defer cw.close()
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -555,12 +599,21 @@ func (m *Middleware[TTx]) attemptTwoPhase(w http.ResponseWriter, r *http.Request
 		h.ServeHTTP(cw, r.WithContext(hctx))
 	}()
 	cw.finish()
+	if failure := cw.failure(); failure != nil {
+		release()
+		return m.unrecordable(w, r, req, failure)
+	}
 	if !m.cfg.StoreStatus(cw.status) {
 		release()
 		cw.send()
 		return outDone, nil, nil
 	}
-	n, err := pool.Exec(bg, m.q.complete, m.completeArgs(req, token, cw, m.cfg.Now())...)
+	args, err := m.completeArgs(req, token, cw, m.cfg.Now())
+	if err != nil {
+		release()
+		return outStoreFailed, nil, err
+	}
+	n, err := pool.Exec(bg, m.q.complete, args...)
 	if err != nil {
 		return outStoreFailed, nil, err
 	}
@@ -580,16 +633,33 @@ func markExecuted(ctx context.Context) {
 	}
 }
 
-func (m *Middleware[TTx]) completeArgs(req *request, token int64, cw *capture, now time.Time) []any {
+// unrecordable answers a handler's response that cannot be recorded
+// (above MaxResponseBytes, or its spill failed) after the caller rolled
+// the handler's work back (transactional) or released the key (two-phase):
+// nothing is recorded and the retry executes again.
+func (m *Middleware[TTx]) unrecordable(w http.ResponseWriter, r *http.Request, req *request, failure error) (outcome, *Record, error) {
+	if errors.Is(failure, ErrResponseTooLarge) {
+		m.log.WarnContext(r.Context(), "response not recorded", "key", req.key, "tenant", req.tenant,
+			"operation", req.operation, "err", failure)
+		m.fail(w, r, failure, req.key, failure.Error())
+		return outDone, nil, nil
+	}
+	return outStoreFailed, nil, failure
+}
+
+func (m *Middleware[TTx]) completeArgs(req *request, token int64, cw *capture, now time.Time) ([]any, error) {
 	stored := http.Header{}
 	for _, k := range m.cfg.ReplayHeaders {
 		if v, ok := cw.header[k]; ok {
 			stored[k] = v
 		}
 	}
-	body := cw.body.Bytes()
+	body, ok, err := cw.body(m.cfg.MaxStoredBody)
+	if err != nil {
+		return nil, err
+	}
 	omitted := 0
-	if len(body) > m.cfg.MaxStoredBody {
+	if !ok {
 		body, omitted = []byte{}, 1
 		stored.Del("Content-Type")
 		stored.Del("Content-Length")
@@ -602,7 +672,7 @@ func (m *Middleware[TTx]) completeArgs(req *request, token int64, cw *capture, n
 	rt, rid := req.state.resourceType, req.state.resourceID
 	req.state.mu.Unlock()
 	return req.args(token, cw.status, string(hj), body, omitted, rt, rid,
-		store.Micros(now))
+		store.Micros(now)), nil
 }
 
 func (m *Middleware[TTx]) replay(w http.ResponseWriter, r *http.Request, req *request, rec *Record) {

@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -20,8 +21,17 @@ const (
 	TypeKeyMissing = problemBase + "TypeKeyMissing"
 	// TypeKeyInvalid: malformed key or several Idempotency-Key headers (400).
 	TypeKeyInvalid = problemBase + "TypeKeyInvalid"
-	// TypeUnauthorized: Config.Tenant returned an error (401).
+	// TypeUnauthorized: Config.Tenant returned an error, or a tenant that
+	// is not storable text: NUL, invalid UTF-8, or longer than
+	// MaxTenantLen bytes (401).
 	TypeUnauthorized = problemBase + "TypeUnauthorized"
+	// TypeOperationInvalid: the operation (Config.Operation, or the
+	// method and path by default) is not storable text: NUL, invalid
+	// UTF-8, or longer than MaxOperationLen bytes (400).
+	TypeOperationInvalid = problemBase + "TypeOperationInvalid"
+	// TypeResponseTooLarge: the handler's response body exceeded
+	// Config.MaxResponseBytes; nothing was recorded (500).
+	TypeResponseTooLarge = problemBase + "TypeResponseTooLarge"
 	// TypeBodyTooLarge: request body above Config.MaxBodyBytes (413).
 	TypeBodyTooLarge = problemBase + "TypeBodyTooLarge"
 	// TypeBodyUnreadable: the request body could not be read (400).
@@ -49,10 +59,16 @@ const (
 // idem.ErrFingerprintMismatch, idem.ErrInProgress, idem.ErrLeaseLost and
 // idem.ErrNeedsReconciliation.
 var (
-	// ErrUnauthorized reports that Config.Tenant rejected the request.
+	// ErrUnauthorized reports that Config.Tenant rejected the request, or
+	// returned a tenant that is not storable text.
 	ErrUnauthorized = errors.New("idemhttp: tenant unknown")
 	// ErrBodyTooLarge reports a request body above Config.MaxBodyBytes.
 	ErrBodyTooLarge = errors.New("idemhttp: request body too large")
+	// ErrOperationInvalid reports an operation that is not storable text.
+	ErrOperationInvalid = fmt.Errorf("%w: invalid operation", idem.ErrInvalidInput)
+	// ErrResponseTooLarge is returned by the handler's Write once its
+	// response body exceeds Config.MaxResponseBytes.
+	ErrResponseTooLarge = errors.New("idemhttp: response body too large")
 	// ErrStoreUnavailable reports a failure of the key store.
 	ErrStoreUnavailable = errors.New("idemhttp: key store unavailable")
 )
@@ -108,6 +124,10 @@ func problemFor(err error, key string, retryAfter time.Duration, detail string) 
 		p.Type, p.Title, p.Status = TypeKeyInvalid, "Idempotency-Key header is malformed", http.StatusBadRequest
 	case errors.Is(err, ErrUnauthorized):
 		p.Type, p.Title, p.Status = TypeUnauthorized, "Request is not authorised", http.StatusUnauthorized
+	case errors.Is(err, ErrOperationInvalid):
+		p.Type, p.Title, p.Status = TypeOperationInvalid, "Operation is not valid text", http.StatusBadRequest
+	case errors.Is(err, ErrResponseTooLarge):
+		p.Type, p.Title, p.Status = TypeResponseTooLarge, "Response too large to record", http.StatusInternalServerError
 	case errors.Is(err, ErrBodyTooLarge):
 		p.Type, p.Title, p.Status = TypeBodyTooLarge, "Request body too large", http.StatusRequestEntityTooLarge
 	case errors.Is(err, idem.ErrFingerprintMismatch):

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store"
@@ -98,10 +100,14 @@ func load(ctx context.Context, q store.Querier, sql string, s scope) (*Record, b
 
 // Lookup returns the record of (tenant, operation, key) whatever its state
 // or expiry (check [Record.Expired]); an error wrapping idem.ErrNotFound
-// when there is none. It runs outside any transaction.
+// when there is none, or idem.ErrInvalidInput when the tenant, operation or
+// key could never be stored (NUL, invalid UTF-8, too long). It runs outside any transaction.
 func Lookup[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation, key string) (*Record, error) {
-	q := newQueries(d.Dialect(), d.Table("idempotency_keys"))
 	s := scope{tenant, operation, key}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	q := newQueries(d.Dialect(), d.Table("idempotency_keys"))
 	rec, ok, err := load(ctx, d.Pool(), q.load, s)
 	if err != nil {
 		return nil, err
@@ -117,10 +123,13 @@ func Lookup[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation
 // operator's way to resolve a key held for reconciliation. Forgetting a
 // completed key lets a retry execute again — only do it when the effect is
 // known not to have happened. Returns an error wrapping idem.ErrNotFound
-// when there was no record.
+// when there was no record, or idem.ErrInvalidInput as [Lookup] does.
 func Forget[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation, key string) error {
-	q := newQueries(d.Dialect(), d.Table("idempotency_keys"))
 	s := scope{tenant, operation, key}
+	if err := s.check(); err != nil {
+		return err
+	}
+	q := newQueries(d.Dialect(), d.Table("idempotency_keys"))
 	n, err := d.Pool().Exec(ctx, q.forget, s.args()...)
 	if err != nil {
 		return err
@@ -129,4 +138,44 @@ func Forget[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation
 		return fmt.Errorf("%w: idempotency key %s", idem.ErrNotFound, s)
 	}
 	return nil
+}
+
+// Limits of the scope of a key, in bytes. With [idem.MaxKeyLen] they keep
+// the primary key of a record within what a PostgreSQL B-tree index entry
+// can hold (about 2.7 kB).
+const (
+	// MaxTenantLen is the longest tenant Config.Tenant may return; a
+	// longer one answers 401.
+	MaxTenantLen = 512
+	// MaxOperationLen is the longest operation; a longer one (for example
+	// a very long path when the middleware runs before routing) answers
+	// 400.
+	MaxOperationLen = 1024
+)
+
+// checkText reports whether s can be stored as a scope column on every
+// dialect: valid UTF-8, no NUL, at most max bytes. PostgreSQL text
+// rejects NUL and invalid UTF-8 with an error, which must never surface as
+// a store failure for what is client input. Errors wrap
+// idem.ErrInvalidInput.
+func checkText(what, s string, max int) error {
+	switch {
+	case len(s) > max:
+		return fmt.Errorf("%w: %s of %d bytes exceeds %d", idem.ErrInvalidInput, what, len(s), max)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%w: %s contains NUL", idem.ErrInvalidInput, what)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", idem.ErrInvalidInput, what)
+	}
+	return nil
+}
+
+func (s scope) check() error {
+	if err := checkText("tenant", s.tenant, MaxTenantLen); err != nil {
+		return err
+	}
+	if err := checkText("operation", s.operation, MaxOperationLen); err != nil {
+		return err
+	}
+	return checkKey(s.key)
 }
