@@ -20,7 +20,8 @@ var secretParams = map[string]bool{
 const Mask = "xxxxx"
 
 // URL returns u with its password and password-like query parameters
-// masked. A value that does not parse as a URL is returned as a placeholder
+// masked, and for NATS URLs (nats, tls, ws, wss) a user name given without
+// a password, which is a token. A value that does not parse as a URL is returned as a placeholder
 // that names only its scheme (when one can be seen), never the raw text.
 // A comma-separated list of URLs (a NATS server list) is redacted element by
 // element.
@@ -32,6 +33,11 @@ func URL(u string) string {
 		}
 		return strings.Join(parts, ",")
 	}
+	if i := strings.LastIndex(u, "@"); i >= 0 && !strings.Contains(u, "://") {
+		// No authority to parse ("user:pass@host" reads as scheme "user"
+		// with an opaque rest): everything before the "@" may be secret.
+		return Mask + u[i:]
+	}
 	p, err := url.Parse(u)
 	if err != nil {
 		if i := strings.Index(u, "://"); i > 0 && isScheme(u[:i]) {
@@ -42,6 +48,9 @@ func URL(u string) string {
 	if p.User != nil {
 		if _, has := p.User.Password(); has {
 			p.User = url.UserPassword(p.User.Username(), Mask)
+		} else if tokenSchemes[strings.ToLower(p.Scheme)] && p.User.Username() != "" {
+			// nats://TOKEN@host: a lone user name is a token.
+			p.User = url.User(Mask)
 		}
 	}
 	if p.RawQuery != "" {
@@ -63,10 +72,12 @@ func URL(u string) string {
 			}
 		}
 	}
-	s := p.String()
-	// url.URL.String escapes the mask's userinfo; keep it readable.
-	return s
+	return p.String()
 }
+
+// tokenSchemes are the schemes whose user name alone is a credential (NATS
+// token authentication: nats://TOKEN@host).
+var tokenSchemes = map[string]bool{"nats": true, "tls": true, "ws": true, "wss": true}
 
 // Scheme returns the scheme of u for error messages ("postgres", "nats"),
 // or "" when u has none that looks like a scheme. It never returns any

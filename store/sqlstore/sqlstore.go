@@ -14,9 +14,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -74,10 +76,24 @@ type SQLiteOptions struct {
 	Synchronous string
 	// MaxOpenConns caps the pool. Defaults to 8.
 	MaxOpenConns int
+	// MustExist makes OpenSQLite open an existing database only: it creates
+	// neither the file nor its directory, and a missing file is an error
+	// wrapping [ErrNoDatabase] (and fs.ErrNotExist). Read-only tools set it
+	// so that a mistyped path is reported instead of answered from a new,
+	// empty database. The database is still opened read-write (WAL mode
+	// needs its -wal and -shm files), so a caller that only reads must
+	// itself not write. Defaults to false: create what is missing.
+	MustExist bool
 }
 
+// ErrNoDatabase reports that OpenSQLite with MustExist found no database
+// file; the error returned wraps fs.ErrNotExist too.
+var ErrNoDatabase = errors.New("no database")
+
 // SQLiteDSN returns the modernc.org/sqlite DSN idem uses for path: WAL mode,
-// BEGIN IMMEDIATE transactions, a busy timeout and foreign keys on.
+// BEGIN IMMEDIATE transactions, a busy timeout and foreign keys on. With
+// opt.MustExist it also carries SQLite's mode=rw, so opening it never
+// creates the file.
 func SQLiteDSN(path string, opt SQLiteOptions) string {
 	if opt.BusyTimeout <= 0 {
 		opt.BusyTimeout = 30 * time.Second
@@ -91,20 +107,52 @@ func SQLiteDSN(path string, opt SQLiteOptions) string {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous("+opt.Synchronous+")")
 	q.Add("_pragma", "foreign_keys(1)")
-	return "file:" + path + "?" + q.Encode()
+	if opt.MustExist {
+		q.Set("mode", "rw") // SQLite's own: open read-write, never create
+	}
+	return "file:" + uriPath(path) + "?" + q.Encode()
 }
 
-// OpenSQLite opens (creating if needed) the SQLite database file at path,
-// creating its directory, and returns a driver that owns it.
+// uriPath escapes the characters that would end or change the path part of
+// an SQLite URI filename ("%", "?", "#").
+func uriPath(p string) string {
+	return strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(p)
+}
+
+// OpenSQLite opens the SQLite database file at path and returns a driver
+// that owns it. Unless opt.MustExist is set, a missing file is created with
+// mode 0600 (its -wal and -shm files get the same mode from SQLite) and
+// missing directories with mode 0700, so the stored requests, responses
+// and payloads are readable by their owner only; the process umask can
+// only remove bits from these. The modes of existing files and
+// directories are left as they are.
 func OpenSQLite(path string, opt SQLiteOptions, cfg Config) (*Driver, error) {
 	if path == "" {
 		return nil, errors.New("sqlstore: empty SQLite path")
 	}
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+	created := false
+	if opt.MustExist {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("sqlstore: %w at %s: %w", ErrNoDatabase, path, fs.ErrNotExist)
+		} else if err != nil {
+			return nil, fmt.Errorf("sqlstore: %w", err)
+		}
+	} else {
+		var err error
+		if created, err = createPrivate(path); err != nil {
 			return nil, fmt.Errorf("sqlstore: %w", err)
 		}
 	}
+	d, err := openSQLite(path, opt, cfg)
+	if err != nil && created { // leave nothing behind
+		for _, p := range []string{path, path + "-wal", path + "-shm"} {
+			_ = os.Remove(p)
+		}
+	}
+	return d, err
+}
+
+func openSQLite(path string, opt SQLiteOptions, cfg Config) (*Driver, error) {
 	db, err := sql.Open("sqlite", SQLiteDSN(path, opt))
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: %w", err)
@@ -126,6 +174,26 @@ func OpenSQLite(path string, opt SQLiteOptions, cfg Config) (*Driver, error) {
 	}
 	d.owned = true
 	return d, nil
+}
+
+// createPrivate creates path's missing directories (0700) and, when it
+// does not exist yet, the empty file itself (0600), before SQLite opens it:
+// SQLite would create it with 0644 and give its -wal and -shm files the
+// same mode. It reports whether it created the file.
+func createPrivate(path string) (bool, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return false, err
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, f.Close()
 }
 
 // OpenPostgres opens connString through pgx's database/sql adapter and
