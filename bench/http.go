@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/store"
 )
 
@@ -25,7 +26,7 @@ func httpServer(h http.Handler) (url string, stop func() error, err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserver.New("", h)
 	go func() { _ = srv.Serve(ln) }()
 	return "http://" + ln.Addr().String(), func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
