@@ -20,6 +20,7 @@ import (
 type child struct {
 	name string
 	args []string
+	env  []string // added to the parent's environment (secrets: not in argv, which ps shows)
 	log  *os.File
 
 	mu  sync.Mutex // protects cmd
@@ -30,6 +31,7 @@ func (c *child) start(exe string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cmd := exec.Command(exe, append([]string{"worker"}, c.args...)...)
+	cmd.Env = append(os.Environ(), c.env...)
 	cmd.Stdout, cmd.Stderr = c.log, c.log
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("drill: start %s: %w", c.name, err)
@@ -108,7 +110,10 @@ func processes(ctx context.Context, r *runner, res *Result) error {
 	if dbURL == "" {
 		dbURL = "sqlite://" + filepath.Join(dir, "idem.db")
 	}
-	common := []string{"--db", dbURL, "--nats", natsURL, "--provider", e.sys.Config().ProviderURL,
+	// The NATS URL carries the embedded server's password: hand it over in
+	// the environment, not on the command line.
+	childEnv := []string{"IDEM_NATS_URL=" + natsURL}
+	common := []string{"--db", dbURL, "--provider", e.sys.Config().ProviderURL,
 		"--ack-wait", "1s", "--duplicates", duplicateWindow.String(), "--effect-lease", "2s", "--claim-ttl", "2s", "--poll", "20ms"}
 	if e.opts.Schema != "" {
 		common = append(common, "--schema", e.opts.Schema)
@@ -126,7 +131,7 @@ func processes(ctx context.Context, r *runner, res *Result) error {
 		if err != nil {
 			return err
 		}
-		c := &child{name: name, args: append([]string{"--role", roles, "-v"}, common...), log: f}
+		c := &child{name: name, args: append([]string{"--role", roles, "-v"}, common...), env: childEnv, log: f}
 		children = append(children, c)
 		return c.start(exe)
 	}
