@@ -27,12 +27,19 @@ const (
 	ProblemSoldOut = problemBase + "ProblemSoldOut"
 	// ProblemNotFound: no such order for this tenant (404).
 	ProblemNotFound = problemBase + "ProblemNotFound"
-	// ProblemInternal: the server failed; nothing was recorded (500).
+	// ProblemInternal: the server failed; nothing was recorded (500). Its
+	// detail is always a fixed text: the cause (a database error, say) goes
+	// to the log, never to the client.
 	ProblemInternal = problemBase + "ProblemInternal"
+	// ProblemBodyTooLarge: the body is above MaxOrderBody (413).
+	ProblemBodyTooLarge = problemBase + "ProblemBodyTooLarge"
 )
 
-// maxOrderBody caps a POST /orders body.
-const maxOrderBody = 64 << 10
+// MaxOrderBody caps a POST /orders body (64 KiB): a larger body answers 413
+// problem+json before anything is recorded. The idempotency middleware
+// enforces it (type idemhttp.TypeBodyTooLarge), and the handler again
+// (ProblemBodyTooLarge) in case it is mounted without the middleware.
+const MaxOrderBody = 64 << 10
 
 type tenantKey struct{}
 
@@ -40,10 +47,17 @@ func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) 
 	idemhttp.WriteProblem(w, nil, &idemhttp.Problem{Type: typ, Title: title, Status: status, Detail: detail})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// internalError logs err and answers 500 with a fixed detail: what failed
+// inside (database errors included) is never shown to the client.
+func (s *System) internalError(w http.ResponseWriter, r *http.Request, what string, err error, detail string) {
+	s.log.ErrorContext(r.Context(), what, "err", err, "method", r.Method, "path", r.URL.Path)
+	writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", detail)
+}
+
+func (s *System) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", err.Error())
+		s.internalError(w, r, "encode response", err, "the response could not be encoded")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -89,9 +103,14 @@ func (s *System) createOrder(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", "no request transaction")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxOrderBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxOrderBody))
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
+			fmt.Sprintf("an order body is at most %d bytes", MaxOrderBody))
+		return
+	}
 	if err != nil {
-		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "Invalid order", "unreadable body: "+err.Error())
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "Invalid order", "unreadable body")
 		return
 	}
 	req, err := DecodeOrderRequest(body)
@@ -105,13 +124,12 @@ func (s *System) createOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		s.log.ErrorContext(ctx, "create order", "err", err)
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", "the order was not created; retry with the same Idempotency-Key")
+		s.internalError(w, r, "create order", err, "the order was not created; retry with the same Idempotency-Key")
 		return
 	}
 	idemhttp.SetResource(ctx, "order", oc.OrderID)
 	w.Header().Set("Location", "/orders/"+oc.OrderID)
-	writeJSON(w, http.StatusCreated, oc.Order)
+	s.writeJSON(w, r, http.StatusCreated, oc.Order)
 }
 
 // CreateOrderTx takes the seats, inserts the order and enqueues its
@@ -121,7 +139,7 @@ func (s *System) createOrder(w http.ResponseWriter, r *http.Request) {
 // left than requested. POST /orders calls it in the idempotency
 // middleware's transaction.
 func (s *System) CreateOrderTx(ctx context.Context, tx *sql.Tx, tenant string, req OrderRequest) (OrderConfirmed, error) {
-	oc, err := createOrderTx(ctx, s.db.Tx(tx), s.cfg.Seats, tenant, req, s.now())
+	oc, err := createOrderTx(ctx, s.db.Tx(tx), s.t, s.cfg.Seats, tenant, req, s.now())
 	if err != nil {
 		return oc, err
 	}
@@ -139,34 +157,42 @@ func (s *System) CreateOrderTx(ctx context.Context, tx *sql.Tx, tenant string, r
 	return oc, nil
 }
 
-// getOrder is GET /orders/{id}; another tenant's order answers 404.
+// getOrder is GET /orders/{id}; another tenant's order answers 404, and so
+// does an id that is not an order id at all (checked before any query, so
+// bytes like %00 or %ff never reach the database).
 func (s *System) getOrder(w http.ResponseWriter, r *http.Request) {
-	o, err := getOrder(r.Context(), s.db.Pool(), tenantOf(r), r.PathValue("id"))
+	id, tenant := r.PathValue("id"), tenantOf(r)
+	if !ValidOrderID(id) {
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, "Order not found", "not an order id (ord_ and a UUID)")
+		return
+	}
+	o, err := getOrder(r.Context(), s.db.Pool(), s.t, tenant, id)
 	if errors.Is(err, store.ErrNoRows) {
-		writeProblem(w, http.StatusNotFound, ProblemNotFound, "Order not found", "no order "+r.PathValue("id")+" for tenant "+tenantOf(r))
+		writeProblem(w, http.StatusNotFound, ProblemNotFound, "Order not found", "no order "+id+" for tenant "+tenant)
 		return
 	}
 	if err != nil {
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", err.Error())
+		s.internalError(w, r, "get order", err, "the order could not be read")
 		return
 	}
-	writeJSON(w, http.StatusOK, o)
+	s.writeJSON(w, r, http.StatusOK, o)
 }
 
 func (s *System) healthz(w http.ResponseWriter, r *http.Request) {
 	var one int
 	if err := s.db.Pool().QueryRow(r.Context(), `SELECT 1`).Scan(&one); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+		s.log.ErrorContext(r.Context(), "health check", "err", err)
+		s.writeJSON(w, r, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "the database does not answer"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *System) statsHandler(w http.ResponseWriter, r *http.Request) {
 	st, err := s.Stats(r.Context())
 	if err != nil {
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", err.Error())
+		s.internalError(w, r, "stats", err, "the statistics could not be read")
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	s.writeJSON(w, r, http.StatusOK, st)
 }

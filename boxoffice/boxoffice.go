@@ -165,6 +165,7 @@ type Config struct {
 type System struct {
 	cfg      Config
 	db       *sqlDriver
+	t        tables // where the business tables are
 	log      *slog.Logger
 	now      func() time.Time
 	roles    map[Role]bool
@@ -247,7 +248,7 @@ func New(ctx context.Context, cfg Config) (*System, error) {
 	if err := Migrate(ctx, cfg.DB); err != nil {
 		return nil, err
 	}
-	s := &System{cfg: cfg, db: cfg.DB, log: cfg.Logger.With("component", "boxoffice"), now: cfg.Now, roles: roles, reg: cfg.Registry}
+	s := &System{cfg: cfg, db: cfg.DB, t: tablesFor(cfg.DB), log: cfg.Logger.With("component", "boxoffice"), now: cfg.Now, roles: roles, reg: cfg.Registry}
 	var err error
 	if s.metrics, err = idemmetrics.New(s.reg, idemmetrics.Options{}); err != nil {
 		return nil, fmt.Errorf("boxoffice: metrics: %w", err)
@@ -267,7 +268,7 @@ func New(ctx context.Context, cfg Config) (*System, error) {
 	if s.ledger, err = effect.New(s.db, effect.Config{Lease: cfg.EffectLease, CallTimeout: cfg.EffectCallTimeout, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
-	s.hs = &Handlers{db: s.db, ledger: s.ledger, now: cfg.Now, Fault: cfg.Hooks.Fault, stale: &s.counts.guardStale}
+	s.hs = &Handlers{db: s.db, t: s.t, ledger: s.ledger, now: cfg.Now, Fault: cfg.Hooks.Fault, stale: &s.counts.guardStale}
 	if roles[RoleAPI] {
 		if s.handler, err = s.routes(); err != nil {
 			return nil, err
@@ -281,8 +282,11 @@ func (s *System) routes() (http.Handler, error) {
 	mw, err := idemhttp.New(s.db, idemhttp.Config{
 		Tenant:    func(r *http.Request) (string, error) { return tenantOf(r), nil },
 		Retention: s.cfg.KeyRetention,
-		Now:       s.cfg.Now,
-		Logger:    s.cfg.Logger,
+		// The order body limit, enforced before the key is recorded: any
+		// larger body answers 413, never 400.
+		MaxBodyBytes: MaxOrderBody,
+		Now:          s.cfg.Now,
+		Logger:       s.cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

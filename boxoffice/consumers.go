@@ -42,6 +42,9 @@ func InvoiceKey(orderID string) string { return "invoice:" + orderID }
 // DecodeOrderConfirmed reads an OrderConfirmed event from a delivered
 // message. Anything that is not a well-formed OrderConfirmed is a permanent
 // error (wrapping idem.ErrInvalidInput): it goes to the dead-letter store.
+// Every field is held to what the order API itself accepts (order id
+// format, tenant, event id, plain e-mail address, currency), so bytes the
+// database would reject are dead-lettered here instead of being retried.
 func DecodeOrderConfirmed(msg idem.Message) (OrderConfirmed, error) {
 	var oc OrderConfirmed
 	ev, err := outbox.FromMessage(msg)
@@ -57,12 +60,14 @@ func DecodeOrderConfirmed(msg idem.Message) (OrderConfirmed, error) {
 		return oc, fmt.Errorf("%w: OrderConfirmed payload: %v", idem.ErrInvalidInput, err)
 	}
 	switch {
-	case !strings.HasPrefix(oc.OrderID, "ord_"):
+	case !ValidOrderID(oc.OrderID):
 		return oc, fmt.Errorf("%w: OrderConfirmed without a valid order_id", idem.ErrInvalidInput)
 	case oc.EventID == "" || oc.Seats < 1 || oc.TotalCents <= 0 || oc.EventVersion < 1 || oc.SeatsLeft < 0:
 		return oc, fmt.Errorf("%w: OrderConfirmed %s has invalid fields", idem.ErrInvalidInput, oc.OrderID)
 	case oc.CustomerEmail == "" || oc.Currency == "" || oc.Tenant == "":
 		return oc, fmt.Errorf("%w: OrderConfirmed %s misses fields", idem.ErrInvalidInput, oc.OrderID)
+	case !tenantRe.MatchString(oc.Tenant) || !eventIDRe.MatchString(oc.EventID) || !currencyRe.MatchString(oc.Currency) || !plainEmail(oc.CustomerEmail):
+		return oc, fmt.Errorf("%w: OrderConfirmed %s has malformed fields", idem.ErrInvalidInput, oc.OrderID)
 	}
 	return oc, nil
 }
@@ -72,6 +77,7 @@ func DecodeOrderConfirmed(msg idem.Message) (OrderConfirmed, error) {
 // for concurrent use.
 type Handlers struct {
 	db     *sqlDriver
+	t      tables
 	ledger *effect.Ledger[*sql.Tx]
 	now    func() time.Time
 	// Fault, if set, runs first in every handler (drills inject transient
@@ -90,7 +96,7 @@ func (h *Handlers) Notification(ctx context.Context, tx *sql.Tx, msg idem.Messag
 	}
 	key := ConfirmationEmailKey(oc.OrderID)
 	q := h.db.Tx(tx)
-	if _, err := q.Exec(ctx, `INSERT INTO outgoing_emails (order_id, kind, effect_key, recipient, created_at)
+	if _, err := q.Exec(ctx, `INSERT INTO `+h.t.emails+` (order_id, kind, effect_key, recipient, created_at)
 		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_id, kind) DO NOTHING`,
 		oc.OrderID, EmailKindConfirmation, key, oc.CustomerEmail, store.Micros(h.now())); err != nil {
 		return fmt.Errorf("notification: %w", err)
@@ -115,7 +121,7 @@ func (h *Handlers) Billing(ctx context.Context, tx *sql.Tx, msg idem.Message) er
 	if err != nil {
 		return err
 	}
-	if _, err := h.db.Tx(tx).Exec(ctx, `INSERT INTO invoices (invoice_key, order_id, tenant, amount_cents, currency, message_id, created_at)
+	if _, err := h.db.Tx(tx).Exec(ctx, `INSERT INTO `+h.t.invoices+` (invoice_key, order_id, tenant, amount_cents, currency, message_id, created_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
 		InvoiceKey(oc.OrderID), oc.OrderID, oc.Tenant, oc.TotalCents, oc.Currency, msg.ID, store.Micros(h.now())); err != nil {
 		return fmt.Errorf("billing: %w", err)
@@ -131,7 +137,7 @@ func (h *Handlers) Search(ctx context.Context, tx *sql.Tx, msg idem.Message) err
 		return err
 	}
 	res, err := versionguard.ApplyTx(ctx, h.db, tx, versionguard.Spec{
-		Table:      "event_availability",
+		Table:      h.t.guardAvailability,
 		KeyColumns: []string{"event_id"},
 		KeyValues:  []any{oc.EventID},
 		Set:        map[string]any{"seats_left": oc.SeatsLeft, "updated_at": store.Micros(h.now())},

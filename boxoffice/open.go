@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem/broker/jetstream/embedded"
 	"github.com/idemkit/idem/fakeprovider"
+	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"
 )
@@ -163,5 +164,12 @@ func needsBroker(roles []Role) bool {
 // Provider returns the in-process fake provider [Open] started, or nil.
 func (s *System) Provider() *fakeprovider.Provider { return s.provider }
 
-// NATSURL returns the NATS server [Open] connected to ("" without a broker).
-func (s *System) NATSURL() string { return s.natsURL }
+// NATSURL returns the NATS server [Open] connected to ("" without a
+// broker), safe to print: a password in it (the embedded server's always
+// has one) is masked.
+func (s *System) NATSURL() string {
+	if s.natsURL == "" {
+		return ""
+	}
+	return redact.URL(s.natsURL)
+}

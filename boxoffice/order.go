@@ -90,6 +90,20 @@ var (
 	eventIDRe  = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
 )
 
+// ValidOrderID reports whether id has the form of an order id: "ord_"
+// followed by a UUID in its canonical lower-case 36-character form (what
+// the order API assigns). Anything else is no order, checked before a
+// query so that client bytes the database rejects (NUL, invalid UTF-8)
+// never reach it.
+func ValidOrderID(id string) bool {
+	rest, ok := strings.CutPrefix(id, "ord_")
+	if !ok || len(rest) != 36 {
+		return false
+	}
+	u, err := uuid.Parse(rest)
+	return err == nil && u.String() == rest
+}
+
 // DefaultTenant is the tenant of requests without X-Tenant-ID.
 const DefaultTenant = "public"
 
@@ -129,7 +143,7 @@ func DecodeOrderRequest(body []byte) (OrderRequest, error) {
 	if !eventIDRe.MatchString(req.EventID) {
 		return req, &ValidationError{Field: "event_id", Reason: "must be 1-64 characters of [A-Za-z0-9_.:-]"}
 	}
-	if a, err := mail.ParseAddress(req.CustomerEmail); err != nil || a.Address != req.CustomerEmail || len(req.CustomerEmail) > 254 {
+	if !plainEmail(req.CustomerEmail) {
 		return req, &ValidationError{Field: "customer_email", Reason: "must be a plain e-mail address"}
 	}
 	if req.Seats < 1 || req.Seats > 10 {
@@ -145,10 +159,17 @@ func DecodeOrderRequest(body []byte) (OrderRequest, error) {
 	return req, nil
 }
 
+// plainEmail reports whether s is a bare address (no display name) of at
+// most 254 bytes.
+func plainEmail(s string) bool {
+	a, err := mail.ParseAddress(s)
+	return err == nil && a.Address == s && len(s) <= 254
+}
+
 // createOrderTx takes the seats and inserts the order inside tx; it returns
 // the order and the event payload to enqueue in the same transaction.
 // ErrSoldOut leaves the inventory unchanged.
-func createOrderTx(ctx context.Context, q store.Querier, seats int64, tenant string, req OrderRequest, now time.Time) (OrderConfirmed, error) {
+func createOrderTx(ctx context.Context, q store.Querier, t tables, seats int64, tenant string, req OrderRequest, now time.Time) (OrderConfirmed, error) {
 	var oc OrderConfirmed
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -157,12 +178,12 @@ func createOrderTx(ctx context.Context, q store.Querier, seats int64, tenant str
 	// The inventory row exists from the first order on; the conditional
 	// increment is the whole sold-out decision (row lock on PostgreSQL,
 	// the write lock on SQLite).
-	if _, err := q.Exec(ctx, `INSERT INTO event_inventory (event_id, capacity, sold, version)
+	if _, err := q.Exec(ctx, `INSERT INTO `+t.inventory+` (event_id, capacity, sold, version)
 		VALUES ($1, $2, 0, 0) ON CONFLICT (event_id) DO NOTHING`, req.EventID, seats); err != nil {
 		return oc, fmt.Errorf("boxoffice: inventory: %w", err)
 	}
 	var capacity, sold, version int64
-	err = q.QueryRow(ctx, `UPDATE event_inventory SET sold = sold + $2, version = version + 1
+	err = q.QueryRow(ctx, `UPDATE `+t.inventory+` SET sold = sold + $2, version = version + 1
 		WHERE event_id = $1 AND sold + $2 <= capacity
 		RETURNING capacity, sold, version`, req.EventID, req.Seats).Scan(&capacity, &sold, &version)
 	if errors.Is(err, store.ErrNoRows) {
@@ -182,7 +203,7 @@ func createOrderTx(ctx context.Context, q store.Querier, seats int64, tenant str
 		Status:        StatusConfirmed,
 		CreatedAt:     store.FromMicros(store.Micros(now)),
 	}
-	if _, err := q.Exec(ctx, `INSERT INTO orders (order_id, tenant, event_id, customer_email, seats, total_cents, currency, status, created_at)
+	if _, err := q.Exec(ctx, `INSERT INTO `+t.orders+` (order_id, tenant, event_id, customer_email, seats, total_cents, currency, status, created_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		o.OrderID, o.Tenant, o.EventID, o.CustomerEmail, o.Seats, o.TotalCents, o.Currency, o.Status, store.Micros(o.CreatedAt)); err != nil {
 		return oc, fmt.Errorf("boxoffice: insert order: %w", err)
@@ -202,6 +223,6 @@ func scanOrder(row store.Row) (Order, error) {
 
 // getOrder returns the order id of tenant; another tenant's order is
 // store.ErrNoRows, exactly like a missing one.
-func getOrder(ctx context.Context, q store.Querier, tenant, id string) (Order, error) {
-	return scanOrder(q.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE order_id = $1 AND tenant = $2`, id, tenant))
+func getOrder(ctx context.Context, q store.Querier, t tables, tenant, id string) (Order, error) {
+	return scanOrder(q.QueryRow(ctx, `SELECT `+orderColumns+` FROM `+t.orders+` WHERE order_id = $1 AND tenant = $2`, id, tenant))
 }

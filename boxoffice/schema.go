@@ -2,17 +2,32 @@ package boxoffice
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"
 )
 
-// The boxoffice's business tables live unprefixed in the connection's
-// default schema (PostgreSQL search_path, the SQLite main database), next to
-// idem's own tables. Every uniqueness the business relies on is a
-// constraint here, so a duplicate that slipped past every other guard still
-// cannot create a second invoice, e-mail or payment:
+// Where the business tables live. On PostgreSQL they are created in the
+// schema of idem's own tables (the driver's store.Names.Schema, "idem" by
+// default), never in the connection's default schema, and every boxoffice
+// query names them schema-qualified ("idem".orders): a database that
+// already has an application's own orders, invoices or payments tables in
+// public is left alone. idem's library tables stay exactly where its
+// migrations put them. On SQLite the business tables are unprefixed in
+// the main database (idem's own carry the "idem_" prefix).
+//
+// Before using a table that already exists, Migrate checks that it has the
+// boxoffice's columns; a table of the same name with another shape (a
+// SQLite file or a schema shared with another application) stops it with
+// [ErrTableClash] naming the table, instead of failing later on a missing
+// column.
+//
+// Every uniqueness the business relies on is a constraint here, so a
+// duplicate that slipped past every other guard still cannot create a
+// second invoice, e-mail or payment:
 //
 //   - orders: one row per accepted POST /orders (the HTTP key guards it).
 //   - event_inventory: the seats sold per event, the order API's authority
@@ -22,128 +37,182 @@ import (
 //   - invoices: UNIQUE (order_id), business key invoice:<orderId>.
 //   - outgoing_emails: UNIQUE (order_id, kind).
 //   - payments: one row per paid order.
-var schemaPostgres = []string{
-	`CREATE TABLE IF NOT EXISTS orders (
-		order_id       text PRIMARY KEY,
-		tenant         text NOT NULL,
-		event_id       text NOT NULL,
-		customer_email text NOT NULL,
-		seats          integer NOT NULL,
-		total_cents    bigint NOT NULL,
-		currency       text NOT NULL,
-		status         text NOT NULL,
-		created_at     bigint NOT NULL,
-		paid_at        bigint NOT NULL DEFAULT 0
-	)`,
-	`CREATE INDEX IF NOT EXISTS orders_tenant_idx ON orders (tenant, created_at)`,
-	`CREATE TABLE IF NOT EXISTS event_inventory (
-		event_id text PRIMARY KEY,
-		capacity bigint NOT NULL,
-		sold     bigint NOT NULL,
-		version  bigint NOT NULL
-	)`,
-	`CREATE TABLE IF NOT EXISTS event_availability (
-		event_id   text PRIMARY KEY,
-		seats_left bigint NOT NULL,
-		version    bigint NOT NULL,
-		updated_at bigint NOT NULL
-	)`,
-	`CREATE TABLE IF NOT EXISTS invoices (
-		invoice_key  text PRIMARY KEY,
-		order_id     text NOT NULL UNIQUE,
-		tenant       text NOT NULL,
-		amount_cents bigint NOT NULL,
-		currency     text NOT NULL,
-		message_id   text NOT NULL,
-		created_at   bigint NOT NULL
-	)`,
-	`CREATE TABLE IF NOT EXISTS outgoing_emails (
-		order_id   text NOT NULL,
-		kind       text NOT NULL,
-		effect_key text NOT NULL,
-		recipient  text NOT NULL,
-		created_at bigint NOT NULL,
-		UNIQUE (order_id, kind)
-	)`,
-	`CREATE TABLE IF NOT EXISTS payments (
-		order_id   text PRIMARY KEY,
-		webhook_id text NOT NULL,
-		created_at bigint NOT NULL
-	)`,
+type tables struct {
+	schema string // PostgreSQL schema, "" on SQLite
+
+	orders, inventory, availability, invoices, emails, payments string
+	// guardAvailability is event_availability as versionguard.Spec.Table
+	// takes it (schema.table, unquoted).
+	guardAvailability string
 }
 
-var schemaSQLite = []string{
-	`CREATE TABLE IF NOT EXISTS orders (
+func tablesFor(d *sqlDriver) tables {
+	t := tables{}
+	if d.Dialect() == store.Postgres {
+		t.schema = d.Names().Schema
+	}
+	q := t.qualify
+	t.orders, t.inventory, t.availability = q("orders"), q("event_inventory"), q("event_availability")
+	t.invoices, t.emails, t.payments = q("invoices"), q("outgoing_emails"), q("payments")
+	t.guardAvailability = "event_availability"
+	if t.schema != "" {
+		t.guardAvailability = t.schema + ".event_availability"
+	}
+	return t
+}
+
+// ErrTableClash reports that a table the boxoffice needs already exists
+// with other columns (another application's table of the same name). The
+// error names the table; nothing was changed.
+var ErrTableClash = errors.New("boxoffice: a table with the boxoffice's name exists with other columns")
+
+// businessTable is one business table: its name, its columns (what the
+// clash check requires) and its DDL, %[1]s standing for the qualified name
+// and %[2]s for the 64-bit integer type (bigint on PostgreSQL, integer on
+// SQLite).
+type businessTable struct {
+	name    string
+	columns []string
+	ddl     string
+}
+
+var businessTables = []businessTable{
+	{"orders", []string{"order_id", "tenant", "event_id", "customer_email", "seats", "total_cents", "currency", "status", "created_at", "paid_at"},
+		`CREATE TABLE IF NOT EXISTS %[1]s (
 		order_id       text PRIMARY KEY,
 		tenant         text NOT NULL,
 		event_id       text NOT NULL,
 		customer_email text NOT NULL,
 		seats          integer NOT NULL,
-		total_cents    integer NOT NULL,
+		total_cents    %[2]s NOT NULL,
 		currency       text NOT NULL,
 		status         text NOT NULL,
-		created_at     integer NOT NULL,
-		paid_at        integer NOT NULL DEFAULT 0
-	)`,
-	`CREATE INDEX IF NOT EXISTS orders_tenant_idx ON orders (tenant, created_at)`,
-	`CREATE TABLE IF NOT EXISTS event_inventory (
+		created_at     %[2]s NOT NULL,
+		paid_at        %[2]s NOT NULL DEFAULT 0
+	)`},
+	{"event_inventory", []string{"event_id", "capacity", "sold", "version"},
+		`CREATE TABLE IF NOT EXISTS %[1]s (
 		event_id text PRIMARY KEY,
-		capacity integer NOT NULL,
-		sold     integer NOT NULL,
-		version  integer NOT NULL
-	)`,
-	`CREATE TABLE IF NOT EXISTS event_availability (
+		capacity %[2]s NOT NULL,
+		sold     %[2]s NOT NULL,
+		version  %[2]s NOT NULL
+	)`},
+	{"event_availability", []string{"event_id", "seats_left", "version", "updated_at"},
+		`CREATE TABLE IF NOT EXISTS %[1]s (
 		event_id   text PRIMARY KEY,
-		seats_left integer NOT NULL,
-		version    integer NOT NULL,
-		updated_at integer NOT NULL
-	)`,
-	`CREATE TABLE IF NOT EXISTS invoices (
+		seats_left %[2]s NOT NULL,
+		version    %[2]s NOT NULL,
+		updated_at %[2]s NOT NULL
+	)`},
+	{"invoices", []string{"invoice_key", "order_id", "tenant", "amount_cents", "currency", "message_id", "created_at"},
+		`CREATE TABLE IF NOT EXISTS %[1]s (
 		invoice_key  text PRIMARY KEY,
 		order_id     text NOT NULL UNIQUE,
 		tenant       text NOT NULL,
-		amount_cents integer NOT NULL,
+		amount_cents %[2]s NOT NULL,
 		currency     text NOT NULL,
 		message_id   text NOT NULL,
-		created_at   integer NOT NULL
-	)`,
-	`CREATE TABLE IF NOT EXISTS outgoing_emails (
+		created_at   %[2]s NOT NULL
+	)`},
+	{"outgoing_emails", []string{"order_id", "kind", "effect_key", "recipient", "created_at"},
+		`CREATE TABLE IF NOT EXISTS %[1]s (
 		order_id   text NOT NULL,
 		kind       text NOT NULL,
 		effect_key text NOT NULL,
 		recipient  text NOT NULL,
-		created_at integer NOT NULL,
+		created_at %[2]s NOT NULL,
 		UNIQUE (order_id, kind)
-	)`,
-	`CREATE TABLE IF NOT EXISTS payments (
+	)`},
+	{"payments", []string{"order_id", "webhook_id", "created_at"},
+		`CREATE TABLE IF NOT EXISTS %[1]s (
 		order_id   text PRIMARY KEY,
 		webhook_id text NOT NULL,
-		created_at integer NOT NULL
-	)`,
+		created_at %[2]s NOT NULL
+	)`},
 }
 
 // Migrate creates the boxoffice's business tables (CREATE TABLE IF NOT
 // EXISTS, so it is safe to run on every start and from several processes at
 // once: on PostgreSQL an advisory lock serialises concurrent starts, on
-// SQLite the write lock of BEGIN IMMEDIATE does). It does not create idem's
-// own tables; see [MigrateAll].
+// SQLite the write lock of BEGIN IMMEDIATE does). On PostgreSQL they go to
+// the schema of idem's tables, which must exist (run idem's migrations
+// first; see [MigrateAll]). A pre-existing table of the same name without
+// the boxoffice's columns fails with [ErrTableClash] and changes nothing.
 func Migrate(ctx context.Context, d *sqlstore.Driver) error {
-	stmts := schemaSQLite
-	if d.Dialect() == store.Postgres {
-		stmts = schemaPostgres
-	}
+	t := tablesFor(d)
 	return store.InTx(ctx, d, func(tx *sqlTx) error {
 		q := d.Tx(tx)
-		if d.Dialect() == store.Postgres {
+		if t.schema != "" {
 			if _, err := q.Exec(ctx, `SELECT pg_advisory_xact_lock(7244651022)`); err != nil {
 				return fmt.Errorf("boxoffice: migrate: %w", err)
 			}
 		}
-		for _, s := range stmts {
-			if _, err := q.Exec(ctx, s); err != nil {
-				return fmt.Errorf("boxoffice: migrate: %w", err)
+		int64Type := "integer"
+		if t.schema != "" {
+			int64Type = "bigint"
+		}
+		for _, bt := range businessTables {
+			qualified := t.qualify(bt.name)
+			if _, err := q.Exec(ctx, fmt.Sprintf(bt.ddl, qualified, int64Type)); err != nil {
+				return fmt.Errorf("boxoffice: migrate %s: %w", qualified, err)
 			}
+			if err := checkColumns(ctx, q, t, bt); err != nil {
+				return err
+			}
+		}
+		if _, err := q.Exec(ctx, `CREATE INDEX IF NOT EXISTS orders_tenant_idx ON `+t.orders+` (tenant, created_at)`); err != nil {
+			return fmt.Errorf("boxoffice: migrate: %w", err)
 		}
 		return nil
 	})
+}
+
+func (t tables) qualify(name string) string {
+	if t.schema == "" {
+		return name
+	}
+	return `"` + t.schema + `".` + name
+}
+
+// checkColumns fails with ErrTableClash when bt's table lacks one of its
+// columns (it existed before, with another shape).
+func checkColumns(ctx context.Context, q store.Querier, t tables, bt businessTable) error {
+	var rows store.Rows
+	var err error
+	if t.schema != "" {
+		rows, err = q.Query(ctx, `SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2`, t.schema, bt.name)
+	} else {
+		rows, err = q.Query(ctx, `SELECT name FROM pragma_table_info($1)`, bt.name)
+	}
+	if err != nil {
+		return fmt.Errorf("boxoffice: migrate: columns of %s: %w", bt.name, err)
+	}
+	have := map[string]bool{}
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			rows.Close()
+			return fmt.Errorf("boxoffice: migrate: columns of %s: %w", bt.name, err)
+		}
+		have[c] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("boxoffice: migrate: columns of %s: %w", bt.name, err)
+	}
+	var missing []string
+	for _, c := range bt.columns {
+		if !have[c] {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	where := "in the SQLite database"
+	if t.schema != "" {
+		where = fmt.Sprintf("in PostgreSQL schema %q", t.schema)
+	}
+	return fmt.Errorf("%w: table %s %s already exists without the column(s) %s; it belongs to something else: give the boxoffice its own database (or, on PostgreSQL, another idem schema)",
+		ErrTableClash, bt.name, where, strings.Join(missing, ", "))
 }

@@ -43,12 +43,12 @@ func (s *System) Stats(ctx context.Context) (Stats, error) {
 		sql  string
 		args []any
 	}{
-		{&st.Orders, `SELECT count(*) FROM orders`, nil},
+		{&st.Orders, `SELECT count(*) FROM ` + s.t.orders, nil},
 		{&st.EventsPublished, `SELECT count(*) FROM ` + s.db.Table("outbox") + ` WHERE state = 'published'`, nil},
 		{&st.Notifications, `SELECT count(*) FROM ` + s.db.Table("inbox") + ` WHERE consumer = $1 AND state = 'completed'`, []any{ConsumerNotification}},
 		{&st.EmailsScheduled, `SELECT count(*) FROM ` + s.db.Table("effects") + ` WHERE kind = $1`, []any{EffectKindEmail}},
-		{&st.Invoices, `SELECT count(*) FROM invoices`, nil},
-		{&st.Payments, `SELECT count(*) FROM payments`, nil},
+		{&st.Invoices, `SELECT count(*) FROM ` + s.t.invoices, nil},
+		{&st.Payments, `SELECT count(*) FROM ` + s.t.payments, nil},
 		{&st.DeadLetters, `SELECT count(*) FROM ` + s.db.Table("dead_letters") + ` WHERE state = 'parked'`, nil},
 	}
 	for _, c := range counts {
@@ -56,7 +56,7 @@ func (s *System) Stats(ctx context.Context) (Stats, error) {
 			return st, fmt.Errorf("boxoffice: stats: %w", err)
 		}
 	}
-	rows, err := q.Query(ctx, `SELECT event_id, seats_left FROM event_availability`)
+	rows, err := q.Query(ctx, `SELECT event_id, seats_left FROM `+s.t.availability)
 	if err != nil {
 		return st, fmt.Errorf("boxoffice: stats: %w", err)
 	}

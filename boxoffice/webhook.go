@@ -65,22 +65,25 @@ func (s *System) markPaid(ctx context.Context, tx *sql.Tx, d webhook.Delivery, b
 	if ev.Type != "payment.succeeded" {
 		return nil // acknowledged, nothing to do
 	}
+	if !ValidOrderID(ev.Data.OrderID) { // checked before the query: NUL or invalid UTF-8 never reach the database
+		return idem.Permanent(fmt.Errorf("%w: payment for %q, which is not an order id", idem.ErrInvalidInput, ev.Data.OrderID))
+	}
 	q := s.db.Tx(tx)
 	var status string
-	err := q.QueryRow(ctx, `SELECT status FROM orders WHERE order_id = $1`, ev.Data.OrderID).Scan(&status)
+	err := q.QueryRow(ctx, `SELECT status FROM `+s.t.orders+` WHERE order_id = $1`, ev.Data.OrderID).Scan(&status)
 	if errors.Is(err, store.ErrNoRows) {
 		return idem.Permanent(fmt.Errorf("%w: payment for unknown order %q", idem.ErrInvalidInput, ev.Data.OrderID))
 	}
 	if err != nil {
 		return err
 	}
-	n, err := q.Exec(ctx, `INSERT INTO payments (order_id, webhook_id, created_at) VALUES ($1, $2, $3)
+	n, err := q.Exec(ctx, `INSERT INTO `+s.t.payments+` (order_id, webhook_id, created_at) VALUES ($1, $2, $3)
 		ON CONFLICT (order_id) DO NOTHING`, ev.Data.OrderID, d.ID, store.Micros(s.now()))
 	if err != nil {
 		return err
 	}
 	if n == 1 {
-		_, err = q.Exec(ctx, `UPDATE orders SET status = $2, paid_at = $3 WHERE order_id = $1`,
+		_, err = q.Exec(ctx, `UPDATE `+s.t.orders+` SET status = $2, paid_at = $3 WHERE order_id = $1`,
 			ev.Data.OrderID, StatusPaid, store.Micros(s.now()))
 	}
 	return err
