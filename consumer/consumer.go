@@ -15,6 +15,13 @@
 //     idem.Permanent errors, idem.ErrInvalidInput, undecodable payloads or
 //     payloads failing the JSON Schema: nothing is committed; the message
 //     is parked in the dead-letter store (its own transaction), then Term.
+//   - no usable message id (the producer set none, e.g. a plain JetStream
+//     publish without Nats-Msg-Id, and Config.MessageID is not set): the
+//     handler never runs; the message is parked under an id made of the
+//     broker's coordinates ("no-id:<subject>@<position>") with an error
+//     wrapping ErrNoMessageID that says how to set Config.MessageID,
+//     counted in idem_messages_unidentified_total, logged at ERROR, then
+//     Term.
 //   - any other error: the transaction rolls back and the delivery is
 //     negatively acknowledged with a backoff delay (broker-native, e.g.
 //     JetStream NakWithDelay); once msg.Attempt reaches MaxAttempts it is
@@ -29,6 +36,8 @@ package consumer
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -89,6 +98,20 @@ type Config[TTx any] struct {
 	// one effect. The handler receives the message with that ID. An error
 	// is permanent: the delivery is dead-lettered. Defaults to the broker's
 	// message id.
+	//
+	// Set it when the producer does not set a stable message id (it is not
+	// an idem publisher): a plain JetStream publish carries no
+	// Nats-Msg-Id, a Kafka record no idem-id header, an AMQP message no
+	// message-id. Without MessageID such a message has no identity to
+	// dedup on, so it is never processed: it is dead-lettered at once
+	// (error wrapping [ErrNoMessageID], class invalid_input) under the
+	// synthesized id "no-id:<subject>@<position>" (the broker's
+	// coordinates: JetStream subject and stream sequence, Kafka topic and
+	// partition/offset; hashed when too long), counted in
+	// idem_messages_unidentified_total, logged at ERROR and terminated so
+	// it is not redelivered. It then shows in `idem dlq list` and in the
+	// parked letters of `idem stats`. The same happens when MessageID
+	// fails on a message that has no broker id either.
 	MessageID func(msg idem.Message) (string, error)
 	// Handler applies a message's effect with the transaction tx. Required.
 	// Return idem.Permanent(err) for failures a retry cannot fix.
@@ -116,8 +139,11 @@ type Config[TTx any] struct {
 	// Metrics, if set, receives processed / duplicate / conflict / failure
 	// / retry / dead-letter counts, in-flight and handler duration.
 	Metrics *idemmetrics.Metrics
-	// Logger receives warnings (retries, dead letters) and errors. Defaults
-	// to discarding.
+	// Logger receives warnings (retries, dead letters, failed acks) and
+	// errors (a message without a usable id, a dead letter that could not
+	// be stored and is retried). Defaults to discarding, following idem's
+	// convention: then only the dead-letter store and Metrics show what
+	// happened to a message, so set it in production.
 	Logger *slog.Logger
 	// Tracer opens a span per processed delivery (or batch). Defaults to
 	// idemmetrics.NopTracer.
@@ -306,10 +332,45 @@ func (c *Consumer[TTx]) handler() inbox.Handler[TTx] {
 	}
 }
 
-// prepare validates a delivery's payload and applies MessageID. On error
-// it returns the message as delivered, for the dead letter.
+// ErrNoMessageID reports a delivery without a usable message id while
+// Config.MessageID is not set: the message cannot be deduplicated, so it is
+// dead-lettered under a synthesized id instead of being processed (see
+// Config.MessageID). Errors wrapping it also wrap idem.ErrInvalidInput.
+var ErrNoMessageID = errors.New("consumer: message has no usable id")
+
+// noIDPrefix begins the synthesized id of a message without a usable id.
+const noIDPrefix = "no-id:"
+
+// noID is the error of a delivery whose broker id idErr rejected.
+func noID(msg idem.Message, idErr error) error {
+	return fmt.Errorf("%w (%w) on %q at position %q: the producer set no stable message id "+
+		"(JetStream Nats-Msg-Id, Kafka idem-id header, AMQP message-id); set consumer.Config.MessageID "+
+		"to derive one from the payload or headers, e.g. "+
+		`MessageID: func(m idem.Message) (string, error) { return "order:" + orderIDOf(m.Payload), nil }`,
+		ErrNoMessageID, idErr, msg.Subject, msg.Position)
+}
+
+// syntheticID is the id a message without a usable one is parked under:
+// its broker coordinates (subject and position), which a redelivery of the
+// same message repeats, or their hash when they do not make a valid id.
+func syntheticID(msg idem.Message) string {
+	id := noIDPrefix + msg.Subject + "@" + msg.Position
+	if idem.ValidateID(id) == nil {
+		return id
+	}
+	sum := sha256.Sum256([]byte(msg.Subject + "\x00" + msg.Position))
+	return noIDPrefix + "sha256:" + hex.EncodeToString(sum[:16])
+}
+
+// prepare validates a delivery's id and payload and applies MessageID. On
+// error it returns the message as delivered, for the dead letter.
 func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
 	msg := dv.Message()
+	if c.cfg.MessageID == nil {
+		if err := idem.ValidateID(msg.ID); err != nil {
+			return msg, noID(msg, err)
+		}
+	}
 	if err := c.validate(msg); err != nil {
 		return msg, err
 	}
@@ -475,14 +536,30 @@ func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.M
 	if !idem.IsPermanent(err) && !errors.Is(err, idem.ErrNeedsReconciliation) {
 		err = fmt.Errorf("gave up after %d attempts: %w", msg.Attempt, err)
 	}
-	if _, perr := c.cfg.DLQ.Park(sctx, dlq.FromMessage(c.cfg.Name, msg, err)); perr != nil {
+	l := dlq.FromMessage(c.cfg.Name, msg, err)
+	unidentified := idem.ValidateID(l.MessageID) != nil
+	if unidentified {
+		// No identity to park it under: use the broker's coordinates.
+		l.MessageID = syntheticID(msg)
+		msg.ID = l.MessageID // for the logs
+	}
+	letter, perr := c.cfg.DLQ.Park(sctx, l)
+	if perr != nil {
 		// Never drop a message we could not park: retry later.
-		c.log.ErrorContext(ctx, "dead-lettering failed; retrying the message", append(attrs(c.cfg.Name, msg), "error", perr)...)
-		_ = dv.Nak(sctx, c.cfg.Backoff.Delay(max(msg.Attempt, 1), nil))
+		c.log.ErrorContext(ctx, "dead-lettering failed; retrying the message", append(attrs(c.cfg.Name, msg), "error", perr, "reason", err)...)
+		if nerr := dv.Nak(sctx, c.cfg.Backoff.Delay(max(msg.Attempt, 1), nil)); nerr != nil {
+			c.log.WarnContext(ctx, "nak failed; the broker redelivers after its ack wait", append(attrs(c.cfg.Name, msg), "error", nerr)...)
+		}
 		return
 	}
 	c.cfg.Metrics.DeadLettered(c.cfg.Name, class)
-	c.log.WarnContext(ctx, "message dead-lettered", append(attrs(c.cfg.Name, msg), "error", err, "class", class)...)
+	if unidentified {
+		c.cfg.Metrics.Unidentified(c.cfg.Name)
+		c.log.ErrorContext(ctx, "message without a usable id dead-lettered; set consumer.Config.MessageID or have the producer set a message id",
+			append(attrs(c.cfg.Name, msg), "letter", letter, "error", err, "class", class)...)
+	} else {
+		c.log.WarnContext(ctx, "message dead-lettered", append(attrs(c.cfg.Name, msg), "letter", letter, "error", err, "class", class)...)
+	}
 	if terr := dv.Term(sctx); terr != nil {
 		// Redelivered later; parking again updates the same letter.
 		c.log.WarnContext(ctx, "term failed", append(attrs(c.cfg.Name, msg), "error", terr)...)

@@ -115,14 +115,19 @@ func startNATS(t *testing.T) *natsEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, j, err := jetstream.Dial(srv.ClientURL())
+	return natsEnvAt(t, srv.ClientURL())
+}
+
+// natsEnvAt connects to the NATS server at url and creates a uniquely
+// named stream there.
+func natsEnvAt(t *testing.T, url string) *natsEnv {
+	t.Helper()
+	nc, j, err := jetstream.Dial(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	id := hex.EncodeToString(b)
+	id := unique()
 	env := &natsEnv{js: j, stream: "ORDERS_" + strings.ToUpper(id), subject: "orders." + id}
 	if _, err := jetstream.EnsureStream(context.Background(), j, js.StreamConfig{Name: env.stream,
 		Subjects: []string{env.subject}, Duplicates: dupWindow, Storage: js.MemoryStorage}); err != nil {
@@ -133,6 +138,13 @@ func startNATS(t *testing.T) *natsEnv {
 		t.Fatal(err)
 	}
 	return env
+}
+
+// unique returns a random name suffix.
+func unique() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func (e *natsEnv) subscriber(t *testing.T, durable string, ackWait time.Duration) *jetstream.Subscriber {

@@ -38,6 +38,7 @@ func TestRuntimeMetrics(t *testing.T) {
 	m.Failed("billing", "transient")
 	m.Retry("billing")
 	m.DeadLettered("billing", "permanent")
+	m.Unidentified("billing")
 	m.ObserveVersionGuard("seats", "stale")
 	m.GCDeleted("inbox", 5)
 	done := m.Start("billing")
@@ -55,6 +56,7 @@ func TestRuntimeMetrics(t *testing.T) {
 		{"idem_messages_failed_total", "class=transient,consumer=billing", 1},
 		{"idem_retries_total", "consumer=billing", 1},
 		{"idem_dead_letters_total", "class=permanent,consumer=billing", 1},
+		{"idem_messages_unidentified_total", "consumer=billing", 1},
 		{"idem_version_guard_total", "result=stale,table=seats", 1},
 		{"idem_gc_deleted_rows_total", "table=inbox", 5},
 		{"idem_in_flight", "consumer=billing", 0},

@@ -31,6 +31,7 @@ type Metrics struct {
 	failed       *prometheus.CounterVec
 	retries      *prometheus.CounterVec
 	deadLettered *prometheus.CounterVec
+	unidentified *prometheus.CounterVec
 	inFlight     *prometheus.GaugeVec
 	duration     *prometheus.HistogramVec
 	guard        *prometheus.CounterVec
@@ -58,6 +59,7 @@ type Options struct {
 //	idem_messages_failed_total        (consumer, class)      handler or processing failures, by idem.ErrorClass
 //	idem_retries_total                (consumer)             deliveries sent back for redelivery (Nak)
 //	idem_dead_letters_total           (consumer, class)      messages parked in the dead-letter store
+//	idem_messages_unidentified_total  (consumer)             messages without a usable id, dead-lettered under a synthesized one
 //	idem_in_flight                    (consumer)             messages being processed now
 //	idem_handler_duration_seconds     (consumer)             processing time of one message / batch item
 //	idem_version_guard_total          (table, result)        version-guarded writes, result applied|stale|missing
@@ -82,6 +84,9 @@ func New(reg prometheus.Registerer, opt Options) (*Metrics, error) {
 			Help: "Deliveries negatively acknowledged for a later retry.", ConstLabels: cl}, []string{"consumer"}),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_dead_letters_total",
 			Help: "Messages parked in the dead-letter store by this process.", ConstLabels: cl}, []string{"consumer", "class"}),
+		unidentified: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_messages_unidentified_total",
+			Help: "Messages delivered without a usable message id, dead-lettered under a synthesized id by this process.", ConstLabels: cl},
+			[]string{"consumer"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "idem_in_flight",
 			Help: "Messages being processed right now.", ConstLabels: cl}, []string{"consumer"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "idem_handler_duration_seconds",
@@ -93,7 +98,7 @@ func New(reg prometheus.Registerer, opt Options) (*Metrics, error) {
 			Help: "Rows deleted by the retention GC.", ConstLabels: cl}, []string{"table"}),
 	}
 	for _, c := range []prometheus.Collector{m.duplicates, m.conflicts, m.processed, m.failed, m.retries,
-		m.deadLettered, m.inFlight, m.duration, m.guard, m.gcDeleted} {
+		m.deadLettered, m.unidentified, m.inFlight, m.duration, m.guard, m.gcDeleted} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -154,6 +159,15 @@ func (m *Metrics) Retry(consumer string) {
 func (m *Metrics) DeadLettered(consumer, class string) {
 	if m != nil {
 		m.deadLettered.WithLabelValues(consumer, class).Inc()
+	}
+}
+
+// Unidentified counts a message that came without a usable message id
+// (none set by its producer and none derived) and was dead-lettered under a
+// synthesized id. It is counted in addition to [Metrics.DeadLettered].
+func (m *Metrics) Unidentified(consumer string) {
+	if m != nil {
+		m.unidentified.WithLabelValues(consumer).Inc()
 	}
 }
 
