@@ -92,13 +92,16 @@ type Config struct {
 	// authenticated principal. An error answers 401 and the handler does
 	// not run. Defaults to one shared tenant "" — set it in any service
 	// with more than one client, or one client's key could replay
-	// another's response.
+	// another's response. A tenant with NUL, invalid UTF-8 or more than
+	// [MaxTenantLen] bytes also answers 401, before the store.
 	Tenant func(*http.Request) (string, error)
 
 	// Operation names the operation that scopes the key. Defaults to the
 	// method plus r.Pattern (stdlib ServeMux and chi set it when the
 	// middleware wraps a route), falling back to the method plus the URL
-	// path when the middleware runs before routing.
+	// path when the middleware runs before routing. An operation with NUL,
+	// invalid UTF-8 or more than [MaxOperationLen] bytes answers 400
+	// ([TypeOperationInvalid]), before the store.
 	Operation func(*http.Request) string
 
 	// Optional lets POST and PATCH requests without an Idempotency-Key pass

@@ -30,6 +30,16 @@ func TestParseKey(t *testing.T) {
 		{strings.Repeat("k", 255), strings.Repeat("k", 255), true},
 		{strings.Repeat("k", 256), "", false},
 		{`"` + strings.Repeat("k", 256) + `"`, "", false},
+		{strings.Repeat("k", 1<<16), "", false},
+		{"\x00", "", false},
+		{"k\x00", "", false},
+		{"\"k\x00\"", "", false},
+		{"\xff", "", false},
+		{"\"\xc3\"", "", false},
+		{"\xed\xa0\x80", "", false},
+		{`"abc";v=1`, "", false},
+		{`"abc", "def"`, "", false},
+		{`"a\u0041"`, "", false},
 	} {
 		got, err := idemhttp.ParseKeyValue(c.in)
 		if (err == nil) != c.ok || got != c.want {
@@ -41,11 +51,26 @@ func TestParseKey(t *testing.T) {
 	}
 }
 
-// FuzzParseKey: an accepted key is 1–255 visible ASCII characters, and the
-// bare and quoted spellings of it parse back to the same key.
+// FuzzParseKey: an accepted key is 1–255 visible ASCII characters (so
+// never NUL, a control character or invalid UTF-8), and the bare and quoted
+// spellings of it parse back to the same key. The seed corpus runs in plain
+// "go test".
 func FuzzParseKey(f *testing.F) {
-	for _, s := range []string{`abc`, `"abc"`, `""`, `"a\"b"`, `a b`, "caf\xc3\xa9", strings.Repeat("k", 256),
-		`"unterminated`, "\x01", `"a\\b"`, `8e03978e-40d5-43e8-bc93-6894a57f9324`, `"abc-123"`} {
+	for _, s := range []string{
+		`abc`, `"abc"`, `""`, `"a\"b"`, `a b`, `"unterminated`, `"a\\b"`,
+		`8e03978e-40d5-43e8-bc93-6894a57f9324`, `"abc-123"`,
+		// NUL and other control characters, bare and quoted.
+		"\x00", "k\x00", "\"k\x00\"", "\x01", "a\tb", "\"a\r\nb\"", "a\x7f",
+		// Invalid UTF-8, lone surrogates, non-ASCII.
+		"caf\xc3\xa9", "\xff", "k\xfe", "\xc3", "\"\xc3\"", "\xed\xa0\x80", "\"\xed\xbf\xbf\"", "\uFFFD",
+		// Lengths around the limit, and far beyond it.
+		strings.Repeat("k", 255), strings.Repeat("k", 256), `"` + strings.Repeat("k", 255) + `"`,
+		`"` + strings.Repeat("k", 256) + `"`, strings.Repeat("k", 1<<16), `"` + strings.Repeat(`\\`, 255) + `"`,
+		// Structured-field forms other than sf-string: parameters, lists,
+		// byte sequences, tokens, integers, escapes sf-string forbids.
+		`"abc";v=1`, `"abc", "def"`, `abc,def`, `:YWJj:`, `?1`, `42`, `*tok`, `"a\nb"`, `"a\u0041"`,
+		`"\"`, `"\\"`, `"a"b"`, `" abc"`, `  "abc"  `, "\t\"abc\"\t",
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {

@@ -17,15 +17,37 @@
 //	key missing on POST/PATCH             400 (unless Config.Optional)
 //	key malformed, several key headers    400
 //	Config.Tenant fails                   401
+//	tenant not storable text              401 (NUL, invalid UTF-8, > MaxTenantLen bytes)
+//	operation not storable text           400 (NUL, invalid UTF-8, > MaxOperationLen bytes)
 //	body above Config.MaxBodyBytes        413
+//	response > Config.MaxResponseBytes    500; nothing recorded, the retry executes
 //	record past its retention             treated as absent: the request executes again
 //	GET, HEAD, OPTIONS, TRACE             pass through untouched
 //
 // The scope of a key is tenant + operation + key: one tenant never receives
 // another tenant's stored response. The fingerprint is the SHA-256 of the
-// method, the operation, the body (canonical JSON for JSON content types,
-// so key order and whitespace do not matter; raw bytes otherwise) and
-// Config.FingerprintHeaders.
+// method, the operation, the request target, the body (canonical JSON for
+// JSON content types, so key order and whitespace do not matter; raw bytes
+// otherwise) and Config.FingerprintHeaders. The target is the escaped path
+// (r.URL.EscapedPath(): /accounts/A/charge and /accounts/B/charge differ
+// even though they share one route, and so do a%2Fb and a%252Fb) and the
+// query in canonical form: parameters decoded, sorted by name, the values
+// of a repeated name kept in their order, so ?b=2&a=1 equals ?a=1&b=2 but
+// ?a=1&a=2 differs from ?a=2&a=1 (as do ?a and ?a=1; ?a and ?a= are
+// equal, and so are + and %20). A query that does not parse (a bad escape,
+// a semicolon) is compared byte for byte. Config.ExcludeQuery leaves named
+// parameters (cache busters) out; by default every parameter counts.
+//
+// Records stored by a version before the target was fingerprinted carry
+// the older fingerprint: a retry of such a request answers 422 (it is
+// never replayed for another target, and never executed twice). That lasts
+// at most Config.Retention after the upgrade.
+//
+// Responses are buffered until they are recorded, in both modes: up to
+// Config.MaxResponseMemory in memory, the rest in a private temporary file
+// (Config.SpillDir) that is streamed to the client and then removed, so a
+// large response does not cost its size in heap. The stored copy obeys
+// Config.MaxStoredBody.
 //
 // A retry of a completed key is answered from one read outside any
 // transaction (a completed record never changes until it expires), so
