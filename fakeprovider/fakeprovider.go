@@ -34,6 +34,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/internal/httpserver"
 )
 
 // Config configures a Provider. The zero value is ready to use.
@@ -159,7 +161,7 @@ func (p *Provider) Start() error {
 		return fmt.Errorf("fakeprovider: %w", err)
 	}
 	p.ln = ln
-	p.srv = &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	p.srv = httpserver.New("", p.Handler())
 	go func() { _ = p.srv.Serve(ln) }()
 	return nil
 }
