@@ -1,6 +1,8 @@
-// Package boxoffice is idem's reference system: the ticket box office of
-// the source documents, assembled only from idem's public APIs, run by
-// "idem demo" and proven under faults by "idem drill".
+// Package boxoffice is idem's reference system: a ticket box office (the
+// running example of the design notes idem was built from; those notes are
+// not part of this repository, and this package is the complete
+// description of the system), assembled only from idem's public APIs, run
+// by "idem demo" and proven under faults by "idem drill".
 //
 // The flow, and the idem part guarding each hop:
 //
@@ -16,6 +18,16 @@
 // A [System] runs any subset of the components ([Role]) in one process, on
 // one database (database/sql: SQLite or PostgreSQL) and one [Broker]; many
 // processes may share the database and broker ("idem drill --processes").
+//
+// Hostile and bad input: client input is validated before it reaches the
+// database (tenant, order body, order ids, payment order ids; a malformed
+// order id is simply not found), so it answers 4xx problem+json and never a
+// database error; a 500 carries a fixed detail and the cause goes to the
+// log. Order bodies above [MaxOrderBody] answer 413. Events from the broker
+// are held to the same rules ([DecodeOrderConfirmed]) and dead-lettered
+// otherwise. Serve [System.Handler] with timeouts (idem demo does). The
+// business tables live in idem's PostgreSQL schema, apart from the
+// application's own ([Migrate]).
 package boxoffice
 
 import (

@@ -28,12 +28,16 @@ type Options struct {
 	// file DataDir/idem.db.
 	DatabaseURL string
 	// Schema is the PostgreSQL schema of idem's tables. Defaults to "idem".
-	// The business tables go to the connection's default schema.
+	// The business tables (orders, invoices, …) are created in the same
+	// schema, never in the connection's default one, so an application's
+	// own tables of those names are left alone (see [Migrate]).
 	Schema string
 	// SQLiteSynchronous is the SQLite synchronous level. Defaults to FULL.
 	SQLiteSynchronous string
 	// NATSURL is the NATS server (with JetStream). Defaults to an embedded
-	// JetStream server on loopback storing in DataDir/jetstream.
+	// JetStream server on loopback storing in DataDir/jetstream, which
+	// refuses clients without its random password (see package
+	// broker/jetstream/embedded).
 	NATSURL string
 	// NATSPort is the embedded server's port. Defaults to a free port.
 	NATSPort int

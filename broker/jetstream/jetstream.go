@@ -33,6 +33,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/redact"
 )
 
 // Header names the adapter sets on every published message.
@@ -51,7 +52,7 @@ const (
 func Dial(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("idem"), nats.MaxReconnects(-1)}, opts...)...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("jetstream: connect %s: %w", url, errors.Join(err, broker.ErrUnavailable))
+		return nil, nil, fmt.Errorf("jetstream: connect %s: %w", redact.URL(url), errors.Join(err, broker.ErrUnavailable))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	idemjs "github.com/idemkit/idem/broker/jetstream"
 	"github.com/idemkit/idem/broker/jetstream/embedded"
 )
 
@@ -117,4 +118,24 @@ func mustParse(t *testing.T, raw string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// TestDialErrorHidesPassword: when idem's client cannot connect, the error
+// names the server without the password ClientURL carries.
+func TestDialErrorHidesPassword(t *testing.T) {
+	t.Parallel()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientURL := srv.ClientURL()
+	srv.Shutdown()
+	pw, _ := mustParse(t, clientURL).User.Password()
+	_, _, err = idemjs.Dial(clientURL)
+	if err == nil {
+		t.Fatal("connected to a stopped server")
+	}
+	if strings.Contains(err.Error(), pw) {
+		t.Fatalf("the error shows the password: %v", err)
+	}
 }
