@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,8 +191,8 @@ type Config struct {
 	// read to sniff a Content-Type) are raised to 512.
 	MaxResponseMemory int
 
-	// SpillDir is the directory of spilled response bodies. Defaults to
-	// os.TempDir().
+	// SpillDir is the directory of spilled response bodies; New checks
+	// that it exists. Defaults to os.TempDir().
 	SpillDir string
 
 	// MaxResponseBytes caps the response body a handler may write. Beyond
@@ -255,6 +256,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxBodyBytes < 0 || c.MaxStoredBody < 0 || c.MaxResponseMemory < 0 || c.MaxResponseBytes < 0 {
 		return c, idem.InvalidOptionf("idemhttp: MaxBodyBytes, MaxStoredBody, MaxResponseMemory and MaxResponseBytes must not be negative")
+	}
+	if c.SpillDir != "" {
+		if fi, err := os.Stat(c.SpillDir); err != nil || !fi.IsDir() {
+			return c, idem.InvalidOptionf("idemhttp: SpillDir %q is not a directory", c.SpillDir)
+		}
 	}
 	for op, d := range c.OperationRetention {
 		if d <= 0 {

@@ -421,6 +421,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	for _, cfg := range []idemhttp.Config{
 		{Mode: 7}, {ExpiredPolicy: 9}, {Retention: -1}, {LockTimeout: -time.Second},
 		{MaxBodyBytes: -1}, {OperationRetention: map[string]time.Duration{"x": 0}},
+		{MaxResponseMemory: -1}, {MaxResponseBytes: -1}, {SpillDir: t.TempDir() + "/missing"},
 	} {
 		if _, err := idemhttp.New(d, cfg); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidOption", cfg, err)
