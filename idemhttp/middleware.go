@@ -29,8 +29,10 @@
 // method, the operation, the request target, the body (canonical JSON for
 // JSON content types, so key order and whitespace do not matter; raw bytes
 // otherwise) and Config.FingerprintHeaders. The target is the escaped path
-// (r.URL.EscapedPath(): /accounts/A/charge and /accounts/B/charge differ
-// even though they share one route, and so do a%2Fb and a%252Fb) and the
+// as the client spelled it (r.URL.EscapedPath(): /accounts/A/charge and
+// /accounts/B/charge differ even though they share one route, and so do
+// a%2Fb and a%252Fb, and also A and %41 — a client must retry the same
+// URL) and the
 // query in canonical form: parameters decoded, sorted by name, the values
 // of a repeated name kept in their order, so ?b=2&a=1 equals ?a=1&b=2 but
 // ?a=1&a=2 differs from ?a=2&a=1 (as do ?a and ?a=1; ?a and ?a= are
