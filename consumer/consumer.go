@@ -107,11 +107,15 @@ type Config[TTx any] struct {
 	// (error wrapping [ErrNoMessageID], class invalid_input) under the
 	// synthesized id "no-id:<subject>@<position>" (the broker's
 	// coordinates: JetStream subject and stream sequence, Kafka topic and
-	// partition/offset; hashed when too long), counted in
-	// idem_messages_unidentified_total, logged at ERROR and terminated so
-	// it is not redelivered. It then shows in `idem dlq list` and in the
-	// parked letters of `idem stats`. The same happens when MessageID
-	// fails on a message that has no broker id either.
+	// partition/offset, AMQP routing key and delivery tag; hashed when too
+	// long), counted in idem_messages_unidentified_total, logged at ERROR
+	// and terminated so it is not redelivered. It then shows in `idem dlq
+	// list` and in the parked letters of `idem stats`. A redelivery of the
+	// same message (its Term was lost) updates the same letter, except on
+	// AMQP, whose delivery tags are not stable: there it may be parked
+	// twice. The same happens when MessageID fails on a message that has no
+	// broker id either. Redriving such a letter republishes the message
+	// with the synthesized id, under which it is then processed once.
 	MessageID func(msg idem.Message) (string, error)
 	// Handler applies a message's effect with the transaction tx. Required.
 	// Return idem.Permanent(err) for failures a retry cannot fix.

@@ -1,14 +1,13 @@
 package consumer_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,6 +40,7 @@ type noIDBroker struct {
 	sub        broker.Subscriber
 	publishRaw func(t *testing.T, payload string)
 	publishOK  func(t *testing.T, id, payload string)
+	pub        broker.Publisher // for the redrive
 	position   func(n int) string
 	// settled, if set, checks the broker's own view once everything is
 	// settled: nothing pending, nothing redelivered.
@@ -92,12 +92,18 @@ func testNoID[TTx any](t *testing.T, d store.Driver[TTx], b noIDBroker, batch in
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	// The log goes to a file (the text handler serialises its writes) read
+	// at the end.
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "consumer.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
 	var runs, rawRuns atomic.Int64
 	sub := &countDeliveries{Subscriber: b.sub}
 	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[TTx]{
 		Name: "billing", BatchSize: batch, FetchWait: 50 * time.Millisecond, Metrics: m, DLQ: letters,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger: slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {
 			runs.Add(1)
 			if strings.HasPrefix(string(msg.Payload), "raw") {
@@ -161,7 +167,11 @@ func testNoID[TTx any](t *testing.T, d store.Driver[TTx], b noIDBroker, batch in
 	if got := value(t, reg, "idem_retries_total", "consumer=billing"); got > 0 {
 		t.Errorf("idem_retries_total = %v: the id-less message was sent back for redelivery", got)
 	}
-	if out := logs.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "consumer.Config.MessageID") ||
+	logged, err := os.ReadFile(logFile.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := string(logged); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "consumer.Config.MessageID") ||
 		!strings.Contains(out, l.MessageID) {
 		t.Errorf("configured logger got no ERROR line naming the letter and consumer.Config.MessageID:\n%s", out)
 	}
@@ -170,6 +180,16 @@ func testNoID[TTx any](t *testing.T, d store.Driver[TTx], b noIDBroker, batch in
 	}
 	if b.settled != nil {
 		b.settled(t)
+	}
+
+	// The operator's way out: a redrive republishes the message under the
+	// synthesized id, and it is processed once.
+	if _, err := letters.Redrive(ctx, l.ID, "alice", b.pub); err != nil {
+		t.Fatalf("redrive: %v", err)
+	}
+	waitFor(t, "the redriven message processed under "+l.MessageID, func() bool { return effects(t, d, l.MessageID) == 1 })
+	if n := rawRuns.Load(); n != 1 {
+		t.Errorf("handler runs for the redriven message = %d, want 1", n)
 	}
 }
 
@@ -210,6 +230,7 @@ func memNoID(t *testing.T, subject string) noIDBroker {
 				t.Fatal(err)
 			}
 		},
+		pub:      mb.Publisher(),
 		position: func(n int) string { return fmt.Sprint(n) },
 		settled: func(t *testing.T) {
 			st := mb.Stats()
@@ -262,6 +283,7 @@ func jsNoID(t *testing.T, env *natsEnv) noIDBroker {
 				t.Fatal(err)
 			}
 		},
+		pub:      env.pub,
 		position: func(n int) string { return fmt.Sprint(n) },
 		settled: func(t *testing.T) {
 			cons, err := env.js.Consumer(context.Background(), env.stream, "billing")
@@ -282,7 +304,7 @@ func jsNoID(t *testing.T, env *natsEnv) noIDBroker {
 
 // kafkaNoID is a topic of one partition on an in-process fake Kafka
 // cluster; id-less records are produced with a plain franz-go client: no
-// idem-id header.
+// idem-id header, and a key that is not UTF-8.
 func kafkaNoID(t *testing.T) noIDBroker {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
 	if err != nil {
@@ -309,7 +331,11 @@ func kafkaNoID(t *testing.T) noIDBroker {
 		subject: topic,
 		sub:     sub,
 		publishRaw: func(t *testing.T, payload string) {
-			if err := pub.Client().ProduceSync(context.Background(), &kgo.Record{Topic: topic, Value: []byte(payload)}).FirstErr(); err != nil {
+			// A record key is any bytes: this one is not UTF-8, which no
+			// PostgreSQL text column accepts, and must not keep the letter
+			// from being stored.
+			rec := &kgo.Record{Topic: topic, Key: []byte("\xffkey"), Value: []byte(payload)}
+			if err := pub.Client().ProduceSync(context.Background(), rec).FirstErr(); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -318,6 +344,7 @@ func kafkaNoID(t *testing.T) noIDBroker {
 				t.Fatal(err)
 			}
 		},
+		pub:      pub,
 		position: func(n int) string { return fmt.Sprintf("0/%d", n-1) },
 	}
 }
@@ -375,6 +402,7 @@ func amqpNoID(t *testing.T) noIDBroker {
 				t.Fatal(err)
 			}
 		},
+		pub: pub,
 		// The delivery tag of the subscriber's channel: the first delivery
 		// is 1.
 		position: func(n int) string { return fmt.Sprint(n) },
@@ -392,24 +420,6 @@ func serverNATS(t *testing.T) *natsEnv {
 	env := natsEnvAt(t, url)
 	t.Cleanup(func() { _ = env.js.DeleteStream(context.Background(), env.stream) })
 	return env
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A MessageID function that fails on a message that also came without a

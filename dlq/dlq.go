@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
@@ -153,7 +154,10 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Store[TTx], error) {
 // it becomes visible when tx commits and vanishes if tx rolls back. If the
 // same message (consumer, message id, payload) is already parked, that
 // letter's attempts, error and last failure time are updated and its id is
-// returned. Consumer and MessageID are required.
+// returned. Consumer and MessageID are required. The payload is stored byte
+// for byte; invalid UTF-8 and NUL bytes in Source, Position, Key, Error and
+// ErrorClass (which no text column of PostgreSQL accepts) are stored as
+// U+FFFD, so any message can be parked.
 func (s *Store[TTx]) ParkTx(ctx context.Context, tx TTx, l Letter) (int64, error) {
 	return s.park(ctx, s.d.Tx(tx), l)
 }
@@ -184,8 +188,9 @@ func (s *Store[TTx]) park(ctx context.Context, q store.Querier, l Letter) (int64
 		now = l.LastFailedAt
 	}
 	var id int64
-	err = q.QueryRow(ctx, s.q.park, l.Consumer, l.Source, l.Position, l.MessageID, l.Key, string(hj), payload,
-		idem.PayloadFingerprint(payload).Bytes(), l.Error, l.ErrorClass, max(l.Attempts, 1), store.Micros(now)).Scan(&id)
+	err = q.QueryRow(ctx, s.q.park, l.Consumer, storable(l.Source), storable(l.Position), l.MessageID, storable(l.Key),
+		string(hj), payload, idem.PayloadFingerprint(payload).Bytes(), storable(l.Error), storable(l.ErrorClass),
+		max(l.Attempts, 1), store.Micros(now)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("dlq: park %s/%s: %w", l.Consumer, l.MessageID, err)
 	}
@@ -193,6 +198,16 @@ func (s *Store[TTx]) park(ctx context.Context, q store.Querier, l Letter) (int64
 		slog.String("consumer", l.Consumer), slog.String("message_id", l.MessageID),
 		slog.String("error_class", l.ErrorClass), slog.String("error", l.Error), slog.Int("attempt", l.Attempts))
 	return id, nil
+}
+
+// storable makes s storable in a text column of every dialect (PostgreSQL
+// refuses invalid UTF-8 and NUL): those bytes become U+FFFD. A letter that
+// could not be stored would leave its message retried forever.
+func storable(s string) string {
+	if utf8.ValidString(s) && !strings.Contains(s, "\x00") {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // Get returns the letter with id, or an error wrapping idem.ErrNotFound.
