@@ -1,9 +1,12 @@
 package boxoffice_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/idemkit/idem/broker/memory"
 	"github.com/idemkit/idem/fakeprovider"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"
 )
@@ -118,5 +122,38 @@ func testBrokerDuplicates(t *testing.T, d *sqlstore.Driver) {
 			t.Fatalf("not settled: %+v", st)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDecodeOrderConfirmedHostileFields: an event whose fields the order
+// API would never have accepted (a forged publish) is a permanent error,
+// dead-lettered, not applied or retried.
+func TestDecodeOrderConfirmedHostileFields(t *testing.T) {
+	valid := map[string]any{
+		"order_id": "ord_01890000-0000-7000-8000-000000000000", "tenant": "acme", "event_id": "concert-1",
+		"customer_email": "ana@example.com", "seats": 2, "total_cents": 9000, "currency": "EUR", "status": "confirmed",
+		"created_at": "2026-01-01T00:00:00Z", "seats_left": 5, "event_version": 3,
+	}
+	msg := func(payload []byte) idem.Message {
+		return idem.Message{ID: "m", Payload: payload, Headers: map[string]string{outbox.HeaderID: "ev-1", outbox.HeaderSource: "test", outbox.HeaderType: boxoffice.EventTypeOrderConfirmed}}
+	}
+	body, _ := json.Marshal(valid)
+	if _, err := boxoffice.DecodeOrderConfirmed(msg(body)); err != nil {
+		t.Fatalf("valid event: %v", err)
+	}
+	for field, bad := range map[string]any{
+		"order_id": "ord_1", "tenant": "a\x00b", "event_id": "c\x00", "customer_email": "x@example.com, y@example.com",
+		"currency": "E\x00R",
+	} {
+		m := maps.Clone(valid)
+		m[field] = bad
+		body, _ := json.Marshal(m)
+		if _, err := boxoffice.DecodeOrderConfirmed(msg(body)); !idem.IsPermanent(err) || !errors.Is(err, idem.ErrInvalidInput) {
+			t.Errorf("%s = %q: %v", field, bad, err)
+		}
+	}
+	raw := bytes.Replace(body, []byte("acme"), []byte("ac\xffe"), 1)
+	if _, err := boxoffice.DecodeOrderConfirmed(msg(raw)); !idem.IsPermanent(err) {
+		t.Errorf("invalid UTF-8: %v", err)
 	}
 }

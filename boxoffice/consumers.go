@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
@@ -53,6 +54,9 @@ func DecodeOrderConfirmed(msg idem.Message) (OrderConfirmed, error) {
 	}
 	if ev.Type != EventTypeOrderConfirmed {
 		return oc, fmt.Errorf("%w: event type %q is not %s", idem.ErrInvalidInput, ev.Type, EventTypeOrderConfirmed)
+	}
+	if !utf8.Valid(msg.Payload) {
+		return oc, fmt.Errorf("%w: OrderConfirmed payload is not UTF-8", idem.ErrInvalidInput)
 	}
 	dec := json.NewDecoder(strings.NewReader(string(msg.Payload)))
 	dec.DisallowUnknownFields()

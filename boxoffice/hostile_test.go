@@ -372,3 +372,32 @@ func TestEmbeddedBrokerNeedsCredentials(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestHostileOrderBodies: NUL, invalid UTF-8 and oversized values in every
+// field of POST /orders answer 400 on every dialect, never a 5xx.
+func TestHostileOrderBodies(t *testing.T) {
+	for name, open := range drivers {
+		t.Run(name, func(t *testing.T) {
+			_, srv := apiServer(t, open(t))
+			fields := map[string][]string{
+				"event_id":       {`"c\u0000"`, "\"c\xff\"", `"` + strings.Repeat("e", 65) + `"`},
+				"customer_email": {`"a\u0000@example.com"`, "\"\xff@example.com\"", `"a@ex\u0000ample.com"`, `"` + strings.Repeat("a", 250) + `@example.com"`},
+				"currency":       {`"E\u0000R"`, "\"E\xffR\""},
+			}
+			i := 0
+			for field, vals := range fields {
+				for _, v := range vals {
+					var m map[string]json.RawMessage
+					_ = json.Unmarshal([]byte(orderBody), &m)
+					body := []byte(strings.Replace(orderBody, string(m[field]), v, 1))
+					i++
+					a := call(t, http.MethodPost, srv.URL+"/orders", map[string]string{"Idempotency-Key": fmt.Sprintf("h-%d", i), "Content-Type": "application/json"}, body)
+					if a.status != http.StatusBadRequest || a.ctype != "application/problem+json" {
+						t.Errorf("%s = %q: %d %s", field, v, a.status, a.body)
+					}
+					noDBText(t, field, a)
+				}
+			}
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -125,6 +126,9 @@ func DecodeOrderRequest(body []byte) (OrderRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
+	if !utf8.Valid(body) { // encoding/json would quietly turn the bad bytes into U+FFFD
+		return req, &ValidationError{Reason: "body must be UTF-8"}
+	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil {
 		return req, &ValidationError{Reason: "body must be a JSON object: " + err.Error()}

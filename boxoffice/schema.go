@@ -135,8 +135,8 @@ var businessTables = []businessTable{
 // EXISTS, so it is safe to run on every start and from several processes at
 // once: on PostgreSQL an advisory lock serialises concurrent starts, on
 // SQLite the write lock of BEGIN IMMEDIATE does). On PostgreSQL they go to
-// the schema of idem's tables, which must exist (run idem's migrations
-// first; see [MigrateAll]). A pre-existing table of the same name without
+// the schema of idem's tables, which must exist: run idem's own
+// migrations (migrate.Up) first, as [New] does. A pre-existing table of the same name without
 // the boxoffice's columns fails with [ErrTableClash] and changes nothing.
 func Migrate(ctx context.Context, d *sqlstore.Driver) error {
 	t := tablesFor(d)
