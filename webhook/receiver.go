@@ -60,7 +60,10 @@ type ReceiverConfig[TTx any] struct {
 // commit but before the answer: the sender retries and gets 200 with no
 // second enqueue. Concurrent replays block on the inbox's unique key and
 // then answer 200. The same delivery id with a different body (signed by
-// the sender) is refused with 422 and nothing is enqueued: principle 5.
+// the sender) is refused with 422 and nothing is enqueued: a reused id with
+// a different payload fails loudly, it is never taken for a replay and
+// silently skipped (the inbox compares the stored payload fingerprint on
+// every duplicate).
 // Errors are RFC 9457 problem+json.
 type Receiver[TTx any] struct {
 	d   store.Driver[TTx]
