@@ -58,3 +58,29 @@ func ExampleNewReceiver() {
 	// 200 {"delivery_id":"msg_1","status":"duplicate"}
 	// jobs: 1
 }
+
+// Standard Webhooks v1a: the sender signs with its Ed25519 signing key
+// (whsk_…), receivers verify with the public key (whpk_…) and hold no
+// secret. [webhook.GenerateStandardKeyPair] makes a new pair.
+func ExampleNewStandard_ed25519() {
+	const (
+		signingKey = "whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk=" // the Standard Webhooks libraries' test key
+		publicKey  = "whpk_ZlN4eg7dSSqi0moX9hQUk3orrOouK3QVQSlJa248c/g="
+	)
+	sender, _ := webhook.NewStandard(webhook.StandardConfig{SigningKeys: []string{signingKey}})
+	receiver, _ := webhook.NewStandard(webhook.StandardConfig{PublicKeys: []string{publicKey}})
+
+	body := []byte(`{"test": 2432232314}`)
+	at := time.Unix(1614265330, 0)
+	h := http.Header{}
+	_ = sender.Sign(h, webhook.Delivery{ID: "msg_p5jXN8AQM9LWM0D4loKWxJek", Timestamp: at}, body)
+	fmt.Println(h.Get("webhook-signature"))
+
+	req := httptest.NewRequest(http.MethodPost, "/webhooks", strings.NewReader(string(body)))
+	req.Header = h
+	d, err := receiver.Verify(req, body, at)
+	fmt.Println(d.ID, err)
+	// Output:
+	// v1a,tQ9V2XOqn7jL/DQenEFpqIugdBVtiMmER5mhSkXBNwM0mkATuDe6KYYUuxqtaiHeYGb7KaaBRdM5WqyeFiL8Ag==
+	// msg_p5jXN8AQM9LWM0D4loKWxJek <nil>
+}

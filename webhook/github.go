@@ -48,15 +48,14 @@ func githubMAC(key, body []byte) []byte {
 }
 
 // ParseGitHubSignature parses an X-Hub-Signature-256 value "sha256=<64 hex>"
-// into the raw MAC, or returns an error wrapping ErrMalformedHeader.
+// into the raw MAC, or returns an error wrapping ErrMalformedHeader. The hex
+// must be lowercase, as GitHub sends it, so a MAC has exactly one accepted
+// spelling.
 func ParseGitHubSignature(h string) ([]byte, error) {
 	hexSig, ok := strings.CutPrefix(h, "sha256=")
-	if !ok || len(hexSig) != 2*sha256.Size {
-		return nil, fmt.Errorf("%w: X-Hub-Signature-256 must be sha256=<64 hex digits>", ErrMalformedHeader)
-	}
-	raw, err := hex.DecodeString(hexSig)
-	if err != nil {
-		return nil, fmt.Errorf("%w: X-Hub-Signature-256 is not hex", ErrMalformedHeader)
+	raw, hexOK := decodeMAC(hexSig)
+	if !ok || !hexOK {
+		return nil, fmt.Errorf("%w: X-Hub-Signature-256 must be sha256=<64 lowercase hex digits>", ErrMalformedHeader)
 	}
 	return raw, nil
 }

@@ -70,7 +70,8 @@ func stripeMAC(key []byte, ts string, body []byte) []byte {
 // ParseStripeSignature parses a Stripe-Signature value into its timestamp
 // text and decoded v1 signatures. It fails (ErrMalformedHeader) on entries
 // without "=", a missing or repeated t, a non-numeric t, a v1 that is not
-// 64 hex digits, or no v1 at all. Unknown keys are ignored.
+// 64 lowercase hex digits (as Stripe sends it: one accepted spelling per
+// MAC), or no v1 at all. Unknown keys are ignored.
 func ParseStripeSignature(h string) (ts string, sigs [][]byte, err error) {
 	seenT := false
 	for _, item := range strings.Split(h, ",") {
@@ -88,9 +89,9 @@ func ParseStripeSignature(h string) (ts string, sigs [][]byte, err error) {
 			}
 			seenT, ts = true, v
 		case "v1":
-			raw, err := hex.DecodeString(v)
-			if err != nil || len(raw) != sha256.Size {
-				return "", nil, fmt.Errorf("%w: Stripe-Signature v1 is not 64 hex digits", ErrMalformedHeader)
+			raw, ok := decodeMAC(v)
+			if !ok {
+				return "", nil, fmt.Errorf("%w: Stripe-Signature v1 is not 64 lowercase hex digits", ErrMalformedHeader)
 			}
 			sigs = append(sigs, raw)
 		}

@@ -1,16 +1,32 @@
 // Package webhook receives webhooks once: it authenticates each delivery on
 // its raw body, then records it and enqueues its work in one transaction,
 // deduplicated on (source, delivery id) through the inbox, so a sender's
-// replays are answered 2xx and enqueue nothing (drill 5).
+// replays are answered 2xx and enqueue nothing. (The webhook-replay scenario
+// of `idem drill` shows exactly that against a running system: one delivery
+// replayed many times, sequentially and concurrently, pays once, and a
+// forged one gets 401.)
 //
-// Verifiers (all compare signatures in constant time with [hmac.Equal] over
-// the exact bytes received, never a re-encoded body):
+// Verifiers (all check signatures over the exact bytes received, never a
+// re-encoded body; HMACs are compared in constant time with [hmac.Equal],
+// Ed25519 signatures checked with crypto/ed25519):
 //
 //   - [Standard]: Standard Webhooks (webhook-id, webhook-timestamp,
-//     webhook-signature "v1,<base64>"), whsec_ secrets, rotation.
+//     webhook-signature "v1,<base64>" / "v1a,<base64>", or the svix-*
+//     names of the same headers): v1 HMAC-SHA256 with whsec_ secrets, v1a
+//     Ed25519 with whpk_ public keys, rotation.
 //   - [GitHub]: X-Hub-Signature-256 "sha256=<hex>", X-GitHub-Delivery.
 //   - [Stripe]: Stripe-Signature "t=…,v1=…", the event id from the body.
 //   - any custom scheme implementing [Verifier].
+//
+// Signatures are decoded strictly: only the canonical spelling is accepted
+// (standard base64 with zero padding bits and no line breaks; lowercase hex
+// of exactly 64 digits), so each signature has exactly one accepted text.
+// The Standard Webhooks and Svix libraries refuse the same v1 variants
+// (they compare v1 signatures as canonical base64 text); for hex idem is
+// stricter than stripe-go, which also takes uppercase, though neither
+// Stripe nor GitHub sends it. Signed
+// timestamps (Standard, Stripe) are decimal Unix seconds and must be within
+// the tolerance (default 5 minutes) in both directions.
 //
 // Each scheme also has a signer ([Signer]) for tests and for senders.
 //
@@ -21,6 +37,8 @@
 package webhook
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -71,9 +89,12 @@ var (
 	// ErrMalformedHeader: a signature, id or timestamp header cannot be parsed.
 	ErrMalformedHeader = fmt.Errorf("%w: malformed header", ErrUnauthenticated)
 	// ErrDuplicateHeader: a header that must appear once appears several
-	// times (an attacker could hope one copy is verified and the other used).
+	// times, or under two names with different values (webhook-id and
+	// svix-id): an attacker could hope one copy is verified and the other
+	// used.
 	ErrDuplicateHeader = fmt.Errorf("%w: duplicate header", ErrUnauthenticated)
-	// ErrSignatureMismatch: no signature matches any configured secret.
+	// ErrSignatureMismatch: no signature matches any configured secret or
+	// key of its version.
 	ErrSignatureMismatch = fmt.Errorf("%w: signature mismatch", ErrUnauthenticated)
 	// ErrTimestampOutOfRange: the signed timestamp is further from now than
 	// the tolerance, in either direction (a replay of an old capture, or a
@@ -109,6 +130,21 @@ func checkTolerance(ts, now time.Time, tol time.Duration) error {
 			ts.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), tol)
 	}
 	return nil
+}
+
+// decodeMAC decodes the hex text of an HMAC-SHA256: exactly 64 lowercase
+// hex digits (hex.DecodeString alone would also take uppercase).
+func decodeMAC(s string) ([]byte, bool) {
+	if len(s) != 2*sha256.Size {
+		return nil, false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return nil, false
+		}
+	}
+	raw, err := hex.DecodeString(s)
+	return raw, err == nil
 }
 
 // parseUnix parses a decimal Unix timestamp in seconds: digits only, no
