@@ -36,8 +36,6 @@ package consumer
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -105,17 +103,18 @@ type Config[TTx any] struct {
 	// message-id. Without MessageID such a message has no identity to
 	// dedup on, so it is never processed: it is dead-lettered at once
 	// (error wrapping [ErrNoMessageID], class invalid_input) under the
-	// synthesized id "no-id:<subject>@<position>" (the broker's
-	// coordinates: JetStream subject and stream sequence, Kafka topic and
-	// partition/offset, AMQP routing key and delivery tag; hashed when too
-	// long), counted in idem_messages_unidentified_total, logged at ERROR
-	// and terminated so it is not redelivered. It then shows in `idem dlq
-	// list` and in the parked letters of `idem stats`. A redelivery of the
-	// same message (its Term was lost) updates the same letter, except on
-	// AMQP, whose delivery tags are not stable: there it may be parked
-	// twice. The same happens when MessageID fails on a message that has no
-	// broker id either. Redriving such a letter republishes the message
-	// with the synthesized id, under which it is then processed once.
+	// synthesized id "no-id:<subject>@<position>" ([dlq.SyntheticID], the
+	// broker's coordinates: JetStream subject and stream sequence, Kafka
+	// topic and partition/offset, AMQP routing key and delivery tag; hashed
+	// when too long), counted in idem_messages_unidentified_total, logged
+	// at ERROR and terminated so it is not redelivered. It then shows in
+	// `idem dlq list` and in the parked letters of `idem stats`. A
+	// redelivery of the same message (its Term was lost) updates the same
+	// letter, except on AMQP, whose delivery tags are not stable: there it
+	// may be parked twice. The same happens when MessageID fails on a
+	// message that has no broker id either. Redriving such a letter
+	// republishes the message with the synthesized id, under which it is
+	// then processed once.
 	MessageID func(msg idem.Message) (string, error)
 	// Handler applies a message's effect with the transaction tx. Required.
 	// Return idem.Permanent(err) for failures a retry cannot fix.
@@ -342,28 +341,13 @@ func (c *Consumer[TTx]) handler() inbox.Handler[TTx] {
 // Config.MessageID). Errors wrapping it also wrap idem.ErrInvalidInput.
 var ErrNoMessageID = errors.New("consumer: message has no usable id")
 
-// noIDPrefix begins the synthesized id of a message without a usable id.
-const noIDPrefix = "no-id:"
-
 // noID is the error of a delivery whose broker id idErr rejected.
 func noID(msg idem.Message, idErr error) error {
-	return fmt.Errorf("%w (%w) on %q at position %q: the producer set no stable message id "+
-		"(JetStream Nats-Msg-Id, Kafka idem-id header, AMQP message-id); set consumer.Config.MessageID "+
-		"to derive one from the payload or headers, e.g. "+
+	return fmt.Errorf("%w (%w) on %q at position %q: the producer must set a stable message id "+
+		"(JetStream Nats-Msg-Id, Kafka idem-id header, AMQP message-id) of 1 to 255 printable bytes, "+
+		"or set consumer.Config.MessageID to derive one from the payload or headers, e.g. "+
 		`MessageID: func(m idem.Message) (string, error) { return "order:" + orderIDOf(m.Payload), nil }`,
 		ErrNoMessageID, idErr, msg.Subject, msg.Position)
-}
-
-// syntheticID is the id a message without a usable one is parked under:
-// its broker coordinates (subject and position), which a redelivery of the
-// same message repeats, or their hash when they do not make a valid id.
-func syntheticID(msg idem.Message) string {
-	id := noIDPrefix + msg.Subject + "@" + msg.Position
-	if idem.ValidateID(id) == nil {
-		return id
-	}
-	sum := sha256.Sum256([]byte(msg.Subject + "\x00" + msg.Position))
-	return noIDPrefix + "sha256:" + hex.EncodeToString(sum[:16])
 }
 
 // prepare validates a delivery's id and payload and applies MessageID. On
@@ -540,13 +524,11 @@ func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.M
 	if !idem.IsPermanent(err) && !errors.Is(err, idem.ErrNeedsReconciliation) {
 		err = fmt.Errorf("gave up after %d attempts: %w", msg.Attempt, err)
 	}
+	// A message without a usable id is parked under its broker
+	// coordinates (dlq.SyntheticID).
 	l := dlq.FromMessage(c.cfg.Name, msg, err)
-	unidentified := idem.ValidateID(l.MessageID) != nil
-	if unidentified {
-		// No identity to park it under: use the broker's coordinates.
-		l.MessageID = syntheticID(msg)
-		msg.ID = l.MessageID // for the logs
-	}
+	unidentified := l.MessageID != msg.ID
+	msg.ID = l.MessageID // for the logs
 	letter, perr := c.cfg.DLQ.Park(sctx, l)
 	if perr != nil {
 		// Never drop a message we could not park: retry later.

@@ -22,6 +22,7 @@ import (
 	"github.com/idemkit/idem/broker/kafka"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -180,6 +181,16 @@ func testNoID[TTx any](t *testing.T, d store.Driver[TTx], b noIDBroker, batch in
 	}
 	if b.settled != nil {
 		b.settled(t)
+	}
+
+	// `idem stats` shows it among the parked letters, and as one without
+	// a message id.
+	st, err := idemmetrics.Snapshot(ctx, d, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DeadParked.By["billing"] != 1 || st.DeadNoID.By["billing"] != 1 {
+		t.Errorf("stats: parked %v, without a message id %v; want billing: 1 in both", st.DeadParked.By, st.DeadNoID.By)
 	}
 
 	// The operator's way out: a redrive republishes the message under the

@@ -18,10 +18,18 @@
 // unique key is (consumer, message id, payload fingerprint) among parked
 // letters. A message id reused with a different payload gets its own letter,
 // so neither payload is lost.
+//
+// A message that came without a usable id (its producer set none) is still
+// parked: [FromMessage] gives its letter the id [SyntheticID], made of the
+// broker's coordinates ("no-id:<subject>@<position>"). Text fields a
+// database cannot store (invalid UTF-8, NUL) are stored with U+FFFD, so
+// every message can be parked.
 package dlq
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,14 +89,39 @@ type Letter struct {
 	CreatedAt     time.Time         `json:"created_at"`
 }
 
+// NoIDPrefix begins the message id of a letter whose message came without a
+// usable id (see [SyntheticID]).
+const NoIDPrefix = "no-id:"
+
+// SyntheticID is the message id of the letter of a message that has no
+// usable id of its own (its producer set none, or an invalid one): its
+// broker coordinates, NoIDPrefix + subject + "@" + position (JetStream
+// subject and stream sequence, Kafka topic and partition/offset), which a
+// redelivery of the same message repeats, or NoIDPrefix + "sha256:" + the
+// hash of both when they do not make a valid id (too long, control
+// characters).
+func SyntheticID(msg idem.Message) string {
+	id := NoIDPrefix + msg.Subject + "@" + msg.Position
+	if idem.ValidateID(id) == nil {
+		return id
+	}
+	sum := sha256.Sum256([]byte(msg.Subject + "\x00" + msg.Position))
+	return NoIDPrefix + "sha256:" + hex.EncodeToString(sum[:16])
+}
+
 // FromMessage builds the letter for msg that consumer failed to process
-// with err.
+// with err. A message without a usable id (idem.ValidateID fails) gets
+// [SyntheticID] as the letter's MessageID, so that it can still be parked.
 func FromMessage(consumer string, msg idem.Message, err error) Letter {
+	id := msg.ID
+	if idem.ValidateID(id) != nil {
+		id = SyntheticID(msg)
+	}
 	l := Letter{
 		Consumer:  consumer,
 		Source:    msg.Subject,
 		Position:  msg.Position,
-		MessageID: msg.ID,
+		MessageID: id,
 		Key:       msg.Key,
 		Headers:   msg.Headers,
 		Payload:   msg.Payload,

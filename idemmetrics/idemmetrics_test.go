@@ -87,6 +87,11 @@ func testDBCollector[TTx any](t *testing.T, d store.Driver[TTx]) {
 			t.Fatal(err)
 		}
 	}
+	// A message that came without an id: parked under dlq.SyntheticID.
+	if _, err := letters.Park(ctx, dlq.FromMessage("ingest", idem.Message{Subject: "orders", Position: "9", Payload: []byte("y")},
+		errors.New("no id"))); err != nil {
+		t.Fatal(err)
+	}
 	ins := `INSERT INTO ` + d.Table("outbox") + ` (source, event_id, type, subject, time, payload, state, created_at, published_at)
  VALUES ($1, $2, 't', 's', 0, $3, $4, $5, $6)`
 	testdb.Exec(t, d, ins, "src", "e1", []byte("{}"), "pending", store.Micros(now.Add(-90*time.Second)), int64(0))
@@ -123,9 +128,15 @@ func testDBCollector[TTx any](t *testing.T, d store.Driver[TTx]) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.DeadLetters.By["parked"] != 2 || st.DeadParked.By["billing"] != 2 || st.Outbox.Pending != 2 ||
+	if st.DeadLetters.By["parked"] != 3 || st.DeadParked.By["billing"] != 2 || st.DeadParked.By["ingest"] != 1 || st.Outbox.Pending != 2 ||
 		st.Outbox.Published != 1 || st.Outbox.LagSeconds < 89 {
 		t.Fatalf("snapshot = %+v", st)
+	}
+	if st.DeadNoID.Total != 1 || st.DeadNoID.By["ingest"] != 1 || len(st.DeadNoID.By) != 1 {
+		t.Fatalf("parked letters without a message id = %+v, want ingest: 1", st.DeadNoID)
+	}
+	if len(dlq.NoIDPrefix) != 6 || dlq.NoIDPrefix != "no-id:" {
+		t.Fatalf("dlq.NoIDPrefix %q: update the query of Stats.DeadNoID", dlq.NoIDPrefix)
 	}
 }
 

@@ -13,12 +13,16 @@ import (
 // `idem stats` prints. Sections of tables that do not exist yet are empty
 // and listed in TablesMissing.
 type Stats struct {
-	Inbox         Counts        `json:"inbox"`        // rows by consumer
-	HTTPKeys      Counts        `json:"http_keys"`    // rows by state
-	Outbox        OutboxStats   `json:"outbox"`       // events by state + lag
-	Effects       Counts        `json:"effects"`      // rows by state
-	DeadLetters   Counts        `json:"dead_letters"` // rows by state
-	DeadParked    Counts        `json:"dead_letters_parked"`
+	Inbox       Counts      `json:"inbox"`               // rows by consumer
+	HTTPKeys    Counts      `json:"http_keys"`           // rows by state
+	Outbox      OutboxStats `json:"outbox"`              // events by state + lag
+	Effects     Counts      `json:"effects"`             // rows by state
+	DeadLetters Counts      `json:"dead_letters"`        // rows by state
+	DeadParked  Counts      `json:"dead_letters_parked"` // parked letters by consumer
+	// DeadNoID counts, by consumer, the parked letters of messages that
+	// came without a usable message id (message id dlq.NoIDPrefix…): set
+	// that consumer's consumer.Config.MessageID.
+	DeadNoID      Counts        `json:"dead_letters_parked_no_id"`
 	TablesMissing []string      `json:"tables_missing,omitempty"`
 	TakenAt       time.Time     `json:"taken_at"`
 	Took          time.Duration `json:"-"`
@@ -96,8 +100,13 @@ func Snapshot[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) 
 		return st, err
 	}
 	st.DeadParked = Counts{By: map[string]int64{}}
+	st.DeadNoID = Counts{By: map[string]int64{}}
 	if ok {
 		if st.DeadParked, _, err = group("dead_letters", "consumer", ` WHERE state = 'parked'`); err != nil {
+			return st, err
+		}
+		// 'no-id:' is dlq.NoIDPrefix (idemmetrics_test checks they agree).
+		if st.DeadNoID, _, err = group("dead_letters", "consumer", ` WHERE state = 'parked' AND substr(message_id, 1, 6) = 'no-id:'`); err != nil {
 			return st, err
 		}
 	}
