@@ -185,13 +185,13 @@ func InTx[TTx any](ctx context.Context, d Driver[TTx], fn func(tx TTx) error) (e
 // run its first INSERT in a single round trip (pgxstore). The inbox uses it
 // for first deliveries, saving one round trip per message.
 type BeginInserter[TTx any] interface {
-	// BeginInsert begins a transaction and runs insertSQL (an INSERT
-	// without ON CONFLICT, with $n placeholders for args of type string,
-	// []byte or int64) as its first statement. When the INSERT hits a
-	// unique violation it rolls back and returns inserted=false with no
-	// transaction open and a nil error; the caller then takes its ordinary
-	// ON CONFLICT path. ok=false (with a nil error) means the fast path is
-	// unavailable on this connection and nothing was done.
+	// BeginInsert begins a transaction and runs insertSQL (a constant
+	// INSERT without ON CONFLICT, with $n placeholders) as its first
+	// statement, args bound as parameters: no SQL text is built from them.
+	// When the INSERT hits a unique violation it rolls back and returns
+	// inserted=false with no transaction open and a nil error; the caller
+	// then takes its ordinary ON CONFLICT path. ok=false (with a nil error)
+	// means the fast path is unavailable and nothing was done.
 	BeginInsert(ctx context.Context, insertSQL string, args ...any) (tx TTx, inserted, ok bool, err error)
 }
 
@@ -199,9 +199,11 @@ type BeginInserter[TTx any] interface {
 // statement and its COMMIT in a single round trip (pgxstore, for
 // transactions it began with BeginInsert).
 type CommitExecer[TTx any] interface {
-	// ExecCommit runs stmt (args of type string, []byte, int64 or int) and
-	// commits tx. ok=false means the fast path does not apply to tx and
-	// nothing was done: the caller runs stmt and Commit itself. Otherwise
-	// tx is over, committed when err is nil and rolled back when not.
+	// ExecCommit runs stmt (a constant statement, args bound as
+	// parameters) and commits tx. ok=false means the fast path does not
+	// apply to tx and nothing was done: the caller runs stmt and Commit
+	// itself. Otherwise tx is over, committed when err is nil and rolled
+	// back when not; a COMMIT that did not commit, or a transaction that
+	// was no longer open or already aborted, is an error.
 	ExecCommit(ctx context.Context, tx TTx, stmt string, args ...any) (ok bool, err error)
 }

@@ -2,10 +2,9 @@ package pgxstore
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -14,142 +13,314 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// BeginInsert begins a transaction and runs insertSQL in the same round trip:
-// the BEGIN and the INSERT travel as one simple-protocol query, with the
-// arguments rendered as literals (strings quoted under
-// standard_conforming_strings, bytes as bytea hex, integers in decimal).
+// The transaction statements of the fast paths. They differ from the
+// "begin" and "commit" pgx runs for Conn.Begin and Tx.Commit, so preparing
+// them changes nothing for the caller's own transactions on the pool.
+const (
+	beginSQL  = "BEGIN"
+	commitSQL = "COMMIT"
+)
+
+// maxPrepared bounds the distinct statements the fast paths prepare by
+// name on every connection. idem passes a handful of constant statements;
+// past the bound, statements go through pgx's own statement cache.
+const maxPrepared = 64
+
+// BeginInsert begins a transaction and runs insertSQL in the same round
+// trip: BEGIN and the INSERT travel as one pipelined pgx.Batch
+// (pgx.Batch.BeginTx), the INSERT with its arguments as bound parameters.
+// No SQL text is built from the arguments.
 //
-// A unique violation rolls the transaction back and reports
+// Both statements are prepared, once per connection, the first time they
+// run on it (one round trip each); from then on BeginInsert is one round
+// trip. A unique violation rolls the transaction back and reports
 // inserted=false: the caller decides the duplicate with its ordinary ON
-// CONFLICT path. Such a violation is logged by the server as an ERROR; the
-// inbox only takes this path for first deliveries, where duplicates are
-// rare races.
+// CONFLICT path. Such a violation is logged by the server as an ERROR; idem
+// only takes this path where duplicates are rare races or replays.
+//
+// The fast path is declined (ok=false, nothing done) when the pool runs
+// queries in the simple protocol (pgx.QueryExecModeSimpleProtocol), where
+// pgx would render the arguments into the SQL text.
+//
+// The transaction returned is a pgx.Tx on one pooled connection, released
+// when it ends. Savepoints (Begin), Exec, Query, QueryRow, SendBatch,
+// CopyFrom, Prepare and Conn behave as on any pgx transaction; see
+// [Driver.ExecCommit] for LargeObjects.
 func (d *Driver) BeginInsert(ctx context.Context, insertSQL string, args ...any) (pgx.Tx, bool, bool, error) {
-	sql, ok := inlineArgs(insertSQL, args)
-	if !ok {
+	if d.mode == pgx.QueryExecModeSimpleProtocol {
 		return nil, false, false, nil
 	}
 	c, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, false, translate(err)
 	}
-	if c.Conn().PgConn().ParameterStatus("standard_conforming_strings") != "on" {
+	conn := c.Conn()
+	if err := d.prepare(ctx, conn, beginSQL, insertSQL); err != nil {
 		c.Release()
-		return nil, false, false, nil
-	}
-	tx, err := c.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + sql})
-	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && c.Conn().PgConn().TxStatus() != 'I' {
-			// The failed INSERT left the connection in an aborted
-			// transaction: end it before the connection goes back.
-			if _, rbErr := c.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
-				c.Release()
-				return nil, false, false, translate(rbErr)
-			}
-		}
-		c.Release()
-		if pgErr != nil && pgErr.Code == "23505" {
-			return nil, false, true, nil
-		}
 		return nil, false, false, translate(err)
 	}
-	return &pooledTx{Tx: tx, c: c}, true, true, nil
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{BeginQuery: beginSQL})
+	b.Queue(insertSQL, args...)
+	br := conn.SendBatch(ctx, b)
+	tx := br.Tx()
+	_, err = br.Exec() // BEGIN
+	if err == nil {
+		_, err = br.Exec() // the INSERT
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		return &pooledTx{d: d, tx: tx, c: c}, true, true, nil
+	}
+	if conn.PgConn().TxStatus() != 'I' {
+		// The INSERT failed after BEGIN: end the aborted transaction
+		// before the connection goes back. A failed ROLLBACK closes the
+		// connection (pgx), which the pool then discards: either way no
+		// transaction is left open.
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+	}
+	c.Release()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return nil, false, true, nil
+	}
+	return nil, false, false, translate(err)
 }
 
-// ExecCommit runs stmt and COMMIT as one simple-protocol query, the
-// arguments rendered as literals, for a transaction BeginInsert started.
-// It reports ok=false, doing nothing, for any other transaction (or
-// arguments it cannot render). The statement's row count is not reported.
-// On error the transaction is rolled back; either way it is over and its
-// connection is back in the pool.
+// ExecCommit runs stmt and COMMIT in one round trip, one pipelined
+// pgx.Batch with the arguments as bound parameters, for a transaction
+// BeginInsert started. It reports ok=false, doing nothing, for any other
+// transaction, and for one whose LargeObjects were taken (the caller then
+// runs stmt and Commit itself). The statement's row count is not reported.
+//
+// Otherwise the transaction is over when ExecCommit returns and its
+// connection is back in the pool: committed when err is nil, and rolled
+// back when not. It is an error, with nothing committed by ExecCommit, when
+// the transaction was no longer open (the handler ran COMMIT or ROLLBACK
+// itself) or was aborted by an earlier failed statement; and when the
+// COMMIT did not commit (its command tag is not COMMIT, or the connection
+// is still in a transaction afterwards).
 func (d *Driver) ExecCommit(ctx context.Context, tx pgx.Tx, stmt string, args ...any) (bool, error) {
-	pt, ok := tx.(*pooledTx)
-	if !ok || pt.done.Load() {
+	t, ok := tx.(*pooledTx)
+	if !ok || t.d != d || t.lo.Load() || !t.closed.CompareAndSwap(false, true) {
 		return false, nil
 	}
-	sql, ok := inlineArgs(stmt, args)
-	if !ok {
-		return false, nil
+	defer t.release()
+	conn := t.c.Conn()
+	if st := conn.PgConn().TxStatus(); st != 'T' {
+		_ = t.tx.Rollback(context.WithoutCancel(ctx))
+		if st == 'E' {
+			return true, errors.New("pgxstore: the transaction was aborted by an earlier failed statement; rolled back, nothing committed")
+		}
+		return true, fmt.Errorf("pgxstore: the transaction is no longer open (status %q): the handler ended it itself; nothing committed by idem", st)
 	}
-	pt.done.Store(true)
-	defer pt.release()
-	_, err := pt.c.Exec(ctx, sql+"; COMMIT")
-	if err != nil && pt.c.Conn().PgConn().TxStatus() != 'I' {
-		_, _ = pt.c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	if err := d.prepare(ctx, conn, stmt, commitSQL); err != nil {
+		_ = t.tx.Rollback(context.WithoutCancel(ctx))
+		return true, translate(err)
+	}
+	b := &pgx.Batch{}
+	b.Queue(stmt, args...)
+	b.Queue(commitSQL)
+	br := t.tx.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && tag.String() != "COMMIT" {
+		err = fmt.Errorf("pgxstore: COMMIT answered %q: %w", tag.String(), pgx.ErrTxCommitRollback)
+	}
+	if conn.PgConn().TxStatus() != 'I' {
+		if err == nil {
+			err = errors.New("pgxstore: still in a transaction after COMMIT")
+		}
+		_ = t.tx.Rollback(context.WithoutCancel(ctx))
 	}
 	return true, translate(err)
 }
 
-// pooledTx returns its connection to the pool when it ends, like pgxpool.Tx.
-type pooledTx struct {
-	pgx.Tx
-	c    *pgxpool.Conn
-	once sync.Once
-	done atomic.Bool // ended by ExecCommit: the inner Tx must not be used
+// prepare prepares each statement by name on conn unless it is already
+// (pgx.Conn.Prepare with the SQL as its name: batches then use it, and a
+// failed batch does not evict it as it would a statement-cache entry). In
+// modes other than pgx's default statement cache nothing is prepared by
+// name: those modes are chosen to avoid named statements.
+func (d *Driver) prepare(ctx context.Context, conn *pgx.Conn, sqls ...string) error {
+	if d.mode != pgx.QueryExecModeCacheStatement {
+		return nil
+	}
+	for _, sql := range sqls {
+		if !d.preparable(sql) {
+			continue
+		}
+		if _, err := conn.Prepare(ctx, sql, sql); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// preparable reports whether sql is one of the at most maxPrepared
+// statements prepared by name.
+func (d *Driver) preparable(sql string) bool {
+	if _, ok := d.prepared.Load(sql); ok {
+		return true
+	}
+	d.preparedMu.Lock()
+	defer d.preparedMu.Unlock()
+	if _, ok := d.prepared.Load(sql); ok {
+		return true
+	}
+	if d.preparedN >= maxPrepared {
+		return false
+	}
+	d.prepared.Store(sql, struct{}{})
+	d.preparedN++
+	return true
+}
+
+// closedTx is a transaction that is over: every method reports
+// pgx.ErrTxClosed (pgx's own closed transaction, from the public
+// FailedBatchResults).
+var closedTx = func() pgx.Tx {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	return pgx.FailedBatchResults(b, pgx.ErrTxClosed).Tx()
+}()
+
+// pooledTx is the transaction of BeginInsert: pgx's own transaction from
+// pgx.Batch.BeginTx on a connection acquired from the pool, returned to the
+// pool exactly once when the transaction ends (Commit, Rollback or
+// ExecCommit), like pgxpool.Tx. After the end every method reports
+// pgx.ErrTxClosed, also when ExecCommit ended the transaction without pgx's
+// Tx knowing.
+type pooledTx struct {
+	d      *Driver
+	tx     pgx.Tx
+	c      *pgxpool.Conn
+	once   sync.Once
+	closed atomic.Bool
+	lo     atomic.Bool  // LargeObjects handed out: they reach tx directly, so ExecCommit declines
+	sp     atomic.Int64 // savepoints begun
+}
+
+var _ pgx.Tx = (*pooledTx)(nil)
 
 func (t *pooledTx) release() { t.once.Do(t.c.Release) }
 
+// live returns the transaction, or closedTx once it has ended.
+func (t *pooledTx) live() pgx.Tx {
+	if t.closed.Load() {
+		return closedTx
+	}
+	return t.tx
+}
+
+// Begin starts a pseudo nested transaction on a savepoint, as pgx does.
+func (t *pooledTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if t.closed.Load() {
+		return nil, pgx.ErrTxClosed
+	}
+	n := t.sp.Add(1)
+	// The name is made of idem's own counter, never of a value.
+	if _, err := t.tx.Exec(ctx, "savepoint sp_"+strconv.FormatInt(n, 10)); err != nil {
+		return nil, err
+	}
+	return &savepointTx{Tx: t, root: t, n: n}, nil
+}
+
+// Commit commits the transaction and releases the connection.
 func (t *pooledTx) Commit(ctx context.Context) error {
-	if t.done.Load() {
+	if !t.closed.CompareAndSwap(false, true) {
 		return pgx.ErrTxClosed
 	}
-	err := t.Tx.Commit(ctx)
-	if !errors.Is(err, pgx.ErrTxClosed) {
-		t.release()
-	}
-	return err
+	defer t.release()
+	return t.tx.Commit(ctx)
 }
 
+// Rollback rolls the transaction back and releases the connection.
 func (t *pooledTx) Rollback(ctx context.Context) error {
-	if t.done.Load() {
+	if !t.closed.CompareAndSwap(false, true) {
 		return pgx.ErrTxClosed
 	}
-	err := t.Tx.Rollback(ctx)
-	if !errors.Is(err, pgx.ErrTxClosed) {
-		t.release()
+	defer t.release()
+	return t.tx.Rollback(ctx)
+}
+
+func (t *pooledTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	return t.live().CopyFrom(ctx, table, cols, src)
+}
+
+func (t *pooledTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return t.live().SendBatch(ctx, b)
+}
+
+// LargeObjects returns pgx's LargeObjects of the transaction. pgx offers no
+// way to build them on another Tx, so they use the inner transaction
+// directly; taking them makes ExecCommit decline, so that the transaction
+// ends through pgx's own Commit or Rollback and they stop working with it.
+func (t *pooledTx) LargeObjects() pgx.LargeObjects {
+	if t.closed.Load() {
+		return closedTx.LargeObjects()
 	}
+	t.lo.Store(true)
+	return t.tx.LargeObjects()
+}
+
+func (t *pooledTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return t.live().Prepare(ctx, name, sql)
+}
+
+func (t *pooledTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return t.live().Exec(ctx, sql, args...)
+}
+
+func (t *pooledTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return t.live().Query(ctx, sql, args...)
+}
+
+func (t *pooledTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return t.live().QueryRow(ctx, sql, args...)
+}
+
+// Conn returns the connection, like pgxpool.Tx (also after the end, when
+// it is back in the pool and must not be used).
+func (t *pooledTx) Conn() *pgx.Conn { return t.c.Conn() }
+
+// savepointTx is a pseudo nested transaction of a pooledTx, with pgx's
+// semantics: Commit releases the savepoint, Rollback rolls back to it, and
+// either ends it; everything else runs on the outer transaction (the
+// embedded Tx) while both are open, and reports pgx.ErrTxClosed after.
+type savepointTx struct {
+	pgx.Tx // the outer pooledTx, closedTx once the savepoint has ended
+	root   *pooledTx
+	n      int64
+}
+
+var _ pgx.Tx = (*savepointTx)(nil)
+
+// Commit releases the savepoint.
+func (s *savepointTx) Commit(ctx context.Context) error {
+	return s.end(ctx, "release savepoint sp_")
+}
+
+// Rollback rolls back to the savepoint.
+func (s *savepointTx) Rollback(ctx context.Context) error {
+	return s.end(ctx, "rollback to savepoint sp_")
+}
+
+func (s *savepointTx) end(ctx context.Context, stmt string) error {
+	if s.Tx == closedTx {
+		return pgx.ErrTxClosed
+	}
+	s.Tx = closedTx
+	_, err := s.root.Exec(ctx, stmt+strconv.FormatInt(s.n, 10))
 	return err
 }
 
-// inlineArgs replaces $n placeholders with SQL literals. It supports the
-// argument types the inbox passes and reports false for anything else.
-func inlineArgs(sql string, args []any) (string, bool) {
-	lits := make([]string, len(args))
-	for i, a := range args {
-		switch v := a.(type) {
-		case string:
-			if strings.ContainsRune(v, 0) {
-				return "", false
-			}
-			lits[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
-		case []byte:
-			lits[i] = `'\x` + hex.EncodeToString(v) + `'::bytea`
-		case int64:
-			lits[i] = strconv.FormatInt(v, 10)
-		case int:
-			lits[i] = strconv.Itoa(v)
-		default:
-			return "", false
-		}
-	}
-	var b strings.Builder
-	for i := 0; i < len(sql); i++ {
-		if sql[i] != '$' || i+1 >= len(sql) || sql[i+1] < '0' || sql[i+1] > '9' {
-			b.WriteByte(sql[i])
-			continue
-		}
-		j := i + 1
-		for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
-			j++
-		}
-		n, err := strconv.Atoi(sql[i+1 : j])
-		if err != nil || n < 1 || n > len(lits) {
-			return "", false
-		}
-		b.WriteString(lits[n-1])
-		i = j - 1
-	}
-	return b.String(), true
-}
+// Conn returns the connection, also after the end (as pgx does).
+func (s *savepointTx) Conn() *pgx.Conn { return s.root.Conn() }

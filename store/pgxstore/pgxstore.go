@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,6 +31,14 @@ type Driver struct {
 	pool  *pgxpool.Pool
 	names store.Names
 	owned bool
+	// mode is the pool's query exec mode, read once: the fast paths of
+	// BeginInsert and ExecCommit depend on it.
+	mode pgx.QueryExecMode
+	// prepared holds the statements the fast paths prepare by name on
+	// each connection (at most maxPrepared, counted by preparedN).
+	prepared   sync.Map
+	preparedMu sync.Mutex
+	preparedN  int
 }
 
 var _ store.Driver[pgx.Tx] = (*Driver)(nil)
@@ -43,7 +52,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{pool: pool, names: names}, nil
+	return &Driver{pool: pool, names: names, mode: pool.Config().ConnConfig.DefaultQueryExecMode}, nil
 }
 
 // Open connects a new pool to connString ("postgres://…") and returns a
