@@ -5,12 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"mime"
-	"slices"
 	"strings"
 )
 
@@ -57,8 +53,12 @@ func FingerprintOf(parts ...[]byte) Fingerprint {
 }
 
 // PayloadFingerprint fingerprints a message payload: the SHA-256 of its
-// canonical JSON when the payload is valid JSON (so key order and whitespace
-// do not matter), otherwise of its raw bytes.
+// canonical JSON ([CanonicalJSON]) when the payload is valid JSON (so key
+// order and whitespace do not matter), otherwise of its raw bytes. A payload
+// that CanonicalJSON refuses (invalid syntax, raw bytes that are not UTF-8,
+// duplicate keys, nesting deeper than [MaxJSONDepth]) is fingerprinted as
+// raw bytes: such payloads match only byte for byte, and the "json" and
+// "raw" domains are separate, so a raw fingerprint never equals a JSON one.
 func PayloadFingerprint(payload []byte) Fingerprint {
 	if c, err := CanonicalJSON(payload); err == nil {
 		return FingerprintOf([]byte("json"), c)
@@ -74,149 +74,4 @@ func IsJSONContentType(contentType string) bool {
 		return false
 	}
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
-}
-
-// ErrInvalidJSON reports a body that CanonicalJSON cannot canonicalise:
-// syntax errors, trailing data or duplicate object keys (which different
-// parsers resolve differently, so they cannot have one meaning).
-var ErrInvalidJSON = fmt.Errorf("%w: invalid JSON", ErrInvalidInput)
-
-// CanonicalJSON returns data with object keys sorted (by their UTF-8 bytes),
-// insignificant whitespace removed and strings re-escaped minimally. Numbers
-// keep their literal text. Top-level or dotted paths listed in exclude
-// ("metadata.request_id") are removed before canonicalisation, for fields
-// that legitimately differ between retries. Duplicate object keys are
-// rejected with [ErrInvalidJSON].
-func CanonicalJSON(data []byte, exclude ...string) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var out bytes.Buffer
-	out.Grow(len(data))
-	var ex [][]string
-	for _, e := range exclude {
-		if e != "" {
-			ex = append(ex, strings.Split(e, "."))
-		}
-	}
-	if err := canonValue(dec, &out, ex); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: trailing data", ErrInvalidJSON)
-	}
-	return out.Bytes(), nil
-}
-
-func canonValue(dec *json.Decoder, out *bytes.Buffer, exclude [][]string) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidJSON, err)
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			return canonObject(dec, out, exclude)
-		case '[':
-			out.WriteByte('[')
-			first := true
-			for dec.More() {
-				if !first {
-					out.WriteByte(',')
-				}
-				first = false
-				if err := canonValue(dec, out, nil); err != nil {
-					return err
-				}
-			}
-			if _, err := dec.Token(); err != nil {
-				return fmt.Errorf("%w: %v", ErrInvalidJSON, err)
-			}
-			out.WriteByte(']')
-			return nil
-		}
-		return fmt.Errorf("%w: unexpected %v", ErrInvalidJSON, t)
-	case string:
-		return writeJSONString(out, t)
-	case json.Number:
-		out.WriteString(t.String())
-	case bool:
-		if t {
-			out.WriteString("true")
-		} else {
-			out.WriteString("false")
-		}
-	case nil:
-		out.WriteString("null")
-	}
-	return nil
-}
-
-func canonObject(dec *json.Decoder, out *bytes.Buffer, exclude [][]string) error {
-	type member struct {
-		key string
-		val []byte
-	}
-	var members []member
-	for dec.More() {
-		kt, err := dec.Token()
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidJSON, err)
-		}
-		key, ok := kt.(string)
-		if !ok {
-			return fmt.Errorf("%w: object key is not a string", ErrInvalidJSON)
-		}
-		var sub [][]string
-		drop := false
-		for _, e := range exclude {
-			if e[0] != key {
-				continue
-			}
-			if len(e) == 1 {
-				drop = true
-			} else {
-				sub = append(sub, e[1:])
-			}
-		}
-		var buf bytes.Buffer
-		if err := canonValue(dec, &buf, sub); err != nil {
-			return err
-		}
-		for _, m := range members {
-			if m.key == key {
-				return fmt.Errorf("%w: duplicate key %q", ErrInvalidJSON, key)
-			}
-		}
-		if !drop {
-			members = append(members, member{key, buf.Bytes()})
-		}
-	}
-	if _, err := dec.Token(); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidJSON, err)
-	}
-	slices.SortFunc(members, func(a, b member) int { return strings.Compare(a.key, b.key) })
-	out.WriteByte('{')
-	for i, m := range members {
-		if i > 0 {
-			out.WriteByte(',')
-		}
-		if err := writeJSONString(out, m.key); err != nil {
-			return err
-		}
-		out.WriteByte(':')
-		out.Write(m.val)
-	}
-	out.WriteByte('}')
-	return nil
-}
-
-func writeJSONString(out *bytes.Buffer, s string) error {
-	enc := json.NewEncoder(out)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(s); err != nil {
-		return err
-	}
-	out.Truncate(out.Len() - 1) // Encode appends a newline
-	return nil
 }
