@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemkit/idem"
 )
 
@@ -215,8 +217,15 @@ type Config struct {
 	Now func() time.Time
 
 	// Logger receives one line per replay, conflict and failure. Defaults
-	// to discarding.
+	// to discarding. Records logged while a span is active carry trace_id
+	// and span_id.
 	Logger *slog.Logger
+
+	// TracerProvider supplies the tracer of the idem.http span (attributes
+	// idem.decision, idem.tenant, idem.operation and idem.key_hash, never
+	// the raw key). Defaults to otel.GetTracerProvider(): without an
+	// OpenTelemetry SDK installed the spans are no-ops.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultStoreStatus stores 2xx, 3xx and 4xx responses except 400, 401,

@@ -17,6 +17,7 @@ type reqState struct {
 	tx                     any // the request transaction (transactional mode)
 	hasTx                  bool
 	replayed               bool
+	executed               bool // the handler ran (for the span's decision)
 
 	mu           sync.Mutex // protects resourceType and resourceID
 	resourceType string

@@ -100,7 +100,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
 
@@ -112,6 +115,7 @@ type Middleware[TTx any] struct {
 	cfg Config
 	q   queries
 	log *slog.Logger
+	tr  trace.Tracer
 }
 
 // New returns a Middleware storing its records through d (migration 0002
@@ -128,7 +132,8 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
 		d:   d,
 		cfg: cfg,
 		q:   newQueries(d.Dialect(), d.Table("idempotency_keys")),
-		log: cfg.Logger.With("component", "idemhttp", "mode", cfg.Mode.String()),
+		log: obs.Logger(cfg.Logger).With("component", "idemhttp", "mode", cfg.Mode.String()),
+		tr:  obs.Tracer(cfg.TracerProvider),
 	}, nil
 }
 
@@ -171,24 +176,41 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 		h.ServeHTTP(w, r)
 		return
 	}
-	if len(r.Header.Values(HeaderKey)) == 0 {
-		if m.cfg.Optional || (r.Method != http.MethodPost && r.Method != http.MethodPatch) {
-			h.ServeHTTP(w, r)
-			return
-		}
-		m.fail(w, r, ErrKeyMissing, "", "")
+	if len(r.Header.Values(HeaderKey)) == 0 && (m.cfg.Optional || (r.Method != http.MethodPost && r.Method != http.MethodPatch)) {
+		h.ServeHTTP(w, r)
 		return
+	}
+	r, span := m.startSpan(r)
+	var sc scope
+	decision, err := DecisionRejected, error(nil)
+	defer func() {
+		if p := recover(); p != nil { // only the handler panics
+			endSpan(span, DecisionExecuted, sc, fmt.Errorf("handler panicked: %v", p))
+			panic(p)
+		}
+		endSpan(span, decision, sc, err)
+	}()
+	decision, err = m.serveKeyed(w, r, h, &sc)
+}
+
+// serveKeyed serves a request that carries a key (or needs one) and
+// returns the decision, and the store error behind a 503, for the span;
+// sc receives the request's scope once it is known.
+func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h http.Handler, sc *scope) (string, error) {
+	if len(r.Header.Values(HeaderKey)) == 0 {
+		m.fail(w, r, ErrKeyMissing, "", "")
+		return DecisionRejected, nil
 	}
 	key, err := ParseKey(r.Header)
 	if err != nil {
 		m.fail(w, r, err, "", err.Error())
-		return
+		return DecisionRejected, nil
 	}
 	tenant, err := m.cfg.Tenant(r)
 	if err != nil {
 		m.log.DebugContext(r.Context(), "tenant rejected", "err", err)
 		m.fail(w, r, ErrUnauthorized, key, "")
-		return
+		return DecisionRejected, nil
 	}
 	// Tenant and operation are checked before anything reaches the store:
 	// text PostgreSQL cannot hold would otherwise fail there (a 503 telling
@@ -196,18 +218,19 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 	if err := checkText("tenant", tenant, MaxTenantLen); err != nil {
 		m.log.InfoContext(r.Context(), "tenant rejected", "err", err)
 		m.fail(w, r, fmt.Errorf("%w: %w", ErrUnauthorized, err), key, "")
-		return
+		return DecisionRejected, nil
 	}
 	op := m.cfg.Operation(r)
 	if err := checkText("operation", op, MaxOperationLen); err != nil {
 		m.log.InfoContext(r.Context(), "operation rejected", "err", err)
 		m.fail(w, r, fmt.Errorf("%w: %w", ErrOperationInvalid, err), key, err.Error())
-		return
+		return DecisionRejected, nil
 	}
+	*sc = scope{tenant, op, key}
 	body, err := m.readBody(w, r)
 	if err != nil {
 		m.fail(w, r, err, key, "")
-		return
+		return DecisionRejected, nil
 	}
 	if info := infoFrom(r.Context()); info != nil {
 		info.Key, info.Tenant, info.Operation = key, tenant, op
@@ -215,7 +238,7 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 	req := &request{scope: scope{tenant, op, key}}
 	req.state = &reqState{tenant: tenant, operation: op, key: key}
 	req.fp = m.fingerprint(r, op, body)
-	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, req.state))
+	r = r.WithContext(obs.WithKey(context.WithValue(r.Context(), ctxKey{}, req.state), DownstreamKey(tenant, op, key)))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -240,23 +263,29 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 		}
 		switch out {
 		case outDone:
-			return
+			if req.state.executed {
+				return DecisionExecuted, err
+			}
+			return DecisionRejected, err
 		case outReplay:
 			m.replay(w, r, req, rec)
-			return
+			return DecisionReplayed, nil
 		case outMismatch:
 			m.log.InfoContext(r.Context(), "key reused with a different request", "key", key, "tenant", tenant, "operation", op,
 				"stored", rec.Fingerprint.Short(), "received", req.fp.Short())
 			m.fail(w, r, &idem.FingerprintMismatchError{Key: req.scope.String(), Stored: rec.Fingerprint, Received: req.fp}, key, "")
-			return
+			return DecisionMismatch, nil
 		case outHeld:
 			m.log.WarnContext(r.Context(), "key held for reconciliation", "key", key, "tenant", tenant, "operation", op)
 			m.fail(w, r, idem.ErrNeedsReconciliation, key, "an earlier execution was abandoned; an operator must resolve this key")
-			return
+			return DecisionRejected, nil
 		case outStoreFailed:
 			m.log.ErrorContext(r.Context(), "key store failed", "key", key, "tenant", tenant, "operation", op, "err", err)
 			m.fail(w, r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err), key, "")
-			return
+			if req.state.executed {
+				return DecisionExecuted, err
+			}
+			return DecisionRejected, err
 		case outInFlight:
 			if !waitUntil.IsZero() && time.Now().Add(backoff).Before(waitUntil) {
 				t := time.NewTimer(backoff)
@@ -264,7 +293,7 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 				case <-r.Context().Done():
 					t.Stop()
 					m.fail(w, r, idem.ErrInProgress, key, "")
-					return
+					return DecisionInFlight, nil
 				case <-t.C:
 				}
 				backoff = min(backoff*2, 200*time.Millisecond)
@@ -272,10 +301,10 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 			}
 			m.log.DebugContext(r.Context(), "key in flight", "key", key, "tenant", tenant, "operation", op)
 			m.fail(w, r, idem.ErrInProgress, key, "")
-			return
+			return DecisionInFlight, nil
 		default: // unreachable: an attempt always decides
 			m.fail(w, r, fmt.Errorf("%w: no decision for %s", ErrStoreUnavailable, req.scope), key, "")
-			return
+			return DecisionRejected, nil
 		}
 	}
 }
@@ -519,6 +548,7 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	}
 
 	req.state.tx, req.state.hasTx = tx, true
+	req.state.executed = true
 	markExecuted(ctx)
 	cw := m.newCapture(w)
 	defer cw.close()
@@ -608,6 +638,7 @@ func (m *Middleware[TTx]) attemptTwoPhase(w http.ResponseWriter, r *http.Request
 			m.log.ErrorContext(bg, "release of pending key failed; it is recovered after its lease", "key", req.key, "err", err)
 		}
 	}
+	req.state.executed = true
 	markExecuted(ctx)
 	hctx, cancel := context.WithTimeout(ctx, m.cfg.Lease)
 	defer cancel()

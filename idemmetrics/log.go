@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/obs"
 )
 
 // The slog attribute keys idem uses in every log line about a message, so
@@ -14,7 +15,17 @@ const (
 	KeyMessageID = "message_id"
 	KeyKey       = "key"
 	KeyAttempt   = "attempt"
+	// KeyTraceID and KeySpanID join a log record to its trace; see
+	// [TraceLogHandler].
+	KeyTraceID = obs.LogTraceID
+	KeySpanID  = obs.LogSpanID
 )
+
+// TraceLogHandler wraps h so every record logged with a context holding an
+// active (valid) OpenTelemetry span context carries trace_id and span_id.
+// idem's components wrap the loggers they are given this way; use it for
+// the application's own loggers so their lines join the same traces.
+func TraceLogHandler(h slog.Handler) slog.Handler { return obs.LogHandler(h) }
 
 // Consumer returns the consumer attribute.
 func Consumer(name string) slog.Attr { return slog.String(KeyConsumer, name) }

@@ -17,10 +17,12 @@
 package idemmetrics
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Metrics holds idem's runtime metrics. It is safe for concurrent use.
@@ -109,9 +111,31 @@ func New(reg prometheus.Registerer, opt Options) (*Metrics, error) {
 // Duplicate counts a suppressed duplicate of component ("consumer", "http",
 // "webhook", …) for consumer (or operation).
 func (m *Metrics) Duplicate(component, consumer string) {
+	m.DuplicateContext(context.Background(), component, consumer)
+}
+
+// DuplicateContext is [Metrics.Duplicate] with the exemplar of the span in
+// ctx: when ctx holds a sampled span context, the increment carries the
+// exemplar {trace_id="…"} (exposed by the OpenMetrics format, promhttp's
+// HandlerOpts.EnableOpenMetrics).
+func (m *Metrics) DuplicateContext(ctx context.Context, component, consumer string) {
 	if m != nil {
-		m.duplicates.WithLabelValues(component, consumer).Inc()
+		inc(ctx, m.duplicates.WithLabelValues(component, consumer))
 	}
+}
+
+// ExemplarTraceID is the exemplar label holding the trace id.
+const ExemplarTraceID = "trace_id"
+
+// inc adds one to c, with the trace id of ctx's sampled span as exemplar.
+func inc(ctx context.Context, c prometheus.Counter) {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+		if ea, ok := c.(prometheus.ExemplarAdder); ok {
+			ea.AddWithExemplar(1, prometheus.Labels{ExemplarTraceID: sc.TraceID().String()})
+			return
+		}
+	}
+	c.Inc()
 }
 
 // DuplicateCount returns the duplicates counted so far for component and
@@ -157,8 +181,14 @@ func (m *Metrics) Retry(consumer string) {
 
 // DeadLettered counts a message parked in the dead-letter store.
 func (m *Metrics) DeadLettered(consumer, class string) {
+	m.DeadLetteredContext(context.Background(), consumer, class)
+}
+
+// DeadLetteredContext is [Metrics.DeadLettered] with the exemplar of the
+// span in ctx (see [Metrics.DuplicateContext]).
+func (m *Metrics) DeadLetteredContext(ctx context.Context, consumer, class string) {
 	if m != nil {
-		m.deadLettered.WithLabelValues(consumer, class).Inc()
+		inc(ctx, m.deadLettered.WithLabelValues(consumer, class))
 	}
 }
 
