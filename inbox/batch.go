@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -36,7 +37,15 @@ type Outcome struct {
 // repeated within the batch is processed once; its later copies are
 // Duplicate (or a fingerprint mismatch). The error return is for failures of
 // the transaction itself; then the caller must roll tx back and retry the
-// whole batch. Acknowledge each delivery whose Outcome has no error after
+// whole batch (or its messages one by one).
+//
+// A handler error matching store.ErrSerialization (a PostgreSQL deadlock or
+// serialization failure) is such a failure of the transaction, not of its
+// message: it is returned at once. Rolling back only to the message's
+// savepoint would keep every lock the batch took before it, so the other
+// transaction of the deadlock would stay blocked behind this one while each
+// further message needing its rows waited out the deadlock timeout and
+// failed in turn. Acknowledge each delivery whose Outcome has no error after
 // tx commits; Nak or dead-letter the others.
 func (in *Inbox[TTx]) ProcessBatchTx(ctx context.Context, tx TTx, consumer string, msgs []idem.Message, h Handler[TTx]) ([]Outcome, error) {
 	return in.processBatch(ctx, tx, consumer, msgs, nil, h)
@@ -164,20 +173,24 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		if _, err := q.Exec(ctx, `SAVEPOINT idem_inbox_batch`); err != nil {
 			return nil, fmt.Errorf("inbox: savepoint: %w", err)
 		}
+		var herr error
 		if bh != nil {
 			fresh := make([]idem.Message, len(toRun))
 			for j, i := range toRun {
 				fresh[j] = msgs[i]
 			}
-			fast = bh(ctx, tx, fresh) == nil
+			herr = bh(ctx, tx, fresh)
 		} else {
 			for _, i := range toRun {
-				if err := h(ctx, tx, msgs[i]); err != nil {
-					fast = false
+				if herr = h(ctx, tx, msgs[i]); herr != nil {
 					break
 				}
 			}
 		}
+		if errors.Is(herr, store.ErrSerialization) {
+			return nil, fmt.Errorf("inbox: batch: %w", herr)
+		}
+		fast = herr == nil
 		stmt := `RELEASE SAVEPOINT idem_inbox_batch`
 		if !fast {
 			stmt = `ROLLBACK TO SAVEPOINT idem_inbox_batch; RELEASE SAVEPOINT idem_inbox_batch`
@@ -233,6 +246,9 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 			if err != nil {
 				return nil, err
 			}
+			if errors.Is(herr, store.ErrSerialization) {
+				return nil, fmt.Errorf("inbox: batch: %w", herr)
+			}
 			if herr != nil {
 				// The inbox row was written before the savepoint: remove it
 				// so the message is not recorded.
@@ -260,6 +276,9 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 			})
 			if err != nil {
 				return nil, err
+			}
+			if errors.Is(herr, store.ErrSerialization) {
+				return nil, fmt.Errorf("inbox: batch: %w", herr)
 			}
 			out[i] = Outcome{Result: res, Err: herr}
 		}
