@@ -1,8 +1,37 @@
 // Package drill is idem's fault drill: it runs the reference system
-// (boxoffice) under every fault of SPEC §14, one named scenario each, and
-// proves each scenario's invariant by querying the database and the e-mail
-// provider afterwards — business effects equal intended effects, provider
-// unique effects equal intended, nothing lost.
+// (boxoffice) under every fault idem exists to survive, one named scenario
+// each, and proves each scenario's invariant by querying the database and
+// the e-mail provider afterwards — business effects equal intended effects,
+// provider unique effects equal intended, nothing lost.
+//
+// The faults, one scenario each, in run order:
+//
+//  1. lost-response: the response to a committed request is lost and the
+//     client retries with the same Idempotency-Key.
+//  2. racing-duplicates: several requests with one key arrive at once.
+//  3. key-reuse: a key is reused with another payload.
+//  4. crash-before-ack: a consumer commits and crashes before acking, so
+//     the broker redelivers.
+//  5. webhook-replay: a webhook sender replays a delivery, and a forged
+//     delivery arrives.
+//  6. relay-double-publish: the outbox relay publishes twice (lost broker
+//     acks, republishes after the broker's duplicate window).
+//  7. worker-crash-after-call: the effect worker dies after the provider
+//     call and before recording it.
+//  8. expiry-late-retry: records expire before a late retry and a late
+//     redelivery.
+//  9. concurrent-delivery: two consumer instances receive one message at
+//     once.
+//  10. transient-permanent-dlq: transient errors, poison messages, the
+//     dead-letter store and an operator's redrive.
+//  11. out-of-order: events of different orders arrive out of order.
+//  12. provider-timeout: the provider times out after performing the call.
+//  13. replay-equivalence: a replayed response must equal the original and
+//     stay within its tenant.
+//
+// The "processes" scenario (--processes) combines 4, 6, 7 and 9 for real:
+// relays, consumers and the effect worker run as child processes that are
+// SIGKILLed at random and restarted.
 //
 // Every scenario runs the real components (HTTP middleware, outbox relay,
 // JetStream, inbox consumers, effect worker, webhook receiver, dead-letter
@@ -26,6 +55,7 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 )
@@ -129,7 +159,7 @@ type Report struct {
 // scenario is one named drill.
 type scenario struct {
 	name      string
-	drill     string // the SPEC §14 drill(s) it covers
+	faults    string // the numbers of the faults it covers, in the list of the package doc
 	invariant string
 	run       func(ctx context.Context, r *runner, res *Result) error
 }
@@ -144,31 +174,19 @@ func Names() []string {
 }
 
 // Run runs the drill and returns its report. An error is returned only
-// for a configuration problem or an environment that cannot be set up at
+// for a configuration problem (see [Check]: bad options, a --db or --nats
+// target that cannot be used) or an environment that cannot be set up at
 // all; scenario failures are in the report.
 func Run(ctx context.Context, cfg Config) (Report, error) {
+	if err := Check(ctx, cfg); err != nil {
+		return Report{}, err
+	}
 	if err := cfg.defaults(); err != nil {
 		return Report{}, err
 	}
-	all := scenarios()
-	var chosen []scenario
-	if len(cfg.Scenarios) == 0 || slices.Contains(cfg.Scenarios, "all") {
-		for _, s := range all {
-			if s.name != "processes" || cfg.Processes {
-				chosen = append(chosen, s)
-			}
-		}
-	} else {
-		for _, name := range cfg.Scenarios {
-			i := slices.IndexFunc(all, func(s scenario) bool { return s.name == name })
-			if i < 0 {
-				return Report{}, idem.InvalidOptionf("drill: unknown scenario %q (have %s)", name, strings.Join(Names(), ", "))
-			}
-			chosen = append(chosen, all[i])
-		}
-		if cfg.Processes && !slices.Contains(cfg.Scenarios, "processes") {
-			chosen = append(chosen, all[len(all)-1])
-		}
+	chosen, err := cfg.chosen()
+	if err != nil {
+		return Report{}, err
 	}
 	r, err := newRunner(cfg)
 	if err != nil {
@@ -193,6 +211,31 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
+// chosen returns the scenarios cfg selects, in run order.
+func (c *Config) chosen() ([]scenario, error) {
+	all := scenarios()
+	var chosen []scenario
+	if len(c.Scenarios) == 0 || slices.Contains(c.Scenarios, "all") {
+		for _, s := range all {
+			if s.name != "processes" || c.Processes {
+				chosen = append(chosen, s)
+			}
+		}
+		return chosen, nil
+	}
+	for _, name := range c.Scenarios {
+		i := slices.IndexFunc(all, func(s scenario) bool { return s.name == name })
+		if i < 0 {
+			return nil, idem.InvalidOptionf("drill: unknown scenario %q (have %s)", name, strings.Join(Names(), ", "))
+		}
+		chosen = append(chosen, all[i])
+	}
+	if c.Processes && !slices.Contains(c.Scenarios, "processes") {
+		chosen = append(chosen, all[len(all)-1])
+	}
+	return chosen, nil
+}
+
 func (r *runner) runScenario(ctx context.Context, s scenario) (res Result) {
 	res = Result{Name: s.name, Invariant: s.invariant}
 	start := time.Now()
@@ -203,6 +246,8 @@ func (r *runner) runScenario(ctx context.Context, s scenario) (res Result) {
 		}
 		res.Duration = time.Since(start)
 		res.DurationMS = res.Duration.Milliseconds()
+		// A driver's error may quote a target URL: never print its secrets.
+		res.Error = scrub(res.Error, r.cfg.DatabaseURL, r.cfg.NATSURL)
 		if res.Error != "" && res.Observed == "" {
 			res.Observed = "error: " + res.Error
 		}
@@ -216,22 +261,29 @@ func (r *runner) runScenario(ctx context.Context, s scenario) (res Result) {
 	return res
 }
 
-// WriteTable writes the human report: one row per scenario.
+// ReportWidth is the widest line, in columns, of the human report
+// ([Report.WriteTable]).
+const ReportWidth = 100
+
+// WriteTable writes the human report: a table of one row per scenario
+// (verdict, losses, suppressed duplicates, time), then each scenario's
+// invariant, expected and observed facts and error below it, wrapped to
+// fit [ReportWidth] columns, then the verdict line. WriteJSON has the same
+// facts as one JSON object.
 func (rep Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tINVARIANT\tEXPECTED\tOBSERVED\tDUP SUPPRESSED\tLOST\tVERDICT\tTIME")
+	fmt.Fprintln(tw, "SCENARIO\tVERDICT\tLOST\tDUP SUPPRESSED\tTIME")
 	for _, s := range rep.Scenarios {
-		verdict := "PASS"
-		if !s.Pass {
-			verdict = "FAIL"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.Name, s.Invariant, s.Expected, s.Observed,
-			s.DuplicatesSuppressed, s.Lost, verdict, s.Duration.Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", s.Name, s.verdict(), s.Lost, s.DuplicatesSuppressed, s.Duration.Round(time.Millisecond))
 	}
 	tw.Flush()
 	for _, s := range rep.Scenarios {
-		if s.Error != "" {
-			fmt.Fprintf(w, "\n%s: %s", s.Name, s.Error)
+		fmt.Fprintln(w)
+		writeWrapped(w, "", "  ", s.Name+" ("+s.verdict()+"): "+s.Invariant)
+		writeWrapped(w, "  expected: ", "            ", s.Expected)
+		writeWrapped(w, "  observed: ", "            ", s.Observed)
+		if s.Error != "" && s.Observed != "error: "+s.Error {
+			writeWrapped(w, "  error: ", "         ", s.Error)
 		}
 	}
 	pass, n := 0, len(rep.Scenarios)
@@ -244,6 +296,56 @@ func (rep Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "\nPASS: %d/%d scenarios kept their invariant.\n", pass, n)
 	} else {
 		fmt.Fprintf(w, "\nFAIL: %d/%d scenarios kept their invariant.\n", pass, n)
+	}
+}
+
+func (r Result) verdict() string {
+	if r.Pass {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+// writeWrapped writes text after first, wrapped at spaces to ReportWidth
+// columns, continuation lines starting with cont. Each line of a
+// multi-line text keeps its own indentation; a word too long for a line is
+// cut.
+func writeWrapped(w io.Writer, first, cont, text string) {
+	prefix := first
+	for _, line := range strings.Split(text, "\n") {
+		trimmed := strings.TrimLeft(line, " ")
+		indent := strings.Repeat(" ", min(len(line)-len(trimmed), 20))
+		cur := prefix + indent
+		curLen := utf8.RuneCountInString(cur)
+		empty := true
+		flush := func() {
+			fmt.Fprintln(w, strings.TrimRight(cur, " "))
+			cur = cont + indent + "  "
+			curLen = utf8.RuneCountInString(cur)
+			empty = true
+		}
+		for _, word := range strings.Fields(trimmed) {
+			n := utf8.RuneCountInString(word)
+			if !empty && curLen+1+n > ReportWidth {
+				flush()
+			}
+			for curLen+n > ReportWidth { // cut a word longer than a line
+				room := max(ReportWidth-curLen, 1)
+				runes := []rune(word)
+				cur += string(runes[:room])
+				word, n = string(runes[room:]), n-room
+				flush()
+			}
+			if !empty {
+				cur += " "
+				curLen++
+			}
+			cur += word
+			curLen += n
+			empty = false
+		}
+		fmt.Fprintln(w, strings.TrimRight(cur, " "))
+		prefix = cont
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkit/idem/boxoffice"
 	bjs "github.com/idemkit/idem/broker/jetstream"
+	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/webhook"
 )
 
@@ -133,7 +134,9 @@ func (r *runner) newEnv(ctx context.Context, name string, start bool, mod func(*
 		}
 	}
 	if e.sys.Handler() != nil {
-		e.srv = httptest.NewServer(e.sys.Handler())
+		e.srv = httptest.NewUnstartedServer(nil)
+		e.srv.Config = httpserver.New("", e.sys.Handler())
+		e.srv.Start()
 		e.url = e.srv.URL
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}

@@ -2,7 +2,10 @@ package drill
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem/boxoffice"
@@ -116,7 +119,11 @@ func (e *env) settle(ctx context.Context, cond func(facts) bool) (facts, error) 
 			return f, nil
 		}
 		if time.Now().After(deadline) {
-			return f, fmt.Errorf("drill: not settled after %v: %s lost=%d projection_off=%d parked=%d", e.r.cfg.Timeout, f, f.lost(), f.projectionOff, f.parked)
+			err := fmt.Errorf("drill: not settled after %v: %s lost=%d projection_off=%d parked=%d", e.r.cfg.Timeout, f, f.lost(), f.projectionOff, f.parked)
+			if f.projectionOff > 0 {
+				err = fmt.Errorf("%w\n%s", err, e.projectionReport(ctx))
+			}
+			return f, err
 		}
 		select {
 		case <-ctx.Done():
@@ -133,4 +140,98 @@ func dups(st boxoffice.Stats) int64 {
 		n += v
 	}
 	return n
+}
+
+// projectionReport explains an off search projection: per event whose
+// availability disagrees with the inventory, both rows, and the events of
+// newer versions than the projection's with where each one is (outbox
+// state, search inbox record, dead letter).
+func (e *env) projectionReport(ctx context.Context) string {
+	q := e.sys.DB().Pool()
+	type row struct {
+		event                 string
+		invVersion, invLeft   int64
+		projVersion, projLeft int64
+		hasProjection         bool
+	}
+	rows, err := q.Query(ctx, `SELECT v.event_id, v.version, v.capacity - v.sold, coalesce(a.version, -1), coalesce(a.seats_left, -1)
+		FROM event_inventory v LEFT JOIN event_availability a ON a.event_id = v.event_id
+		WHERE a.event_id IS NULL OR a.version <> v.version OR a.seats_left <> v.capacity - v.sold ORDER BY v.event_id`)
+	if err != nil {
+		return "projection report: " + err.Error()
+	}
+	var off []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.event, &r.invVersion, &r.invLeft, &r.projVersion, &r.projLeft); err != nil {
+			rows.Close()
+			return "projection report: " + err.Error()
+		}
+		r.hasProjection = r.projVersion >= 0
+		off = append(off, r)
+	}
+	rows.Close()
+	// Every OrderConfirmed in the outbox, with its search inbox record and
+	// dead letter, if any.
+	type ev struct {
+		id, state, inbox, letter string
+		version                  int64
+	}
+	byEvent := map[string][]ev{}
+	orows, err := q.Query(ctx, `SELECT o.event_id, o.state, o.payload, coalesce(i.state, ''), coalesce(d.state, '')
+		FROM `+e.sys.DB().Table("outbox")+` o
+		LEFT JOIN `+e.sys.DB().Table("inbox")+` i ON i.consumer = $1 AND i.message_id = o.event_id
+		LEFT JOIN `+e.sys.DB().Table("dead_letters")+` d ON d.consumer = $1 AND d.message_id = o.event_id`, boxoffice.ConsumerSearch)
+	if err != nil {
+		return "projection report: " + err.Error()
+	}
+	for orows.Next() {
+		var x ev
+		var payload []byte
+		if err := orows.Scan(&x.id, &x.state, &payload, &x.inbox, &x.letter); err != nil {
+			orows.Close()
+			return "projection report: " + err.Error()
+		}
+		var oc boxoffice.OrderConfirmed
+		if json.Unmarshal(payload, &oc) != nil {
+			continue
+		}
+		x.version = oc.EventVersion
+		byEvent[oc.EventID] = append(byEvent[oc.EventID], x)
+	}
+	orows.Close()
+	var b strings.Builder
+	b.WriteString("search projection off:")
+	for _, r := range off {
+		fmt.Fprintf(&b, "\n  %s: inventory version=%d seats_left=%d; projection ", r.event, r.invVersion, r.invLeft)
+		if r.hasProjection {
+			fmt.Fprintf(&b, "version=%d seats_left=%d", r.projVersion, r.projLeft)
+		} else {
+			b.WriteString("missing")
+		}
+		evs := byEvent[r.event]
+		slices.SortFunc(evs, func(a, b ev) int { return int(a.version - b.version) })
+		var newer []ev
+		for _, x := range evs {
+			if x.version > r.projVersion {
+				newer = append(newer, x)
+			}
+		}
+		fmt.Fprintf(&b, "; %d events in the outbox, %d newer than the projection", len(evs), len(newer))
+		for i, x := range newer {
+			if i == 5 {
+				fmt.Fprintf(&b, "\n    … %d more", len(newer)-i)
+				break
+			}
+			fmt.Fprintf(&b, "\n    message %s version=%d outbox=%s search_inbox=%s dead_letter=%s", x.id, x.version, x.state, or(x.inbox, "none"), or(x.letter, "none"))
+		}
+	}
+	return b.String()
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

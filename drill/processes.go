@@ -83,7 +83,9 @@ func processes(ctx context.Context, r *runner, res *Result) error {
 	}
 	n := r.cfg.Orders
 	dir := filepath.Join(r.tmp, "processes")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// Private: the directory holds the children's logs (and, by default,
+	// the database with customer e-mails and stored responses).
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	// The embedded default: the parent serves JetStream on loopback and the
@@ -127,7 +129,7 @@ func processes(ctx context.Context, r *runner, res *Result) error {
 	}
 	var children []*child
 	add := func(name, roles string) error {
-		f, err := os.Create(filepath.Join(dir, name+".log"))
+		f, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			return err
 		}
@@ -187,10 +189,12 @@ func processes(ctx context.Context, r *runner, res *Result) error {
 	if err := <-killErr; err != nil {
 		return errors.Join(err, s.err())
 	}
+	settleStart := time.Now()
 	f, serr := e.settle(ctx, facts.converged)
 	res.DuplicatesSuppressed = dups(f.stats)
 	pipelineResult(res, f, n, fmt.Sprintf(" kills>=%d", r.cfg.Kills),
-		fmt.Sprintf(" kills=%d processes=%d replays=%d unequal=%d", kills.Load(), len(children), s.replays, s.mismatch),
+		fmt.Sprintf(" kills=%d processes=%d replays=%d unequal=%d settled_in=%s", kills.Load(), len(children), s.replays, s.mismatch,
+			time.Since(settleStart).Round(time.Millisecond)),
 		s.err() == nil && s.mismatch == 0 && kills.Load() >= int64(r.cfg.Kills))
 	return errors.Join(s.err(), serr)
 }

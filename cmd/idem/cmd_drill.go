@@ -11,11 +11,21 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/drill"
+	"github.com/idemkit/idem/internal/redact"
 )
 
-// runDrill runs the fault drill (SPEC §14) against the reference system
-// and exits 1 when a scenario breaks its invariant.
+// runDrill runs the fault drill against the reference system — lost
+// responses, racing duplicates, key reuse, crashes before the ack, webhook
+// replays, relay double publishes, worker crashes after the provider call,
+// late retries after expiry, concurrent deliveries, transient and poison
+// messages with dead-lettering and redrive, events out of order, provider
+// time-outs, replay equivalence, and with --processes SIGKILLed worker
+// processes (package drill lists them) — and exits 1 when a scenario breaks
+// its invariant. A configuration problem (bad flags, a --db or --nats
+// target that cannot be reached) exits 2 with one line on stderr before
+// anything else is printed.
 func runDrill(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "drill", "[--orders 2000] [--duplicates 0.3] [--crash 0.1] [--workers 8] [--seed N] [--db URL] [--nats URL] [--scenario NAME|all] [--processes] [--json]")
 	orders := fs.Int("orders", 2000, "orders of the load scenarios (the focused ones use a tenth, 20 to 200)")
@@ -45,6 +55,10 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 	if *scenario != "" && *scenario != "all" {
 		cfg.Scenarios = strings.Split(*scenario, ",")
 	}
+	// Options and targets first: a bad one is one line, before the banner.
+	if err := drill.Check(ctx, cfg); err != nil {
+		return drillConfigError(err)
+	}
 	var bar *progressbar.ProgressBar
 	if f, ok := env.Stderr.(*os.File); ok && !*asJSON && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = func(done, total int, name string) {
@@ -70,14 +84,14 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 	if !*asJSON {
 		where := "embedded default: SQLite + embedded JetStream"
 		if *db != "" || *natsURL != "" {
-			where = fmt.Sprintf("database %s, broker %s", or(*db, "SQLite"), or(*natsURL, "embedded JetStream"))
+			where = fmt.Sprintf("database %s, broker %s", or(redact.URL(*db), "SQLite"), or(redact.URL(*natsURL), "embedded JetStream"))
 		}
 		fmt.Fprintf(env.Stdout, "idem drill: %d orders, %.0f%% lost responses, %.0f%% crashes, %d clients, seed %d (%s)\n\n",
 			*orders, *duplicates*100, *crash*100, *workers, *seed, where)
 	}
 	rep, err := drill.Run(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return drillConfigError(err)
 	}
 	if *asJSON {
 		if err := rep.WriteJSON(env.Stdout); err != nil {
@@ -94,6 +108,28 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 	}
 	return nil
 }
+
+// drillConfigError turns an error of drill.Check or drill.Run (options,
+// targets) into a configuration error: exit 2, its message one line without
+// the package prefixes.
+func drillConfigError(err error) error {
+	msg := err.Error()
+	for _, p := range []string{idem.ErrInvalidOption.Error() + ": ", "drill: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return drillSetupError{msg: strings.Join(strings.Fields(msg), " "), err: err}
+}
+
+// drillSetupError is a configuration problem reported like a usage error (it
+// matches errUsage: exit 2) with its own message.
+type drillSetupError struct {
+	msg string
+	err error
+}
+
+func (e drillSetupError) Error() string        { return e.msg }
+func (e drillSetupError) Unwrap() error        { return e.err }
+func (e drillSetupError) Is(target error) bool { return target == errUsage }
 
 func or(a, b string) string {
 	if a != "" {

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// drillCmd runs "idem drill args…" in-process and returns its exit status,
+// stdout and stderr.
+func drillCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code := run(ctx, &Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}, append([]string{"drill"}, args...))
+	return code, stdout.String(), stderr.String()
+}
+
+// natsWithoutJetStream starts a NATS server that has no JetStream.
+func natsWithoutJetStream(t *testing.T) string {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(30 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	return srv.ClientURL()
+}
+
+// TestDrillBadTargets: a --db or --nats the drill cannot use is a
+// configuration error — exit 2, one line on stderr naming the target
+// without its credentials, nothing on stdout (no banner, no table) — not a
+// failed scenario (issue 11, item 20).
+func TestDrillBadTargets(t *testing.T) {
+	t.Parallel()
+	const secret = "hunter2-drill-secret"
+	type tc struct {
+		name string
+		args []string
+		want string // in the error line
+	}
+	cases := []tc{
+		{"postgres unreachable", []string{"--db", "postgres://nobody:" + secret + "@127.0.0.1:1/x"}, "postgres://nobody:xxxxx@127.0.0.1:1/x"},
+		{"postgres password in query", []string{"--db", "postgres://nobody@127.0.0.1:1/x?password=" + secret}, "password=xxxxx"},
+		{"postgres unparseable", []string{"--db", "postgres://nobody:" + secret + "@127.0.0.1:bad/x"}, "not a valid PostgreSQL URL"},
+		{"mysql", []string{"--db", "mysql://root:" + secret + "@127.0.0.1/x"}, "--db must be a postgres:// URL"},
+		{"nats unreachable", []string{"--nats", "nats://user:" + secret + "@127.0.0.1:1"}, "nats://user:xxxxx@127.0.0.1:1"},
+		{"nats token", []string{"--nats", "nats://" + secret + "@127.0.0.1:1"}, "nats://xxxxx@127.0.0.1:1"},
+		{"nats without JetStream", []string{"--nats", natsWithoutJetStream(t)}, "JetStream is not available"},
+		{"unknown scenario", []string{"--scenario", "nope"}, `unknown scenario "nope"`},
+	}
+	if pg := os.Getenv("IDEM_TEST_POSTGRES_URL"); pg != "" {
+		u, err := url.Parse(pg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Path = "/idem_drill_no_such_database"
+		cases = append(cases, tc{"postgres database missing", []string{"--db", u.String()}, "idem_drill_no_such_database"})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := drillCmd(t, append(c.args, "--orders", "20")...)
+			if code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing (no banner, no table)", stdout)
+			}
+			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "idem drill: ") || !strings.Contains(lines[0], c.want) {
+				t.Errorf("stderr %q: want one line \"idem drill: …%s…\"", stderr, c.want)
+			}
+			if strings.Contains(stdout+stderr, secret) {
+				t.Errorf("the output shows the secret: %q %q", stdout, stderr)
+			}
+			if strings.Contains(stderr, "scenarios kept") || strings.Contains(stderr, "usage: usage") {
+				t.Errorf("stderr %q reads like a drill run", stderr)
+			}
+		})
+	}
+}
