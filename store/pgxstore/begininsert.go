@@ -81,12 +81,30 @@ func (d *Driver) BeginInsert(ctx context.Context, insertSQL string, args ...any)
 		// transaction is left open.
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 	}
+	unprepared := closeIfUnprepared(ctx, conn, err)
 	c.Release()
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "23505":
 		return nil, false, true, nil
+	case unprepared:
+		// Nothing was done: the caller's ordinary path runs on another
+		// connection.
+		return nil, false, false, nil
 	}
 	return nil, false, false, translate(err)
+}
+
+// closeIfUnprepared closes conn when err says a prepared statement is gone
+// from its session (someone ran DEALLOCATE on it): pgx would keep using the
+// missing name, so the pool must replace the connection instead.
+func closeIfUnprepared(ctx context.Context, conn *pgx.Conn, err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "26000" {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return true
+	}
+	return false
 }
 
 // ExecCommit runs stmt and COMMIT in one round trip, one pipelined
@@ -99,22 +117,23 @@ func (d *Driver) BeginInsert(ctx context.Context, insertSQL string, args ...any)
 // connection is back in the pool: committed when err is nil, and rolled
 // back when not. It is an error, with nothing committed by ExecCommit, when
 // the transaction was no longer open (the handler ran COMMIT or ROLLBACK
-// itself) or was aborted by an earlier failed statement; and when the
-// COMMIT did not commit (its command tag is not COMMIT, or the connection
-// is still in a transaction afterwards).
+// itself: wraps pgx.ErrTxClosed) or was aborted by an earlier failed
+// statement, and when the COMMIT did not commit (its command tag is not
+// COMMIT, or the connection is still in a transaction afterwards): both wrap
+// pgx.ErrTxCommitRollback.
 func (d *Driver) ExecCommit(ctx context.Context, tx pgx.Tx, stmt string, args ...any) (bool, error) {
 	t, ok := tx.(*pooledTx)
 	if !ok || t.d != d || t.lo.Load() || !t.closed.CompareAndSwap(false, true) {
 		return false, nil
 	}
 	defer t.release()
-	conn := t.c.Conn()
+	conn := t.tx.Conn()
 	if st := conn.PgConn().TxStatus(); st != 'T' {
 		_ = t.tx.Rollback(context.WithoutCancel(ctx))
 		if st == 'E' {
-			return true, errors.New("pgxstore: the transaction was aborted by an earlier failed statement; rolled back, nothing committed")
+			return true, fmt.Errorf("pgxstore: the transaction was aborted by an earlier failed statement, rolled back: %w", pgx.ErrTxCommitRollback)
 		}
-		return true, fmt.Errorf("pgxstore: the transaction is no longer open (status %q): the handler ended it itself; nothing committed by idem", st)
+		return true, fmt.Errorf("pgxstore: the transaction was ended by a COMMIT or ROLLBACK of its own (status %q); ExecCommit ran nothing: %w", st, pgx.ErrTxClosed)
 	}
 	if err := d.prepare(ctx, conn, stmt, commitSQL); err != nil {
 		_ = t.tx.Rollback(context.WithoutCancel(ctx))
@@ -137,10 +156,11 @@ func (d *Driver) ExecCommit(ctx context.Context, tx pgx.Tx, stmt string, args ..
 	}
 	if conn.PgConn().TxStatus() != 'I' {
 		if err == nil {
-			err = errors.New("pgxstore: still in a transaction after COMMIT")
+			err = fmt.Errorf("pgxstore: still in a transaction after COMMIT, rolled back: %w", pgx.ErrTxCommitRollback)
 		}
 		_ = t.tx.Rollback(context.WithoutCancel(ctx))
 	}
+	_ = closeIfUnprepared(ctx, conn, err)
 	return true, translate(err)
 }
 
@@ -289,7 +309,7 @@ func (t *pooledTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 
 // Conn returns the connection, like pgxpool.Tx (also after the end, when
 // it is back in the pool and must not be used).
-func (t *pooledTx) Conn() *pgx.Conn { return t.c.Conn() }
+func (t *pooledTx) Conn() *pgx.Conn { return t.tx.Conn() }
 
 // savepointTx is a pseudo nested transaction of a pooledTx, with pgx's
 // semantics: Commit releases the savepoint, Rollback rolls back to it, and

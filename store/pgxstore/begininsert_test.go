@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemkit/idem/internal/pgproxy"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -148,9 +150,9 @@ func TestExecCommitReportsWhatHappened(t *testing.T) {
 		wantRow string
 	}{
 		{name: "hostile value", before: `SET LOCAL standard_conforming_strings = off`, stmt: upd, wantRow: "done"},
-		{name: "handler committed", before: `COMMIT`, stmt: upd, wantErr: errAny, wantRow: "-"},
-		{name: "handler rolled back", before: `ROLLBACK`, stmt: upd, wantErr: errAny},
-		{name: "aborted", before: `SELECT 1/0`, stmt: upd, wantErr: errAny},
+		{name: "handler committed", before: `COMMIT`, stmt: upd, wantErr: pgx.ErrTxClosed, wantRow: "-"},
+		{name: "handler rolled back", before: `ROLLBACK`, stmt: upd, wantErr: pgx.ErrTxClosed},
+		{name: "aborted", before: `SELECT 1/0`, stmt: upd, wantErr: pgx.ErrTxCommitRollback},
 		{name: "statement fails", stmt: `INSERT INTO ecr (k) VALUES ($1)`, wantErr: store.ErrUniqueViolation},
 		{name: "syntax error", stmt: `UPDATE ecr SET WHERE k = $1`, wantErr: errAny},
 	}
@@ -328,6 +330,9 @@ func TestBeginInsertTx(t *testing.T) {
 	_, closed["Prepare"] = tx.Prepare(ctx, "late", `SELECT 1`)
 	los = tx.LargeObjects()
 	_, closed["LargeObjects"] = los.Create(ctx, 0)
+	if tx.Conn() == nil || open.Conn() == nil {
+		t.Error("Conn() after the end is nil, want the connection (as pgx)")
+	}
 	closed["Commit"] = tx.Commit(ctx)
 	closed["Rollback"] = tx.Rollback(ctx)
 	_, closed["open savepoint Exec"] = open.Exec(ctx, `SELECT 1`)
@@ -344,5 +349,33 @@ func TestBeginInsertTx(t *testing.T) {
 	}
 	if st := d.PgxPool().Stat(); st.AcquiredConns() != 0 {
 		t.Fatalf("%d connections still acquired", st.AcquiredConns())
+	}
+}
+
+// The statements prepared by name on a connection are bounded (64), and
+// more distinct statements still work, through pgx's statement cache.
+func TestBeginInsertManyStatements(t *testing.T) {
+	t.Parallel()
+	d, _ := pgproxy.Pgx(t) // one connection
+	ctx := context.Background()
+	testdb.Exec(t, d, `CREATE TABLE ms (k text PRIMARY KEY, n bigint NOT NULL)`)
+	const statements = 80
+	for i := range statements {
+		sql := `INSERT INTO ms (k, n) VALUES ($1, ` + strconv.Itoa(i) + `)` // a distinct constant text each
+		tx, inserted, ok, err := d.BeginInsert(ctx, sql, "k"+strconv.Itoa(i))
+		if err != nil || !ok || !inserted {
+			t.Fatalf("statement %d: %v %v %v", i, inserted, ok, err)
+		}
+		if done, err := d.ExecCommit(ctx, tx, `UPDATE ms SET n = n + $2 WHERE k = $1 /* `+strconv.Itoa(i)+` */`, "k"+strconv.Itoa(i), int64(1000)); !done || err != nil {
+			t.Fatalf("statement %d: ExecCommit %v %v", i, done, err)
+		}
+	}
+	if n := testdb.Count(t, d, `SELECT count(*) FROM ms WHERE n >= 1000`); n != statements {
+		t.Fatalf("%d rows, want %d", n, statements)
+	}
+	// pgx names the statements prepared with their SQL as name stmt_…, and
+	// those of its cache stmtcache_….
+	if n := testdb.Count(t, d, `SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'stmt\_%'`); n > 64 {
+		t.Fatalf("%d statements prepared by name on the connection, want at most 64", n)
 	}
 }

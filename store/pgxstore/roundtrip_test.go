@@ -203,3 +203,58 @@ func TestExecModes(t *testing.T) {
 		})
 	}
 }
+
+// A statement the fast paths prepared and someone deallocated (DEALLOCATE
+// ALL on the session) costs at most the request that did it: BeginInsert
+// declines, ExecCommit reports the error, and the connection is replaced.
+func TestDeallocatedStatements(t *testing.T) {
+	d, _ := pgproxy.Pgx(t)
+	ctx := context.Background()
+	testdb.Exec(t, d, `CREATE TABLE da (k text PRIMARY KEY, v text NOT NULL DEFAULT '')`)
+	const ins = `INSERT INTO da (k) VALUES ($1)`
+	const upd = `UPDATE da SET v = 'done' WHERE k = $1`
+	roundTrip := func(k string) error {
+		tx, inserted, ok, err := d.BeginInsert(ctx, ins, k)
+		if err != nil || !ok || !inserted {
+			t.Fatalf("%s: BeginInsert inserted=%v ok=%v err=%v", k, inserted, ok, err)
+		}
+		done, err := d.ExecCommit(ctx, tx, upd, k)
+		if !done {
+			t.Fatalf("%s: ExecCommit declined", k)
+		}
+		return err
+	}
+	if err := roundTrip("warm"); err != nil {
+		t.Fatal(err)
+	}
+	// Inside the transaction: ExecCommit's statements are gone.
+	tx, _, _, err := d.BeginInsert(ctx, ins, "in-tx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `DEALLOCATE ALL`); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := d.ExecCommit(ctx, tx, upd, "in-tx"); !done || err == nil {
+		t.Fatalf("ExecCommit after DEALLOCATE ALL: done=%v err=%v, want an error", done, err)
+	}
+	if n := testdb.Count(t, d, `SELECT count(*) FROM da WHERE k = 'in-tx'`); n != 0 {
+		t.Fatal("a failed ExecCommit left its insert")
+	}
+	if err := roundTrip("after-in-tx"); err != nil {
+		t.Fatalf("the next request: %v", err)
+	}
+	// On the session, between transactions: BeginInsert declines once.
+	if _, err := d.PgxPool().Exec(ctx, `DEALLOCATE ALL`); err != nil {
+		t.Fatal(err)
+	}
+	if tx, _, ok, err := d.BeginInsert(ctx, ins, "declined"); ok || err != nil || tx != nil {
+		t.Fatalf("BeginInsert after DEALLOCATE ALL: ok=%v err=%v, want declined", ok, err)
+	}
+	if err := roundTrip("after-session"); err != nil {
+		t.Fatalf("the next request: %v", err)
+	}
+	if n := testdb.Count(t, d, `SELECT count(*) FROM da WHERE v = 'done'`); n != 3 {
+		t.Fatalf("%d completed rows, want 3", n)
+	}
+}
