@@ -112,10 +112,10 @@ func processes(ctx context.Context, r *runner, res *Result) error {
 	if dbURL == "" {
 		dbURL = "sqlite://" + filepath.Join(dir, "idem.db")
 	}
-	// The NATS URL carries the embedded server's password: hand it over in
-	// the environment, not on the command line.
-	childEnv := []string{"IDEM_NATS_URL=" + natsURL}
-	common := []string{"--db", dbURL, "--provider", e.sys.Config().ProviderURL,
+	// The NATS URL carries the embedded server's password, and --db may
+	// carry one: hand both over in the environment, not on the command line.
+	childEnv := []string{"IDEM_NATS_URL=" + natsURL, "IDEM_DATABASE_URL=" + dbURL}
+	common := []string{"--provider", e.sys.Config().ProviderURL,
 		"--ack-wait", "1s", "--duplicates", duplicateWindow.String(), "--effect-lease", "2s", "--claim-ttl", "2s", "--poll", "20ms"}
 	if e.opts.Schema != "" {
 		common = append(common, "--schema", e.opts.Schema)

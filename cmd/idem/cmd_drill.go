@@ -82,12 +82,11 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 		}
 	}
 	if !*asJSON {
-		where := "embedded default: SQLite + embedded JetStream"
-		if *db != "" || *natsURL != "" {
-			where = fmt.Sprintf("database %s, broker %s", or(redact.URL(*db), "SQLite"), or(redact.URL(*natsURL), "embedded JetStream"))
-		}
-		fmt.Fprintf(env.Stdout, "idem drill: %d orders, %.0f%% lost responses, %.0f%% crashes, %d clients, seed %d (%s)\n\n",
-			*orders, *duplicates*100, *crash*100, *workers, *seed, where)
+		// Short lines (the report fits 100 columns): the targets on their own.
+		fmt.Fprintf(env.Stdout, "idem drill: %d orders, %.0f%% lost responses, %.0f%% crashes, %d clients, seed %d\n",
+			*orders, *duplicates*100, *crash*100, *workers, *seed)
+		fmt.Fprintf(env.Stdout, "database: %s\nbroker:   %s\n\n",
+			or(redact.URL(*db), "SQLite (a fresh file per scenario)"), or(redact.URL(*natsURL), "embedded JetStream"))
 	}
 	rep, err := drill.Run(ctx, cfg)
 	if err != nil {

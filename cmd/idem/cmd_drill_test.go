@@ -8,8 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/idemkit/idem/drill"
 )
 
 // drillCmd runs "idem drill args…" in-process and returns its exit status,
@@ -23,10 +26,12 @@ func drillCmd(t *testing.T, args ...string) (int, string, string) {
 	return code, stdout.String(), stderr.String()
 }
 
-// natsWithoutJetStream starts a NATS server that has no JetStream.
-func natsWithoutJetStream(t *testing.T) string {
+// natsServer starts a NATS server on a random loopback port with opts
+// (Host and Port are set here) and returns it.
+func natsServer(t *testing.T, opts server.Options) *server.Server {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, true
+	srv, err := server.NewServer(&opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +40,7 @@ func natsWithoutJetStream(t *testing.T) string {
 	if !srv.ReadyForConnections(30 * time.Second) {
 		t.Fatal("NATS server not ready")
 	}
-	return srv.ClientURL()
+	return srv
 }
 
 // TestDrillBadTargets: a --db or --nats the drill cannot use is a
@@ -57,7 +62,7 @@ func TestDrillBadTargets(t *testing.T) {
 		{"mysql", []string{"--db", "mysql://root:" + secret + "@127.0.0.1/x"}, "--db must be a postgres:// URL"},
 		{"nats unreachable", []string{"--nats", "nats://user:" + secret + "@127.0.0.1:1"}, "nats://user:xxxxx@127.0.0.1:1"},
 		{"nats token", []string{"--nats", "nats://" + secret + "@127.0.0.1:1"}, "nats://xxxxx@127.0.0.1:1"},
-		{"nats without JetStream", []string{"--nats", natsWithoutJetStream(t)}, "JetStream is not available"},
+		{"nats without JetStream", []string{"--nats", natsServer(t, server.Options{}).ClientURL()}, "JetStream is not available"},
 		{"unknown scenario", []string{"--scenario", "nope"}, `unknown scenario "nope"`},
 	}
 	if pg := os.Getenv("IDEM_TEST_POSTGRES_URL"); pg != "" {
@@ -89,5 +94,30 @@ func TestDrillBadTargets(t *testing.T) {
 				t.Errorf("stderr %q reads like a drill run", stderr)
 			}
 		})
+	}
+}
+
+// TestDrillReportWidth: the human output of a drill run (banner, table,
+// details, verdict) has no line wider than 100 columns (item 22), and the
+// banner names the broker without its password (item 20).
+func TestDrillReportWidth(t *testing.T) {
+	t.Parallel()
+	const pass = "hunter3-drill-broker"
+	srv := natsServer(t, server.Options{JetStream: true, StoreDir: t.TempDir(), Username: "idem", Password: pass})
+	natsURL := "nats://idem:" + pass + "@" + srv.Addr().String()
+	code, stdout, stderr := drillCmd(t, "--scenario", "key-reuse", "--orders", "20", "--workers", "2", "--nats", natsURL)
+	if code != 0 || !strings.Contains(stdout, "PASS: 1/1 scenarios kept their invariant.") {
+		t.Fatalf("exit %d:\n%s\n%s", code, stdout, stderr)
+	}
+	for i, line := range strings.Split(stdout, "\n") {
+		if n := utf8.RuneCountInString(line); n > drill.ReportWidth {
+			t.Errorf("line %d is %d columns wide (limit %d): %q", i+1, n, drill.ReportWidth, line)
+		}
+	}
+	if strings.Contains(stdout+stderr, pass) {
+		t.Errorf("the output shows the broker password:\n%s\n%s", stdout, stderr)
+	}
+	if !strings.Contains(stdout, "broker:   nats://idem:xxxxx@") {
+		t.Errorf("the banner does not name the broker redacted:\n%s", stdout)
 	}
 }
