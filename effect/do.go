@@ -114,9 +114,18 @@ func (l *Ledger[TTx]) Do(ctx context.Context, key string, fn CallFunc) ([]byte, 
 
 // run calls fn for the claimed effect e and finalises under its token.
 func (l *Ledger[TTx]) run(ctx context.Context, e Effect, fn CallFunc) ([]byte, error) {
+	ctx, span := l.startCall(ctx, e)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
 	res, err := callSafely(func() ([]byte, error) { return fn(cctx, e.Key) })
 	cancel()
+	switch {
+	case err == nil:
+		endCall(span, outcomeCompleted, nil)
+	case idem.IsPermanent(err):
+		endCall(span, outcomeFailed, err)
+	default:
+		endCall(span, outcomeRetry, err)
+	}
 	// Record the outcome even if the caller's ctx ended meanwhile: the call
 	// happened, and forgetting it would only cause another call.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -35,7 +35,10 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
 
@@ -75,6 +78,11 @@ type Effect struct {
 	UpdatedAt     time.Time
 	CompletedAt   time.Time
 	ExpiresAt     time.Time // zero: kept until deleted
+	// TraceParent and TraceState are the W3C trace context of the span
+	// active when the effect was scheduled (set by Schedule from its
+	// context, migration 0007; empty without a span). The worker calls the
+	// provider in an idem.effect.call span that is a child of it.
+	TraceParent, TraceState string
 
 	fingerprint []byte
 }
@@ -116,8 +124,14 @@ type Config struct {
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
 	// Logger receives warnings (lost leases, store errors). Defaults to
-	// discarding.
+	// discarding. Records logged while a span is active carry trace_id and
+	// span_id.
 	Logger *slog.Logger
+	// TracerProvider supplies the tracer of the idem.effect.call spans
+	// (one per provider call, by Do and by a Worker on this Ledger), with
+	// idem.effect.kind, idem.effect.key_hash, idem.attempt and idem.outcome.
+	// Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // Ledger records and guards external side effects in one store. It is safe
@@ -127,6 +141,7 @@ type Ledger[TTx any] struct {
 	cfg Config
 	q   queries
 	log *slog.Logger
+	tr  trace.Tracer
 }
 
 // Errors of this package; the root sentinels (idem.ErrInProgress,
@@ -191,7 +206,8 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Ledger[TTx], error) {
 		d:   d,
 		cfg: cfg,
 		q:   newQueries(d.Dialect(), d.Table("effects")),
-		log: log.With("component", "effect"),
+		log: obs.Logger(log).With("component", "effect"),
+		tr:  obs.Tracer(cfg.TracerProvider),
 	}, nil
 }
 
@@ -247,8 +263,9 @@ func (l *Ledger[TTx]) Schedule(ctx context.Context, tx TTx, e Effect) (Effect, b
 		due = e.NotBefore
 	}
 	q := l.d.Tx(tx)
+	tp, ts := obs.Current(ctx)
 	for range 10 {
-		got, err := scanEffect(q.QueryRow(ctx, l.q.schedule, e.Key, e.Kind, payload, fp, store.Micros(due), store.Micros(now)))
+		got, err := scanEffect(q.QueryRow(ctx, l.q.schedule, e.Key, e.Kind, payload, fp, store.Micros(due), store.Micros(now), tp, ts))
 		if err == nil {
 			return got, true, nil
 		}

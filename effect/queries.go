@@ -10,14 +10,14 @@ import (
 // cols is the column list every query returning an effect uses; scanEffect
 // reads it in this order.
 const cols = `effect_key, kind, payload, fingerprint, state, attempts, token, lease_until,
-	next_attempt_at, result, last_error, created_at, updated_at, completed_at, expires_at`
+	next_attempt_at, result, last_error, created_at, updated_at, completed_at, expires_at, traceparent, tracestate`
 
 // queries holds the SQL of one dialect, with the table name expanded.
 type queries struct {
 	dialect store.Dialect
 	table   string
 
-	schedule  string // $1 key, $2 kind, $3 payload, $4 fingerprint, $5 next_attempt_at, $6 now
+	schedule  string // $1 key, $2 kind, $3 payload, $4 fingerprint, $5 next_attempt_at, $6 now, $7 traceparent, $8 tracestate
 	get       string // $1 key
 	inline    string // $1 key, $2 fingerprint, $3 lease_until, $4 now
 	takeOver  string // $1 key, $2 observed token, $3 lease_until, $4 now
@@ -35,8 +35,8 @@ func newQueries(d store.Dialect, table string) queries {
 	return queries{
 		dialect: d,
 		table:   t,
-		schedule: `INSERT INTO ` + t + ` (effect_key, kind, payload, fingerprint, state, next_attempt_at, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, 'pending', $5, $6, $6)
+		schedule: `INSERT INTO ` + t + ` (effect_key, kind, payload, fingerprint, state, next_attempt_at, created_at, updated_at, traceparent, tracestate)
+			VALUES ($1, $2, $3, $4, 'pending', $5, $6, $6, $7, $8)
 			ON CONFLICT (effect_key) DO NOTHING
 			RETURNING ` + cols,
 		get: `SELECT ` + cols + ` FROM ` + t + ` WHERE effect_key = $1`,
@@ -111,7 +111,7 @@ func scanEffect(r store.Row) (Effect, error) {
 		attempts                           int64
 	)
 	err := r.Scan(&e.Key, &e.Kind, &e.Payload, &e.fingerprint, &state, &attempts, &e.Token, &lease,
-		&next, &e.Result, &e.LastError, &created, &upd, &cmp, &ex)
+		&next, &e.Result, &e.LastError, &created, &upd, &cmp, &ex, &e.TraceParent, &e.TraceState)
 	if err != nil {
 		return Effect{}, err
 	}

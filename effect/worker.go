@@ -11,9 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
 
@@ -137,9 +139,9 @@ func NewWorker[TTx any](l *Ledger[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], er
 	if cfg.Backoff == nil {
 		cfg.Backoff = FullJitter(time.Second, 5*time.Minute)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = l.log
+	log := l.log
+	if cfg.Logger != nil {
+		log = obs.Logger(cfg.Logger)
 	}
 	return &Worker[TTx]{l: l, cfg: cfg, log: log, kinds: map[string]*kind{}}, nil
 }
@@ -321,7 +323,9 @@ func (w *Worker[TTx]) perform(ctx context.Context, k *kind, e Effect) {
 		w.failEffect(fctx, log, k, e, fmt.Errorf("effect: %d attempts exceed the maximum %d (workers lost mid-call)", e.Attempts, k.maxAttempts))
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, w.l.cfg.CallTimeout)
+	sctx, span := w.l.startCall(obs.FromRow(ctx, e.TraceParent, e.TraceState), e)
+	fctx = trace.ContextWithSpan(fctx, span)
+	cctx, cancel := context.WithTimeout(sctx, w.l.cfg.CallTimeout)
 	res, err := callSafely(func() ([]byte, error) { return k.perform(cctx, e.Key, e.Payload) })
 	cancel()
 	if k.breaker != nil {
@@ -329,17 +333,21 @@ func (w *Worker[TTx]) perform(ctx context.Context, k *kind, e Effect) {
 	}
 	switch {
 	case err == nil:
+		endCall(span, outcomeCompleted, nil)
 		if cerr := w.l.complete(fctx, e.Key, e.Token, res); cerr != nil {
 			w.logFinalise(fctx, log, "complete", cerr)
 		}
 	case ctx.Err() != nil && !idem.IsPermanent(err):
 		// The worker is stopping: hand the effect back, attempt not counted.
+		endCall(span, outcomeReleased, err)
 		if rerr := w.l.release(fctx, e.Key, e.Token, w.l.now(), err, true); rerr != nil {
 			w.logFinalise(fctx, log, "release", rerr)
 		}
 	case idem.IsPermanent(err) || e.Attempts >= k.maxAttempts:
+		endCall(span, outcomeFailed, err)
 		w.failEffect(fctx, log, k, e, err)
 	default:
+		endCall(span, outcomeRetry, err)
 		next := w.l.now().Add(w.cfg.Backoff(e.Attempts))
 		log.DebugContext(fctx, "transient failure, retrying later", "err", err, "next", next)
 		if rerr := w.l.release(fctx, e.Key, e.Token, next, err, false); rerr != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,7 +65,7 @@ func TestSpanDecisions(t *testing.T) {
 		post("", `{}`, false),                  // rejected: key missing
 		post(`"bad`, `{}`, false),              // rejected: malformed
 	}
-	if want := []int{201, 201, 422, 400, 400}; !equalInts(codes, want) {
+	if want := []int{201, 201, 422, 400, 400}; !slices.Equal(codes, want) {
 		t.Fatalf("statuses %v, want %v", codes, want)
 	}
 	spans := rec.Ended()
@@ -108,18 +109,6 @@ func TestSpanDecisions(t *testing.T) {
 	if spans[1].SpanContext().TraceID().String() == clientTrace {
 		t.Errorf("an untraced request joined the client's trace")
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // The key of the request being executed travels to downstream calls made

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/obs"
 )
 
 // CloudEvents attributes travel as broker headers (CloudEvents binary
@@ -63,15 +64,36 @@ type Event struct {
 	Seq int64
 	// Attempts counts failed publish attempts so far (relay hooks only).
 	Attempts int
+
+	// TraceParent and TraceState are the W3C trace context stored with the
+	// row (migration 0007): Enqueue sets them from the idem.outbox.enqueue
+	// span it opens, unless the caller set TraceParent; empty when no span
+	// was active. The relay publishes the event in an idem.relay.publish
+	// span that is a child of this context and injects that span's context
+	// into the message's traceparent/tracestate headers.
+	TraceParent, TraceState string
 }
+
+// HeaderCausation is the broker header naming the message whose handling
+// enqueued the event: Enqueue sets it from the context of a handler run by
+// idem's consumer runtime (the consumed message's id), unless the event's
+// Headers already hold it.
+const HeaderCausation = obs.HeaderCausation
 
 // Message maps e to the broker message the relay publishes: ID = e.ID (the
 // broker dedup id), Subject = e.Topic, Key = e.Key, the CloudEvents
 // attributes as headers (ce-id, ce-source, ce-type, ce-subject, ce-time,
-// ce-specversion, content-type) merged over e.Headers.
+// ce-specversion, content-type) merged over e.Headers, and the stored
+// trace context (traceparent, tracestate) when there is one.
 func (e Event) Message() idem.Message {
-	h := make(map[string]string, len(e.Headers)+7)
+	h := make(map[string]string, len(e.Headers)+9)
 	maps.Copy(h, e.Headers)
+	if e.TraceParent != "" {
+		h[obs.HeaderTraceparent] = e.TraceParent
+		if e.TraceState != "" {
+			h[obs.HeaderTracestate] = e.TraceState
+		}
+	}
 	h[HeaderSpecVersion] = "1.0"
 	h[HeaderID] = e.ID
 	h[HeaderSource] = e.Source

@@ -39,13 +39,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
 
@@ -80,8 +84,13 @@ type Config struct {
 	NotifyInterval time.Duration
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
-	// Logger receives debug logs. Defaults to discarding.
+	// Logger receives debug logs. Defaults to discarding. Records logged
+	// while a span is active carry trace_id and span_id.
 	Logger *slog.Logger
+	// TracerProvider supplies the tracer of the idem.outbox.enqueue span.
+	// Defaults to otel.GetTracerProvider() (no-op spans unless an
+	// OpenTelemetry SDK is installed).
+	TracerProvider trace.TracerProvider
 }
 
 // Outbox writes events in the caller's transaction and administers the
@@ -91,6 +100,7 @@ type Outbox[TTx any] struct {
 	cfg Config
 	q   queries
 	log *slog.Logger
+	tr  trace.Tracer
 
 	epoch      time.Time    // monotonic origin of lastNotify
 	lastNotify atomic.Int64 // ns since epoch of the last notifying Enqueue
@@ -110,8 +120,8 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.NotifyInterval = cmp.Or(cfg.NotifyInterval, 5*time.Millisecond)
-	o := &Outbox[TTx]{d: d, cfg: cfg, q: newQueries(d.Dialect(), d.Names(), d.Table), log: cfg.Logger.With("component", "idem.outbox"),
-		epoch: time.Now()}
+	o := &Outbox[TTx]{d: d, cfg: cfg, q: newQueries(d.Dialect(), d.Names(), d.Table), log: obs.Logger(cfg.Logger).With("component", "idem.outbox"),
+		tr: obs.Tracer(cfg.TracerProvider), epoch: time.Now()}
 	o.lastNotify.Store(-int64(time.Hour))
 	return o, nil
 }
@@ -132,10 +142,28 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 // the rows and, at most once per Config.NotifyInterval, queues a pg_notify
 // that wakes listening relays after commit. On SQLite call [Relay.Notify]
 // after commit for an immediate wake-up, otherwise the relay polls.
-func (o *Outbox[TTx]) Enqueue(ctx context.Context, tx TTx, events ...Event) ([]Event, error) {
+//
+// Tracing: Enqueue runs in an idem.outbox.enqueue span (a child of the
+// span in ctx) whose W3C context is stored with each row (Event.TraceParent,
+// migration 0007), so the relay publishes every event in a child span of
+// it. Called from a handler of idem's consumer runtime, Enqueue copies the
+// consumed message's id into the [HeaderCausation] header.
+func (o *Outbox[TTx]) Enqueue(ctx context.Context, tx TTx, events ...Event) (_ []Event, err error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
+	ctx, span := o.tr.Start(ctx, obs.SpanOutboxEnqueue, trace.WithSpanKind(trace.SpanKindInternal))
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(obs.AttrEventCount.Int(len(events)))
+			if len(events) == 1 {
+				span.SetAttributes(attribute.String("idem.event.type", events[0].Type), obs.AttrTopic.String(events[0].Topic))
+			}
+		}
+		obs.End(span, err)
+	}()
+	traceparent, tracestate := obs.Current(ctx)
+	causation := obs.Causation(ctx)
 	now := o.cfg.Now()
 	out := make([]Event, len(events))
 	anyKey := false
@@ -155,12 +183,20 @@ func (o *Outbox[TTx]) Enqueue(ctx context.Context, tx TTx, events ...Event) ([]E
 			return nil, err
 		}
 		e.Seq, e.Attempts = 0, 0
+		if e.TraceParent == "" {
+			e.TraceParent, e.TraceState = traceparent, tracestate
+		}
+		if _, ok := e.Headers[HeaderCausation]; causation != "" && !ok {
+			h := make(map[string]string, len(e.Headers)+1)
+			maps.Copy(h, e.Headers)
+			h[HeaderCausation] = causation
+			e.Headers = h
+		}
 		out[i] = e
 		anyKey = anyKey || e.Key != ""
 	}
 	q := o.d.Tx(tx)
 	seqs := make(map[ident]int64, len(out))
-	var err error
 	if o.q.dialect == store.Postgres {
 		err = o.insertPG(ctx, q, out, now, anyKey, seqs)
 	} else {
@@ -193,6 +229,7 @@ func (o *Outbox[TTx]) insertPG(ctx context.Context, q store.Querier, out []Event
 	n := len(out)
 	src, id, typ, topic, subj, ct, key, hdr := make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	tp, ts := make([]string, n), make([]string, n)
 	tm := make([]int64, n)
 	payload := make([][]byte, n)
 	for i, e := range out {
@@ -200,14 +237,14 @@ func (o *Outbox[TTx]) insertPG(ctx context.Context, q store.Querier, out []Event
 		if err != nil {
 			return err
 		}
-		src[i], id[i], typ[i], topic[i], subj[i], tm[i], ct[i], key[i], hdr[i], payload[i] =
-			e.Source, e.ID, e.Type, e.Topic, e.Subject, store.Micros(e.Time), e.DataContentType, e.Key, h, e.Payload
+		src[i], id[i], typ[i], topic[i], subj[i], tm[i], ct[i], key[i], hdr[i], payload[i], tp[i], ts[i] =
+			e.Source, e.ID, e.Type, e.Topic, e.Subject, store.Micros(e.Time), e.DataContentType, e.Key, h, e.Payload, e.TraceParent, e.TraceState
 		if payload[i] == nil {
 			payload[i] = []byte{}
 		}
 	}
 	rows, err := q.Query(ctx, o.q.enqueue, src, id, typ, topic, subj, tm, ct, key, hdr, payload,
-		store.Micros(now), o.q.ns32, anyKey && !o.cfg.DisableKeyLock, o.q.channel, o.notifyNow())
+		store.Micros(now), o.q.ns32, anyKey && !o.cfg.DisableKeyLock, o.q.channel, o.notifyNow(), tp, ts)
 	if err != nil {
 		return fmt.Errorf("outbox: insert: %w", err)
 	}
@@ -229,7 +266,7 @@ func (o *Outbox[TTx]) insertChunks(ctx context.Context, q store.Querier, out []E
 				payload = []byte{}
 			}
 			args = append(args, e.Source, e.ID, e.Type, e.Topic, e.Subject, store.Micros(e.Time),
-				e.DataContentType, e.Key, h, payload, store.Micros(now))
+				e.DataContentType, e.Key, h, payload, store.Micros(now), e.TraceParent, e.TraceState)
 		}
 		rows, err := q.Query(ctx, o.q.insert(len(chunk)), args...)
 		if err != nil {

@@ -12,13 +12,13 @@ import (
 
 // insertCols is the column list of an enqueued row; insertArgs per row.
 const (
-	insertCols = `source, event_id, type, subject, ce_subject, time, datacontenttype, ordering_key, headers, payload, created_at`
-	insertArgs = 11
+	insertCols = `source, event_id, type, subject, ce_subject, time, datacontenttype, ordering_key, headers, payload, created_at, traceparent, tracestate`
+	insertArgs = 13
 	// maxRowsPerInsert bounds the bind variables of one INSERT (PostgreSQL:
 	// 65535, SQLite: 32766).
 	maxRowsPerInsert = 500
 
-	claimCols = `seq, source, event_id, type, subject, ce_subject, time, datacontenttype, ordering_key, headers, payload, attempts`
+	claimCols = `seq, source, event_id, type, subject, ce_subject, time, datacontenttype, ordering_key, headers, payload, attempts, traceparent, tracestate`
 )
 
 type queries struct {
@@ -138,7 +138,8 @@ func newQueries(d store.Dialect, names store.Names, table func(string) string) q
 // (explicit casts, so every parameter type is known): $1 source, $2 event_id,
 // $3 type, $4 subject, $5 ce_subject, $6 time, $7 datacontenttype,
 // $8 ordering_key, $9 headers, $10 payload; $11 created_at, $12 key-lock
-// namespace, $13 take key locks, $14 channel, $15 notify.
+// namespace, $13 take key locks, $14 channel, $15 notify; $16 traceparent,
+// $17 tracestate (arrays again).
 //
 // The rows pass a one-time filter made of two uncorrelated sub-selects
 // (InitPlans, evaluated once, in order, before the first row is produced):
@@ -152,9 +153,11 @@ func newQueries(d store.Dialect, names store.Names, table func(string) string) q
 // ON CONFLICT and not returned.
 func pgEnqueue(t string) string {
 	return `INSERT INTO ` + t + ` (` + insertCols + `)
-		SELECT e.source, e.event_id, e.type, e.subject, e.ce_subject, e.time, e.datacontenttype, e.ordering_key, e.headers, e.payload, $11::bigint
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::text[], $10::bytea[])
-		     WITH ORDINALITY AS e(source, event_id, type, subject, ce_subject, time, datacontenttype, ordering_key, headers, payload, ord)
+		SELECT e.source, e.event_id, e.type, e.subject, e.ce_subject, e.time, e.datacontenttype, e.ordering_key, e.headers, e.payload, $11::bigint,
+		       e.traceparent, e.tracestate
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::text[], $10::bytea[],
+		            $16::text[], $17::text[])
+		     WITH ORDINALITY AS e(source, event_id, type, subject, ce_subject, time, datacontenttype, ordering_key, headers, payload, traceparent, tracestate, ord)
 		WHERE (SELECT count(*) FROM (
 		        SELECT pg_advisory_xact_lock($12::int4, h) FROM (
 		          SELECT DISTINCT hashtext(k) AS h FROM unnest($8::text[]) AS u(k)

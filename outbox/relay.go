@@ -19,9 +19,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
 
@@ -74,6 +76,11 @@ type RelayConfig struct {
 	Now func() time.Time
 	// Logger receives the relay's logs. Defaults to discarding.
 	Logger *slog.Logger
+	// TracerProvider supplies the tracer of the idem.relay.publish spans,
+	// one per published event, each a child of the context stored with its
+	// row (Event.TraceParent) and injected into the message's traceparent
+	// and tracestate headers. Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 
 	// OnPublished is called after events were acknowledged by the broker
 	// and marked published. Hooks run on the relay goroutine: keep them
@@ -121,6 +128,7 @@ type Relay[TTx any] struct {
 	cfg  RelayConfig
 	q    queries
 	log  *slog.Logger
+	tr   trace.Tracer
 	pool *pgxpool.Pool // LISTEN; nil when polling only
 	pgx  *pgxpool.Pool // one-round-trip claims; nil unless the pgx driver
 
@@ -186,7 +194,8 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 		pub:  pub,
 		cfg:  cfg,
 		q:    newQueries(d.Dialect(), d.Names(), d.Table),
-		log:  cfg.Logger.With("component", "idem.outbox.relay", "relay", cfg.Name),
+		log:  obs.Logger(cfg.Logger).With("component", "idem.outbox.relay", "relay", cfg.Name),
+		tr:   obs.Tracer(cfg.TracerProvider),
 		wake: make(chan struct{}, 1),
 		rnd:  mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64())),
 	}
@@ -404,7 +413,9 @@ func (r *Relay[TTx]) publish(ctx context.Context, evs []Event, msgs []idem.Messa
 // publishQuiet is publish without running hooks (it may run on another
 // goroutine than the relay's); it returns the events the broker reported as
 // duplicates.
-func (r *Relay[TTx]) publishQuiet(ctx context.Context, evs []Event, msgs []idem.Message) (int, []Event, error) {
+func (r *Relay[TTx]) publishQuiet(ctx context.Context, evs []Event, msgs []idem.Message) (n int, dups []Event, err error) {
+	spans := r.startSpans(ctx, evs, msgs)
+	defer func() { endSpans(spans, evs, n, dups, err) }()
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
 	rp, ok := r.pub.(broker.ResultPublisher)
@@ -415,8 +426,6 @@ func (r *Relay[TTx]) publishQuiet(ctx context.Context, evs []Event, msgs []idem.
 		return len(msgs), nil, nil
 	}
 	res, err := rp.PublishResults(pctx, msgs...)
-	n := 0
-	var dups []Event
 	for i, pr := range res {
 		if i >= len(evs) || pr.ID != evs[i].ID {
 			break // not a prefix of ours: trust nothing more
@@ -650,7 +659,7 @@ func scanEvent(rows interface{ Scan(...any) error }) (Event, error) {
 	var t int64
 	var headers string
 	if err := rows.Scan(&e.Seq, &e.Source, &e.ID, &e.Type, &e.Topic, &e.Subject, &t,
-		&e.DataContentType, &e.Key, &headers, &e.Payload, &e.Attempts); err != nil {
+		&e.DataContentType, &e.Key, &headers, &e.Payload, &e.Attempts, &e.TraceParent, &e.TraceState); err != nil {
 		return e, err
 	}
 	e.Time = store.FromMicros(t)

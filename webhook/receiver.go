@@ -10,8 +10,12 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
 
@@ -38,8 +42,12 @@ type ReceiverConfig[TTx any] struct {
 	// time.Now.
 	Now func() time.Time
 	// Logger receives one line per rejected or failed delivery. Defaults to
-	// discarding.
+	// discarding. Records logged while a span is active carry trace_id and
+	// span_id.
 	Logger *slog.Logger
+	// TracerProvider supplies the tracer of the idem.webhook span.
+	// Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // Receiver is an http.Handler receiving one source's webhooks. It is safe
@@ -70,6 +78,7 @@ type Receiver[TTx any] struct {
 	ib  *inbox.Inbox[TTx]
 	cfg ReceiverConfig[TTx]
 	log *slog.Logger
+	tr  trace.Tracer
 }
 
 // NewReceiver returns a Receiver recording receipts in ib (on driver d).
@@ -97,44 +106,69 @@ func NewReceiver[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], cfg Receive
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Receiver[TTx]{d: d, ib: ib, cfg: cfg, log: log.With("component", "webhook", "source", cfg.Source)}, nil
+	return &Receiver[TTx]{d: d, ib: ib, cfg: cfg, log: obs.Logger(log).With("component", "webhook", "source", cfg.Source),
+		tr: obs.Tracer(cfg.TracerProvider)}, nil
 }
 
 // Consumer returns the inbox consumer name of the receiver's receipts.
 func (rc *Receiver[TTx]) Consumer() string { return "webhook:" + rc.cfg.Source }
 
-// ServeHTTP implements http.Handler.
+// The values of the idem.decision attribute of the idem.webhook span.
+const (
+	DecisionAccepted  = "accepted"  // a first delivery: recorded, Enqueue ran (202)
+	DecisionDuplicate = "duplicate" // a replay of a recorded delivery (200)
+	DecisionMismatch  = "mismatch"  // the delivery id came before with another body (422)
+	DecisionRejected  = "rejected"  // not POST, body too large or unreadable, not authentic, no or bad delivery id
+	DecisionFailed    = "failed"    // Enqueue refused it (422) or it could not be recorded (503)
+)
+
+// ServeHTTP implements http.Handler. Each POST runs in an idem.webhook
+// span (a child of the span in the request's context, or of the
+// traceparent the sender sent) with idem.source, idem.delivery_id and
+// idem.decision.
 func (rc *Receiver[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
+	ctx := obs.ExtractHTTP(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := rc.tr.Start(ctx, obs.SpanWebhook, trace.WithSpanKind(trace.SpanKindServer))
+	decision, id, err := rc.serve(ctx, w, r.WithContext(ctx))
+	if span.IsRecording() {
+		span.SetAttributes(obs.AttrSource.String(rc.cfg.Source), obs.AttrDecision.String(decision))
+		if id != "" {
+			span.SetAttributes(obs.AttrDeliveryID.String(id))
+		}
+	}
+	obs.End(span, err)
+}
+
+func (rc *Receiver[TTx]) serve(ctx context.Context, w http.ResponseWriter, r *http.Request) (decision, id string, _ error) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		problem(w, http.StatusMethodNotAllowed, "method not allowed", "webhooks are delivered with POST")
-		return
+		return DecisionRejected, "", nil
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rc.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			problem(w, http.StatusRequestEntityTooLarge, "payload too large", fmt.Sprintf("the body exceeds %d bytes", rc.cfg.MaxBodyBytes))
-			return
+			return DecisionRejected, "", nil
 		}
 		problem(w, http.StatusBadRequest, "unreadable body", "the request body could not be read")
-		return
+		return DecisionRejected, "", nil
 	}
 	d, err := rc.cfg.Verifier.Verify(r, body, rc.cfg.Now())
 	if err != nil {
 		if errors.Is(err, ErrMissingDeliveryID) {
 			problem(w, http.StatusBadRequest, "missing delivery id", err.Error())
-			return
+			return DecisionRejected, "", nil
 		}
 		rc.log.WarnContext(ctx, "webhook rejected", "err", err)
 		// The detail is generic on purpose: do not tell a forger which check failed.
 		problem(w, http.StatusUnauthorized, "unauthenticated", "the webhook signature could not be verified")
-		return
+		return DecisionRejected, "", nil
 	}
 	if err := idem.ValidateID(d.ID); err != nil {
 		problem(w, http.StatusBadRequest, "invalid delivery id", err.Error())
-		return
+		return DecisionRejected, "", nil
 	}
 	d.Source = rc.cfg.Source
 	msg := idem.Message{ID: d.ID, Subject: rc.cfg.Source, Payload: body, Time: d.Timestamp}
@@ -151,24 +185,25 @@ func (rc *Receiver[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, idem.ErrFingerprintMismatch):
 		rc.log.WarnContext(ctx, "delivery id reused with a different body", "delivery_id", d.ID, "err", err)
 		problem(w, http.StatusUnprocessableEntity, "delivery id reused", "this delivery id was received before with a different body")
-		return
+		return DecisionMismatch, d.ID, nil
 	case idem.IsPermanent(err):
 		rc.log.ErrorContext(ctx, "enqueue refused the delivery", "delivery_id", d.ID, "err", err)
 		problem(w, http.StatusUnprocessableEntity, "unprocessable delivery", "the delivery cannot be processed")
-		return
+		return DecisionFailed, d.ID, err
 	default:
 		rc.log.ErrorContext(ctx, "cannot record the delivery", "delivery_id", d.ID, "err", err)
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "not recorded", "the delivery was not recorded; retry it")
-		return
+		return DecisionFailed, d.ID, err
 	}
-	status, word := http.StatusAccepted, "accepted"
+	status, word := http.StatusAccepted, DecisionAccepted
 	if res == inbox.Duplicate {
-		status, word = http.StatusOK, "duplicate"
+		status, word = http.StatusOK, DecisionDuplicate
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]string{"status": word, "delivery_id": d.ID})
+	return word, d.ID, nil
 }
 
 func problem(w http.ResponseWriter, status int, title, detail string) {

@@ -1,0 +1,136 @@
+package effect_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store"
+)
+
+func attrOf(s sdktrace.ReadOnlySpan, key string) string {
+	for _, kv := range s.Attributes() {
+		if string(kv.Key) == key {
+			return kv.Value.Emit()
+		}
+	}
+	return ""
+}
+
+// A scheduled effect remembers the span that scheduled it; the worker's
+// idem.effect.call span is its child, one per attempt with the attempt and
+// outcome, and the call made through idemhttp.Transport carries the effect
+// key as Idempotency-Key and the call span as traceparent. Do traces its
+// call the same way.
+func TestEffectCallSpans(t *testing.T) {
+	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+		rec := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+		l := newLedger(t, d, effect.Config{TracerProvider: tp})
+
+		var mu sync.Mutex
+		var keys, parents []string
+		provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			keys = append(keys, r.Header.Get(idemhttp.HeaderKey))
+			parents = append(parents, r.Header.Get("traceparent"))
+			mu.Unlock()
+		}))
+		defer provider.Close()
+		client := &http.Client{Transport: &idemhttp.Transport{}}
+		calls := 0
+		w := fastWorker(t, l, effect.WorkerConfig[any]{})
+		if err := w.Register("mail", func(ctx context.Context, key string, _ []byte) ([]byte, error) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, provider.URL, nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				return nil, err
+			}
+			resp.Body.Close()
+			calls++
+			if calls == 1 {
+				return nil, errors.New("provider hiccup")
+			}
+			return []byte("sent"), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+
+		ctx, parent := tp.Tracer("test").Start(context.Background(), "consume")
+		err := store.InTx(ctx, d, func(tx any) error {
+			_, _, err := l.Schedule(ctx, tx, effect.Effect{Key: "mail:1", Kind: "mail", Payload: []byte("{}")})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parent.End()
+		stop := runWorker(t, w)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			e, err := l.Get(context.Background(), "mail:1")
+			if err == nil && e.State == effect.Completed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("effect not completed: %+v %v", e, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		stop()
+		if _, err := l.Do(ctx, "inline:1", func(ctx context.Context, key string) ([]byte, error) {
+			if got := idemhttp.CarriedKey(ctx); got != key {
+				t.Errorf("Do: carried key %q, want %q", got, key)
+			}
+			return nil, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+
+		var callSpans []sdktrace.ReadOnlySpan
+		for _, s := range rec.Ended() {
+			if s.Name() == "idem.effect.call" {
+				callSpans = append(callSpans, s)
+			}
+		}
+		if len(callSpans) != 3 {
+			t.Fatalf("%d idem.effect.call spans, want 3 (retry, completed, inline)", len(callSpans))
+		}
+		for i, want := range []struct{ kind, attempt, outcome string }{{"mail", "1", "retry"}, {"mail", "2", "completed"}, {"inline", "1", "completed"}} {
+			s := callSpans[i]
+			got := struct{ kind, attempt, outcome string }{attrOf(s, "idem.effect.kind"), attrOf(s, "idem.attempt"), attrOf(s, "idem.outcome")}
+			if got != want {
+				t.Errorf("call %d: %+v, want %+v", i, got, want)
+			}
+			if s.Parent().SpanID() != parent.SpanContext().SpanID() || s.SpanContext().TraceID() != parent.SpanContext().TraceID() {
+				t.Errorf("call %d is not a child of the scheduling span", i)
+			}
+			if attrOf(s, "idem.effect.key_hash") == "" {
+				t.Errorf("call %d has no key hash", i)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range keys {
+			if keys[i] != "mail:1" {
+				t.Errorf("provider call %d got Idempotency-Key %q", i, keys[i])
+			}
+			want := "00-" + callSpans[i].SpanContext().TraceID().String() + "-" + callSpans[i].SpanContext().SpanID().String() + "-01"
+			if parents[i] != want {
+				t.Errorf("provider call %d traceparent %q, want %q", i, parents[i], want)
+			}
+		}
+		if len(keys) != 2 {
+			t.Errorf("%d provider calls, want 2", len(keys))
+		}
+	})
+}
