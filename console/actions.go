@@ -1,0 +1,69 @@
+package console
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// maxForm bounds a form body (an edited payload included).
+const maxForm = 4 << 20
+
+// action wraps a state-changing handler: refused in read-only mode, form
+// parsed (bounded), errors rendered with their status. The cross-origin
+// check and the token check ran before.
+func (c *Console[TTx]) action(fn func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if c.cfg.ReadOnly {
+			c.renderError(w, r, http.StatusForbidden, "Read-only", errReadOnly.Error())
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+		if err := r.ParseForm(); err != nil {
+			c.renderError(w, r, http.StatusBadRequest, "Bad request", "the form could not be read (at most 4 MiB)")
+			return
+		}
+		if err := fn(w, r); err != nil {
+			c.renderError(w, r, statusOf(err), "Action failed", err.Error())
+		}
+	}
+}
+
+// audited runs act between two audit-log writes: the entry is recorded
+// (outcome "started") before act runs, and act does not run if that fails;
+// afterwards the outcome and act's extra details are recorded.
+func (c *Console[TTx]) audited(r *http.Request, action, target, reason, details string, act func() (string, error)) error {
+	ctx := r.Context()
+	who := actor(ctx)
+	id, err := auditStart(ctx, c.d, c.now(), who, action, target, reason, details)
+	if err != nil {
+		return err
+	}
+	more, err := act()
+	if more != "" {
+		details = strings.TrimSpace(details + " " + more)
+	}
+	if e := auditEnd(ctx, c.d, c.now(), id, details, err); e != nil && err == nil {
+		err = e
+	}
+	if err != nil {
+		c.log.WarnContext(ctx, "console action failed", "actor", who, "action", action, "target", target, "err", err)
+	} else {
+		c.log.InfoContext(ctx, "console action", "actor", who, "action", action, "target", target, "reason", reason)
+	}
+	return err
+}
+
+// reason reads the form's reason; required ones must not be blank.
+func reason(r *http.Request, required bool) (string, error) {
+	s := strings.TrimSpace(r.PostForm.Get("reason"))
+	if required && s == "" {
+		return "", badForm("a reason is required for this action")
+	}
+	return s, nil
+}
+
+// done redirects (303) to path with the outcome code of the action.
+func (c *Console[TTx]) done(w http.ResponseWriter, r *http.Request, path string, q url.Values) {
+	http.Redirect(w, r, c.path(path)+"?"+q.Encode(), http.StatusSeeOther)
+}

@@ -1,0 +1,347 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/dlq"
+)
+
+// letterFilter is the dead-letter filter form: dlq.Filter's fields plus
+// subject and free text, which are matched here.
+type letterFilter struct {
+	Consumer, Subject, Class, Since, Until, Text, State string
+
+	since, until time.Time
+	state        dlq.State
+}
+
+// parseLetterFilter reads the filter from query or form values. Times are
+// RFC 3339, "2006-01-02T15:04" (UTC, what a datetime-local input sends), or
+// a duration meaning that long ago ("1h").
+func parseLetterFilter(v url.Values, now time.Time) (letterFilter, error) {
+	f := letterFilter{
+		Consumer: strings.TrimSpace(v.Get("consumer")), Subject: strings.TrimSpace(v.Get("subject")),
+		Class: strings.TrimSpace(v.Get("class")), Since: strings.TrimSpace(v.Get("since")),
+		Until: strings.TrimSpace(v.Get("until")), Text: strings.TrimSpace(v.Get("q")), State: strings.TrimSpace(v.Get("state")),
+	}
+	switch f.State {
+	case "":
+		f.State, f.state = string(dlq.Parked), dlq.Parked
+	case "any":
+	case string(dlq.Parked), string(dlq.Redriven), string(dlq.Discarded):
+		f.state = dlq.State(f.State)
+	default:
+		return f, badForm("state %q: want parked, redriven, discarded or any", f.State)
+	}
+	var err error
+	if f.since, err = parseWhen(f.Since, now); err != nil {
+		return f, badForm("since: %v", err)
+	}
+	if f.until, err = parseWhen(f.Until, now); err != nil {
+		return f, badForm("until: %v", err)
+	}
+	return f, nil
+}
+
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(-d), nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not a time (RFC 3339, 2006-01-02T15:04 in UTC, or a duration ago such as 1h)", s)
+}
+
+// Values encodes the filter for links and hidden form fields.
+func (f letterFilter) Values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"consumer": f.Consumer, "subject": f.Subject, "class": f.Class, "since": f.Since,
+		"until": f.Until, "q": f.Text, "state": f.State} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v
+}
+
+// Query is the filter as a query string.
+func (f letterFilter) Query() string { return f.Values().Encode() }
+
+// Describe is the filter in words, for confirmations and the audit log.
+func (f letterFilter) Describe() string {
+	var parts []string
+	for _, kv := range [][2]string{{"consumer", f.Consumer}, {"subject", f.Subject}, {"class", f.Class}, {"since", f.Since},
+		{"until", f.Until}, {"text", f.Text}} {
+		if kv[1] != "" {
+			parts = append(parts, kv[0]+"="+strconv.Quote(kv[1]))
+		}
+	}
+	if len(parts) == 0 {
+		return "every parked letter"
+	}
+	return strings.Join(parts, " ")
+}
+
+func (f letterFilter) base() dlq.Filter {
+	return dlq.Filter{Consumer: f.Consumer, ErrorClass: f.Class, Since: f.since, Until: f.until, State: f.state}
+}
+
+// match applies the filters the store does not: subject (exact) and text
+// (case-insensitive, in message id, key, error and payload).
+func (f letterFilter) match(l dlq.Letter) bool {
+	if f.Subject != "" && l.Source != f.Subject {
+		return false
+	}
+	if f.Text != "" {
+		t := strings.ToLower(f.Text)
+		if !strings.Contains(strings.ToLower(l.MessageID), t) && !strings.Contains(strings.ToLower(l.Key), t) &&
+			!strings.Contains(strings.ToLower(l.Error), t) && !bytes.Contains(bytes.ToLower(l.Payload), []byte(t)) {
+			return false
+		}
+	}
+	return true
+}
+
+// eachLetter calls fn for every letter matching f with an id ≤ maxID
+// (0 = any), oldest first, until fn returns false.
+func (c *Console[TTx]) eachLetter(ctx context.Context, f letterFilter, maxID int64, fn func(dlq.Letter) bool) error {
+	bf := f.base()
+	bf.Limit = 500
+	for {
+		ls, err := c.dlq.List(ctx, bf)
+		if err != nil {
+			return err
+		}
+		for _, l := range ls {
+			if maxID > 0 && l.ID > maxID {
+				return nil
+			}
+			if f.match(l) && !fn(l) {
+				return nil
+			}
+		}
+		if len(ls) < bf.Limit {
+			return nil
+		}
+		bf.AfterID = ls[len(ls)-1].ID
+	}
+}
+
+// maxListed bounds the rows of the list page.
+const maxListed = 500
+
+func (c *Console[TTx]) dlqList(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	f, err := parseLetterFilter(r.URL.Query(), c.now())
+	if err != nil {
+		c.renderError(w, r, http.StatusBadRequest, "Bad filter", err.Error())
+		return
+	}
+	var ls []dlq.Letter
+	total := 0
+	err = c.eachLetter(ctx, f, 0, func(l dlq.Letter) bool {
+		total++
+		if len(ls) < maxListed {
+			ls = append(ls, l)
+		}
+		return true
+	})
+	if err != nil {
+		c.renderError(w, r, http.StatusInternalServerError, "Dead letters", err.Error())
+		return
+	}
+	consumers, _ := c.dlq.CountParked(ctx)
+	c.render(w, r, http.StatusOK, "dlq", "Dead letters", map[string]any{
+		"Filter": f, "Letters": ls, "Total": total, "Shown": len(ls), "Consumers": consumers, "Now": c.now(),
+		"CanRedrive": c.cfg.Publisher != nil,
+	})
+}
+
+func (c *Console[TTx]) letterID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, badForm("%q is not a dead-letter id", r.PathValue("id"))
+	}
+	return id, nil
+}
+
+func (c *Console[TTx]) dlqShow(w http.ResponseWriter, r *http.Request) {
+	id, err := c.letterID(r)
+	if err != nil {
+		c.renderError(w, r, http.StatusNotFound, "Not found", err.Error())
+		return
+	}
+	l, err := c.dlq.Get(r.Context(), id)
+	if err != nil {
+		c.renderError(w, r, statusOf(err), "Dead letter", err.Error())
+		return
+	}
+	edit, editOK := editable(l.Payload)
+	c.render(w, r, http.StatusOK, "letter", fmt.Sprintf("Dead letter %d", l.ID), map[string]any{
+		"L": l, "Edit": edit, "Editable": editOK, "Now": c.now(), "CanRedrive": c.cfg.Publisher != nil,
+		"RevisionOf": l.Headers[dlq.HeaderRevisionOf], "HeaderRevisionOf": dlq.HeaderRevisionOf,
+	})
+}
+
+// dlqOne serves POST /dlq/{id}/redrive and /dlq/{id}/discard.
+func (c *Console[TTx]) dlqOne(verb string) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id, err := c.letterID(r)
+		if err != nil {
+			return err
+		}
+		why, _ := reason(r, false)
+		if verb == "redrive" && c.cfg.Publisher == nil {
+			return errNoPublisher
+		}
+		err = c.audited(r, "dlq."+verb, fmt.Sprintf("letter %d", id), why, "", func() (string, error) {
+			if verb == "discard" {
+				return "", c.dlq.Discard(r.Context(), id, actor(r.Context()))
+			}
+			l, err := c.dlq.Redrive(r.Context(), id, actor(r.Context()), c.cfg.Publisher)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("consumer=%q message=%q", l.Consumer, l.MessageID), nil
+		})
+		if err != nil {
+			return err
+		}
+		c.done(w, r, fmt.Sprintf("/dlq/%d", id), url.Values{"done": {map[string]string{"redrive": "redriven", "discard": "discarded"}[verb]}})
+		return nil
+	}
+}
+
+func (c *Console[TTx]) dlqRevise(w http.ResponseWriter, r *http.Request) error {
+	id, err := c.letterID(r)
+	if err != nil {
+		return err
+	}
+	why, _ := reason(r, false)
+	if c.cfg.Publisher == nil {
+		return errNoPublisher
+	}
+	l, err := c.dlq.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	payload := []byte(strings.ReplaceAll(r.PostForm.Get("payload"), "\r\n", "\n"))
+	if json.Valid(l.Payload) && !json.Valid(payload) {
+		return badForm("the original payload is JSON and the edited one is not: fix it before redriving")
+	}
+	var revID string
+	err = c.audited(r, "dlq.revise", fmt.Sprintf("letter %d", id), why,
+		fmt.Sprintf("original message=%q edited payload %d bytes", l.MessageID, len(payload)), func() (string, error) {
+			_, rev, err := c.dlq.Revise(r.Context(), id, actor(r.Context()), payload, c.cfg.Publisher)
+			if err != nil {
+				return "", err
+			}
+			revID = rev.ID
+			return fmt.Sprintf("revision message=%q", rev.ID), nil
+		})
+	if err != nil {
+		return err
+	}
+	c.done(w, r, fmt.Sprintf("/dlq/%d", id), url.Values{"done": {"revised"}, "revision": {revID}})
+	return nil
+}
+
+// dlqBulkConfirm shows how many letters the bulk action would touch and
+// asks to confirm. Letters parked after this page was shown are left out
+// (max_id).
+func (c *Console[TTx]) dlqBulkConfirm(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	verb := q.Get("action")
+	if verb != "redrive" && verb != "discard" {
+		c.renderError(w, r, http.StatusBadRequest, "Bad request", "action must be redrive or discard")
+		return
+	}
+	f, err := parseLetterFilter(q, c.now())
+	if err != nil {
+		c.renderError(w, r, http.StatusBadRequest, "Bad filter", err.Error())
+		return
+	}
+	f.State, f.state = string(dlq.Parked), dlq.Parked
+	var n int
+	var maxID int64
+	if err := c.eachLetter(r.Context(), f, 0, func(l dlq.Letter) bool { n++; maxID = l.ID; return true }); err != nil {
+		c.renderError(w, r, http.StatusInternalServerError, "Dead letters", err.Error())
+		return
+	}
+	c.render(w, r, http.StatusOK, "bulk", "Confirm bulk "+verb, map[string]any{
+		"Action": verb, "Filter": f, "Count": n, "MaxID": maxID, "CanRedrive": c.cfg.Publisher != nil,
+	})
+}
+
+func (c *Console[TTx]) dlqBulk(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	verb := r.PostForm.Get("action")
+	if verb != "redrive" && verb != "discard" {
+		return badForm("action must be redrive or discard")
+	}
+	if verb == "redrive" && c.cfg.Publisher == nil {
+		return errNoPublisher
+	}
+	f, err := parseLetterFilter(r.PostForm, c.now())
+	if err != nil {
+		return err
+	}
+	f.State, f.state = string(dlq.Parked), dlq.Parked
+	maxID, err := strconv.ParseInt(r.PostForm.Get("max_id"), 10, 64)
+	if err != nil || maxID <= 0 {
+		return badForm("max_id is missing: confirm from the count page")
+	}
+	confirmed, _ := strconv.Atoi(r.PostForm.Get("count"))
+	why, _ := reason(r, false)
+	n := 0
+	err = c.audited(r, "dlq.bulk-"+verb, fmt.Sprintf("%d letter(s) matching %s, id ≤ %d", confirmed, f.Describe(), maxID), why, "",
+		func() (string, error) {
+			var ids []string
+			var actErr error
+			skipped := 0
+			err := c.eachLetter(ctx, f, maxID, func(l dlq.Letter) bool {
+				var err error
+				if verb == "redrive" {
+					_, err = c.dlq.Redrive(ctx, l.ID, actor(ctx), c.cfg.Publisher)
+				} else {
+					err = c.dlq.Discard(ctx, l.ID, actor(ctx))
+				}
+				switch {
+				case errors.Is(err, dlq.ErrNotParked): // resolved meanwhile by someone else
+					skipped++
+					return true
+				case err != nil:
+					actErr = fmt.Errorf("after %d letter(s), letter %d: %w", n, l.ID, err)
+					return false
+				}
+				n++
+				ids = append(ids, strconv.FormatInt(l.ID, 10))
+				return true
+			})
+			details := fmt.Sprintf("%s %d, skipped %d (no longer parked); ids: %s", verb, n, skipped, strings.Join(ids, ","))
+			return details, errors.Join(err, actErr)
+		})
+	if err != nil {
+		return err
+	}
+	q := f.Values()
+	q.Set("done", "bulk")
+	q.Set("n", strconv.Itoa(n))
+	c.done(w, r, "/dlq", q)
+	return nil
+}

@@ -1,0 +1,96 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/store"
+)
+
+// HeaderRevisionOf is set on a revision published by [Store.Revise]: the
+// message id of the original message the revision replaces.
+const HeaderRevisionOf = "Idem-Revision-Of"
+
+// headerCloudEventsID is the CloudEvents id header (binary content mode);
+// a revision carries its own id there too, so consumers that identify
+// events by it see a new event.
+const headerCloudEventsID = "ce-id"
+
+// Revise publishes an edited copy of letter id as a new revision and
+// resolves the original, so that the edited and the original copy are never
+// both processed: the revision is a new message (a fresh UUIDv7 id, also in
+// the ce-id header when the original had one) with the original's subject,
+// key and headers, payload replaced by payload, and header
+// [HeaderRevisionOf] naming the original message id. The original letter
+// is marked discarded by by (who) and can no longer be redriven.
+//
+// Like [Store.Redrive], the letter is claimed (parked → discarded) in a
+// transaction that commits only after pub accepted the revision: if
+// publishing fails the letter stays parked and nothing was published that
+// could be processed. A letter that is not parked is refused with
+// [ErrNotParked]. If the process dies after the broker accepted the
+// revision and before the commit, the letter stays parked although its
+// revision is out: an operator must then discard it (the revision's id is
+// in the log and in the returned message).
+func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher) (Letter, idem.Message, error) {
+	if pub == nil {
+		return Letter{}, idem.Message{}, idem.InvalidOptionf("dlq: revise needs a publisher")
+	}
+	rid, err := uuid.NewV7()
+	if err != nil {
+		return Letter{}, idem.Message{}, err
+	}
+	var l Letter
+	var rev idem.Message
+	err = store.InTx(ctx, s.d, func(tx TTx) error {
+		q := s.d.Tx(tx)
+		var err error
+		if l, err = scanLetter(q.QueryRow(ctx, s.q.get, id)); errors.Is(err, store.ErrNoRows) {
+			return fmt.Errorf("%w: dead letter %d", idem.ErrNotFound, id)
+		} else if err != nil {
+			return err
+		}
+		n, err := q.Exec(ctx, s.q.discard, id, by, store.Micros(s.now()))
+		if err != nil {
+			return fmt.Errorf("dlq: revise %d: %w", id, err)
+		}
+		if n == 0 {
+			return s.notParked(ctx, id)
+		}
+		rev = revision(l, rid.String(), payload)
+		if err := pub.Publish(ctx, rev); err != nil {
+			return fmt.Errorf("dlq: revise %d: publish: %w", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Letter{}, idem.Message{}, err
+	}
+	s.log.InfoContext(ctx, "dead letter revised", slog.Int64("letter", id), slog.String("by", by),
+		slog.String("consumer", l.Consumer), slog.String("message_id", l.MessageID), slog.String("revision_id", rev.ID))
+	return l, rev, nil
+}
+
+// revision is l's message under the new id with the edited payload.
+func revision(l Letter, id string, payload []byte) idem.Message {
+	m := l.Message()
+	h := make(map[string]string, len(m.Headers)+1)
+	for k, v := range m.Headers {
+		if k != broker.HeaderRedrive {
+			h[k] = v
+		}
+	}
+	if _, ok := h[headerCloudEventsID]; ok {
+		h[headerCloudEventsID] = id
+	}
+	h[HeaderRevisionOf] = l.MessageID
+	m.ID, m.Headers = id, h
+	m.Payload = append([]byte{}, payload...)
+	return m
+}

@@ -1,0 +1,131 @@
+package idemhttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+)
+
+// ErrNotHeld reports an operator resolve or release of a key record that is
+// not held for reconciliation (state failed): nothing was done.
+var ErrNotHeld = errors.New("idemhttp: key is not held for reconciliation")
+
+// The operator statements on held records ($1 tenant, $2 operation, $3 key).
+func heldQueries(t string) (list, resolve, release string) {
+	list = `SELECT tenant, operation, idem_key FROM ` + t + ` WHERE state = 'failed' ORDER BY created_at, tenant, operation, idem_key LIMIT $1`
+	resolve = `UPDATE ` + t + ` SET state = 'completed', token = token + 1, status = $4, headers = $5, body = $6,
+body_omitted = 0, locked_until = 0, completed_at = $7 WHERE ` + pk + ` AND state = 'failed'`
+	release = `DELETE FROM ` + t + ` WHERE ` + pk + ` AND state = 'failed'`
+	return
+}
+
+// ListHeld returns up to limit records (defaults to 100 when ≤ 0) held for
+// reconciliation: two-phase executions whose lease ran out under the Hold
+// policy (state failed), oldest first. Nobody knows whether their handler's
+// effect happened; an operator checks and then calls [ResolveHeld] or
+// [ReleaseHeld].
+func ListHeld[TTx any](ctx context.Context, d store.Driver[TTx], limit int) ([]*Record, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	t := d.Table("idempotency_keys")
+	list, _, _ := heldQueries(t)
+	rows, err := d.Pool().Query(ctx, list, limit)
+	if err != nil {
+		return nil, fmt.Errorf("idemhttp: list held: %w", err)
+	}
+	var scopes []scope
+	for rows.Next() {
+		var s scope
+		if err := rows.Scan(&s.tenant, &s.operation, &s.key); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		scopes = append(scopes, s)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	q := newQueries(d.Dialect(), t)
+	out := make([]*Record, 0, len(scopes))
+	for _, s := range scopes {
+		rec, ok, err := load(ctx, d.Pool(), q.load, s)
+		if err != nil {
+			return nil, err
+		}
+		if ok && rec.State == StateFailed { // resolved meanwhile otherwise
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// ResolveHeld completes a held record with an operator-supplied response
+// (the operator found that the effect did happen): later retries with the
+// key get status, header and body replayed, and the handler never runs
+// again for it. A record that is not held is refused with [ErrNotHeld]
+// (an unknown one with idem.ErrNotFound). The fencing token is bumped, so a
+// late original execution can no longer complete it.
+func ResolveHeld[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation, key string, status int, header http.Header, body []byte, now time.Time) error {
+	s := scope{tenant, operation, key}
+	if err := s.check(); err != nil {
+		return err
+	}
+	if status < 100 || status > 599 {
+		return fmt.Errorf("%w: status %d", idem.ErrInvalidInput, status)
+	}
+	if header == nil {
+		header = http.Header{}
+	}
+	hj, err := json.Marshal(header)
+	if err != nil {
+		return err
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	_, resolve, _ := heldQueries(d.Table("idempotency_keys"))
+	n, err := d.Pool().Exec(ctx, resolve, s.args(status, string(hj), body, store.Micros(now))...)
+	if err != nil {
+		return fmt.Errorf("idemhttp: resolve %s: %w", s, err)
+	}
+	if n == 0 {
+		return heldWhyNot(ctx, d, s)
+	}
+	return nil
+}
+
+// ReleaseHeld deletes a held record (the operator found that the effect did
+// not happen): the next request with the key executes as new. A record that
+// is not held is refused with [ErrNotHeld], so a completed response is
+// never forgotten by a stale release; use [Forget] for that.
+func ReleaseHeld[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation, key string) error {
+	s := scope{tenant, operation, key}
+	if err := s.check(); err != nil {
+		return err
+	}
+	_, _, release := heldQueries(d.Table("idempotency_keys"))
+	n, err := d.Pool().Exec(ctx, release, s.args()...)
+	if err != nil {
+		return fmt.Errorf("idemhttp: release %s: %w", s, err)
+	}
+	if n == 0 {
+		return heldWhyNot(ctx, d, s)
+	}
+	return nil
+}
+
+func heldWhyNot[TTx any](ctx context.Context, d store.Driver[TTx], s scope) error {
+	rec, err := Lookup(ctx, d, s.tenant, s.operation, s.key)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %s is %s", ErrNotHeld, s, rec.State)
+}

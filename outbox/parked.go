@@ -1,0 +1,142 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemkit/idem/store"
+)
+
+// ParkedEvent is an event the relay gave up on (it exhausted its publish
+// attempts), with the last publish error. Later events of its ordering key
+// wait behind it until it is retried or discarded.
+type ParkedEvent struct {
+	Event
+	LastError string
+}
+
+// ErrNotParkedEvent reports a discard of an outbox event that is not (or no
+// longer) parked: nothing was done.
+var ErrNotParkedEvent = errors.New("outbox: event is not parked")
+
+// The operator statements of the parked-event views; $n placeholders on
+// both dialects.
+func parkedQueries(t string) (list, blocked, countBlocked, get, discard string) {
+	cols := claimCols + `, last_error`
+	list = `SELECT ` + cols + ` FROM ` + t + ` WHERE state = 'parked' ORDER BY ordering_key, seq LIMIT $1`
+	blocked = `SELECT ` + cols + ` FROM ` + t + ` WHERE ordering_key = $1 AND seq > $2 AND state = 'pending' ORDER BY seq LIMIT $3`
+	countBlocked = `SELECT count(*) FROM ` + t + ` WHERE ordering_key = $1 AND seq > $2 AND state = 'pending'`
+	get = `SELECT ` + cols + ` FROM ` + t + ` WHERE seq = $1 AND state = 'parked'`
+	discard = `DELETE FROM ` + t + ` WHERE seq = $1 AND state = 'parked'`
+	return
+}
+
+func scanParked(r interface{ Scan(...any) error }) (ParkedEvent, error) {
+	var lastErr string
+	e, err := scanEvent(scanTail{r, &lastErr})
+	return ParkedEvent{Event: e, LastError: lastErr}, err
+}
+
+// scanTail appends one destination (last_error) to scanEvent's list.
+type scanTail struct {
+	r    interface{ Scan(...any) error }
+	tail *string
+}
+
+func (s scanTail) Scan(dest ...any) error { return s.r.Scan(append(dest, s.tail)...) }
+
+// ListParked returns up to limit parked events (defaults to 100 when ≤ 0),
+// grouped by ordering key and in seq order within a key.
+func (o *Outbox[TTx]) ListParked(ctx context.Context, limit int) ([]ParkedEvent, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	list, _, _, _, _ := parkedQueries(o.q.table)
+	rows, err := o.d.Pool().Query(ctx, list, limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list parked: %w", err)
+	}
+	defer rows.Close()
+	var out []ParkedEvent
+	for rows.Next() {
+		p, err := scanParked(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// BlockedBehind returns how many pending events of ordering key wait behind
+// the event seq (they have the same key and a greater seq, so the relay
+// holds them back while seq is parked), and the first up to limit of them
+// (defaults to 10 when ≤ 0). An empty key blocks nothing.
+func (o *Outbox[TTx]) BlockedBehind(ctx context.Context, key string, seq int64, limit int) (int64, []Event, error) {
+	if key == "" {
+		return 0, nil, nil
+	}
+	if limit <= 0 {
+		limit = 10
+	}
+	_, blocked, count, _, _ := parkedQueries(o.q.table)
+	var n int64
+	if err := o.d.Pool().QueryRow(ctx, count, key, seq).Scan(&n); err != nil {
+		return 0, nil, fmt.Errorf("outbox: blocked behind %d: %w", seq, err)
+	}
+	rows, err := o.d.Pool().Query(ctx, blocked, key, seq, limit)
+	if err != nil {
+		return 0, nil, fmt.Errorf("outbox: blocked behind %d: %w", seq, err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		p, err := scanParked(rows)
+		if err != nil {
+			return 0, nil, err
+		}
+		out = append(out, p.Event)
+	}
+	return n, out, rows.Err()
+}
+
+// DiscardParked deletes the parked event seq, so that it is never published
+// and the later events of its key are released to the relay, and returns
+// what was deleted (for the operator's record). An event that is not
+// parked is refused with [ErrNotParkedEvent]; an unknown seq too. Like
+// [Outbox.RetryParked] it takes the relays' shared lock on PostgreSQL, so
+// it never interleaves with a relay's settle of the same row.
+func (o *Outbox[TTx]) DiscardParked(ctx context.Context, seq int64) (ParkedEvent, error) {
+	_, _, _, get, discard := parkedQueries(o.q.table)
+	var p ParkedEvent
+	err := store.InTx(ctx, o.d, func(tx TTx) error {
+		q := o.d.Tx(tx)
+		if o.q.dialect == store.Postgres {
+			if _, err := q.Exec(ctx, o.q.lockOwner, o.q.ns64); err != nil {
+				return err
+			}
+		}
+		var err error
+		p, err = scanParked(q.QueryRow(ctx, get, seq))
+		if errors.Is(err, store.ErrNoRows) {
+			return fmt.Errorf("%w: seq %d", ErrNotParkedEvent, seq)
+		}
+		if err != nil {
+			return err
+		}
+		n, err := q.Exec(ctx, discard, seq)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: seq %d", ErrNotParkedEvent, seq)
+		}
+		return nil
+	})
+	if err != nil {
+		return ParkedEvent{}, fmt.Errorf("outbox: discard parked: %w", err)
+	}
+	o.log.InfoContext(ctx, "parked outbox event discarded", "seq", seq, "event_id", p.ID, "type", p.Type)
+	return p, nil
+}
