@@ -44,12 +44,14 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
 
@@ -151,6 +153,12 @@ type Config[TTx any] struct {
 	// Tracer opens a span per processed delivery (or batch). Defaults to
 	// idemmetrics.NopTracer.
 	Tracer idemmetrics.Tracer
+	// TracerProvider supplies the tracer of the idem.consume span opened
+	// per delivery: a child of the traceparent in the message's headers,
+	// with idem.consumer, idem.message_id and idem.decision (processed,
+	// duplicate, mismatch, dead_lettered, retry); the handler runs under
+	// it. Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 	// Hooks are seams for tests and drills.
 	Hooks Hooks
 }
@@ -166,6 +174,7 @@ type Consumer[TTx any] struct {
 	cfg    Config[TTx]
 	schema *jsonschema.Schema
 	log    *slog.Logger
+	tr     trace.Tracer
 
 	mu      sync.Mutex
 	running bool // protected by mu
@@ -215,7 +224,8 @@ func New[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], sub broker.Subscrib
 		}
 		cfg.DLQ = s
 	}
-	c := &Consumer[TTx]{d: d, ib: ib, sub: sub, cfg: cfg, log: cfg.Logger.With("component", "consumer", "consumer", cfg.Name)}
+	c := &Consumer[TTx]{d: d, ib: ib, sub: sub, cfg: cfg, log: obs.Logger(cfg.Logger).With("component", "consumer", "consumer", cfg.Name),
+		tr: obs.Tracer(cfg.TracerProvider)}
 	if cfg.Schema != nil {
 		sch, err := compileSchema(cfg.Schema)
 		if err != nil {
@@ -326,6 +336,7 @@ func (c *Consumer[TTx]) Process(ctx context.Context, ds []broker.Delivery) {
 // handler wraps the user's handler with metrics and tracing.
 func (c *Consumer[TTx]) handler() inbox.Handler[TTx] {
 	return func(ctx context.Context, tx TTx, msg idem.Message) error {
+		ctx = handlerContext(ctx, msg)
 		done := c.cfg.Metrics.Start(c.cfg.Name)
 		defer done()
 		ctx, end := c.cfg.Tracer.Start(ctx, "idem.consumer.handle", idemmetrics.MessageAttrs(c.cfg.Name, msg)...)
@@ -391,6 +402,7 @@ func (c *Consumer[TTx]) validate(msg idem.Message) error {
 }
 
 func (c *Consumer[TTx]) processOne(ctx context.Context, dv broker.Delivery) {
+	ctx = c.consuming(ctx, dv)
 	msg, err := c.prepare(dv)
 	if err != nil {
 		c.fail(ctx, dv, msg, err)
@@ -417,14 +429,17 @@ func (c *Consumer[TTx]) processOne(ctx context.Context, dv broker.Delivery) {
 func (c *Consumer[TTx]) processBatch(ctx context.Context, ds []broker.Delivery) {
 	msgs := make([]idem.Message, 0, len(ds))
 	valid := make([]broker.Delivery, 0, len(ds))
+	ctxs := make([]context.Context, 0, len(ds)) // per delivery, with its idem.consume span
 	for _, dv := range ds {
+		dctx := c.startConsume(ctx, dv)
 		msg, err := c.prepare(dv)
 		if err != nil {
-			c.fail(ctx, dv, msg, err)
+			c.fail(dctx, dv, msg, err)
 			continue
 		}
 		msgs = append(msgs, msg)
 		valid = append(valid, dv)
+		ctxs = append(ctxs, dctx)
 	}
 	if len(valid) == 0 {
 		return
@@ -432,7 +447,7 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, ds []broker.Delivery) 
 	var outs []inbox.Outcome
 	err := store.InTx(ctx, c.d, func(tx TTx) error {
 		var err error
-		outs, err = c.ib.ProcessBatchTx(ctx, tx, c.cfg.Name, msgs, c.handler())
+		outs, err = c.ib.ProcessBatchTx(withBatch(ctx, msgs, ctxs), tx, c.cfg.Name, msgs, c.handler())
 		return err
 	})
 	if err != nil {
@@ -440,8 +455,8 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, ds []broker.Delivery) 
 		// transaction per message so one bad message cannot hold back the
 		// others.
 		c.log.WarnContext(ctx, "batch failed; processing its messages one by one", "error", err, "size", len(valid))
-		for _, dv := range valid {
-			c.processOne(ctx, dv)
+		for i, dv := range valid {
+			c.processOne(ctxs[i], dv)
 		}
 		return
 	}
@@ -455,10 +470,10 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, ds []broker.Delivery) 
 		wg.Go(func() {
 			defer func() { <-sem }()
 			if outs[i].Err != nil {
-				c.fail(ctx, dv, msgs[i], outs[i].Err)
+				c.fail(ctxs[i], dv, msgs[i], outs[i].Err)
 				return
 			}
-			c.succeeded(ctx, dv, msgs[i], outs[i].Result)
+			c.succeeded(ctxs[i], dv, msgs[i], outs[i].Result)
 		})
 	}
 	wg.Wait()
@@ -476,8 +491,13 @@ func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // succeeded acks a committed or duplicate delivery.
 func (c *Consumer[TTx]) succeeded(ctx context.Context, dv broker.Delivery, msg idem.Message, res inbox.Result) {
+	decision := DecisionProcessed
 	if res == inbox.Duplicate {
-		c.cfg.Metrics.Duplicate("consumer", c.cfg.Name)
+		decision = DecisionDuplicate
+	}
+	defer endConsume(ctx, msg, decision, nil)
+	if res == inbox.Duplicate {
+		c.cfg.Metrics.DuplicateContext(ctx, "consumer", c.cfg.Name)
 		c.log.DebugContext(ctx, "duplicate acknowledged without running the handler", attrs(c.cfg.Name, msg)...)
 	} else {
 		c.cfg.Metrics.Processed(c.cfg.Name)
@@ -499,6 +519,8 @@ func (c *Consumer[TTx]) succeeded(ctx context.Context, dv broker.Delivery, msg i
 // fail settles a delivery whose processing failed: dead letter + Term for
 // permanent failures and exhausted retries, Nak with backoff otherwise.
 func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.Message, err error) {
+	decision := DecisionRetry
+	defer func() { endConsume(ctx, msg, decision, err) }()
 	sctx, cancel := settleCtx(ctx)
 	defer cancel()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -538,7 +560,8 @@ func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.M
 		}
 		return
 	}
-	c.cfg.Metrics.DeadLettered(c.cfg.Name, class)
+	decision = DecisionDeadLettered
+	c.cfg.Metrics.DeadLetteredContext(ctx, c.cfg.Name, class)
 	if unidentified {
 		c.cfg.Metrics.Unidentified(c.cfg.Name)
 		c.log.ErrorContext(ctx, "message without a usable id dead-lettered; set consumer.Config.MessageID or have the producer set a message id",
