@@ -8,10 +8,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/internal/httpserver"
+	"github.com/idemkit/idem/internal/redact"
 )
 
 // runDemo starts the reference system (boxoffice) in one process: the HTTP
@@ -38,13 +42,14 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	if *natsURL == "" {
 		*natsURL = env.Getenv("IDEM_NATS_URL")
 	}
+	secretFrom := "--webhook-secret"
 	if *secret == "" {
-		*secret = env.Getenv("IDEM_WEBHOOK_SECRET")
+		*secret, secretFrom = env.Getenv("IDEM_WEBHOOK_SECRET"), "IDEM_WEBHOOK_SECRET"
 	}
 	if *secret == "" {
 		b := make([]byte, 24)
 		_, _ = rand.Read(b)
-		*secret = "whsec_" + base64.StdEncoding.EncodeToString(b)
+		*secret, secretFrom = "whsec_"+base64.StdEncoding.EncodeToString(b), ""
 	}
 	if !strings.HasPrefix(*secret, "whsec_") {
 		return fmt.Errorf("%w: --webhook-secret must start with whsec_", errUsage)
@@ -54,6 +59,13 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	}
 	if *db != "" {
 		if _, err := parseDatabaseURL(*db); err != nil {
+			return err
+		}
+	}
+	if *db == "" || *natsURL == "" {
+		// The embedded default's files (customer e-mails, stored responses,
+		// payloads) are for this user only.
+		if err := os.MkdirAll(*data, 0o700); err != nil {
 			return err
 		}
 	}
@@ -73,13 +85,13 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 		},
 	})
 	if err != nil {
-		return err
+		return hideURL(hideURL(err, *db), *natsURL)
 	}
 	defer sys.Close()
 	if err := sys.Start(ctx); err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: sys.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserver.New("", sys.Handler())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -89,7 +101,17 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintf(w, "  database:       %s\n", describeDB(*db, *data))
 	fmt.Fprintf(w, "  broker:         %s (subject %s)\n", describeNATS(*natsURL, sys.NATSURL()), boxoffice.Subject)
 	fmt.Fprintf(w, "  e-mail provider: %s (fake, honours Idempotency-Key)\n", sys.Config().ProviderURL)
-	fmt.Fprintf(w, "  webhook secret: %s\n\n", *secret)
+	signSecret := "" // the --secret of the printed "idem webhook sign"
+	switch secretFrom {
+	case "": // generated: this is the only place it is shown
+		fmt.Fprintf(w, "  webhook secret: %s (generated; pass --webhook-secret or IDEM_WEBHOOK_SECRET to keep one)\n\n", *secret)
+		signSecret = " --secret " + shellQuote(*secret)
+	case "IDEM_WEBHOOK_SECRET": // "idem webhook sign" reads it too
+		fmt.Fprintf(w, "  webhook secret: from IDEM_WEBHOOK_SECRET\n\n")
+	default:
+		fmt.Fprintf(w, "  webhook secret: from --webhook-secret\n\n")
+		signSecret = ` --secret "$IDEM_WEBHOOK_SECRET"`
+	}
 	fmt.Fprintf(w, "Try:\n")
 	fmt.Fprintf(w, "  # create an order (run it twice: the second answer is replayed, Idempotent-Replayed: true)\n")
 	fmt.Fprintf(w, "  curl -i -X POST %s/orders -H 'Idempotency-Key: order-1' -H 'X-Tenant-ID: acme' -H 'Content-Type: application/json' \\\n", url)
@@ -98,7 +120,14 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintf(w, "  curl -i -X POST %s/orders -H 'Idempotency-Key: order-1' -H 'X-Tenant-ID: acme' -H 'Content-Type: application/json' \\\n", url)
 	fmt.Fprintf(w, "       -d '{\"event_id\":\"concert-1\",\"customer_email\":\"ana@example.com\",\"seats\":3,\"total_cents\":9000,\"currency\":\"EUR\"}'\n")
 	fmt.Fprintf(w, "  # what happened: orders, events published, e-mails sent once, invoices, duplicates suppressed\n")
-	fmt.Fprintf(w, "  curl -s %s/stats\n\n", url)
+	fmt.Fprintf(w, "  curl -s %s/stats\n", url)
+	fmt.Fprintf(w, "  # pay the order with a signed Standard Webhooks delivery; idem computes the signature (valid 5 minutes)\n")
+	fmt.Fprintf(w, "  # and prints the curl command, sh runs it; replace ORDER_ID with the order_id of the first answer\n")
+	if secretFrom == "--webhook-secret" {
+		fmt.Fprintf(w, "  # (set IDEM_WEBHOOK_SECRET to the secret given with --webhook-secret)\n")
+	}
+	fmt.Fprintf(w, "  idem webhook sign%s --id msg_demo_1 --data '%s' --curl %s/webhooks/payments | sh\n\n",
+		signSecret, `{"type":"payment.succeeded","data":{"order_id":"ORDER_ID"}}`, url)
 	fmt.Fprintf(w, "Also: GET /orders/{id} (tenant-scoped), POST /webhooks/payments (Standard Webhooks), GET /metrics, GET /healthz.\n")
 	fmt.Fprintf(w, "Press Ctrl-C to stop.\n")
 
@@ -116,19 +145,22 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	return errors.Join(err, sys.Close())
 }
 
+// describeDB names the demo's database for its start-up text, without
+// credentials.
 func describeDB(db, data string) string {
 	if db == "" {
-		return "SQLite " + data + "/idem.db (embedded default)"
+		return "SQLite " + filepath.Join(data, "idem.db") + " (embedded default)"
 	}
-	if i := strings.Index(db, "@"); i > 0 && strings.HasPrefix(db, "postgres") {
-		return "PostgreSQL " + db[i+1:]
+	if strings.HasPrefix(db, "postgres") {
+		return "PostgreSQL " + redact.URL(db)
 	}
-	return db
+	return redact.URL(db)
 }
 
+// describeNATS names the demo's broker, without credentials.
 func describeNATS(flag, url string) string {
 	if flag == "" {
-		return "embedded JetStream " + url
+		return "embedded JetStream " + redact.URL(url)
 	}
-	return "NATS " + url
+	return "NATS " + redact.URL(url)
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,8 +81,8 @@ func startDemo(t *testing.T, args ...string) (string, func() error) {
 		cancel()
 		t.Fatalf("no URL in %q", line)
 	}
-	stop := func() error { cancel(); return <-done }
-	t.Cleanup(func() { _ = stop })
+	stop := sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { _ = stop() })
 	return line[i:], stop
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -42,13 +41,12 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	fs.StringVar(&f.by, "by", "", "operator name recorded on redrive/discard (default $USER)")
 	fs.StringVar(&f.nats, "nats", "", "redrive: NATS JetStream URL to republish to (default $IDEM_NATS_URL)")
 	fs.IntVar(&f.limit, "limit", 100, "list: at most this many letters (0 = no limit)")
-	pos, err := dlqParseArgs(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	pos := fs.Args()
 	if len(pos) == 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: missing action (list, show, redrive or discard)", errUsage)
+		return fmt.Errorf("%w: missing action (list, show, redrive or discard; run 'idem dlq -h')", errUsage)
 	}
 	action, rest := pos[0], pos[1:]
 	filter, err := f.filter(time.Now())
@@ -83,7 +81,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 		f.by = dlqOr(env.Getenv("USER"), "idem-cli")
 	}
 
-	d, err := openSQL(ctx, databaseURL(env, f.db))
+	d, err := openSQL(ctx, databaseURL(env, f.db), mustExist)
 	if err != nil {
 		return err
 	}
@@ -144,7 +142,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	}
 	nc, js, err := jetstream.Dial(natsURL)
 	if err != nil {
-		return err
+		return hideURL(err, natsURL)
 	}
 	defer nc.Close()
 	pub, err := jetstream.NewPublisher(js, jetstream.PublisherConfig{})
@@ -180,22 +178,6 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("redrove %d, then: %w", n, err)
 	}
 	return dlqReport(env, f.asJSON, "redriven", n)
-}
-
-// dlqParseArgs parses flags that may appear before, between or after
-// positional arguments and returns the positional ones.
-func dlqParseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := parseFlags(fs, args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
 }
 
 func (f dlqFlags) filter(now time.Time) (dlq.Filter, error) {
@@ -267,8 +249,9 @@ func dlqPrintLetters(env *Env, ls []dlq.Letter, asJSON bool) error {
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCONSUMER\tMESSAGE ID\tSOURCE\tCLASS\tATTEMPTS\tLAST FAILED\tSTATE\tERROR")
 	for _, l := range ls {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, l.Consumer, l.MessageID, l.Source, l.ErrorClass,
-			l.Attempts, l.LastFailedAt.Format(time.RFC3339), l.State, dlqTruncate(l.Error, 60))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, termSafe(l.Consumer), termSafe(l.MessageID),
+			termSafe(l.Source), termSafe(l.ErrorClass), l.Attempts, l.LastFailedAt.Format(time.RFC3339),
+			termSafe(string(l.State)), termSafe(dlqTruncate(l.Error, 60)))
 	}
 	return tw.Flush()
 }
@@ -287,7 +270,7 @@ func dlqShowLetters(env *Env, ls []dlq.Letter, asJSON bool) error {
 			fmt.Fprintln(env.Stdout)
 		}
 		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-		row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+		row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, termSafe(v)) }
 		row("id", strconv.FormatInt(l.ID, 10))
 		row("consumer", l.Consumer)
 		row("message id", l.MessageID)

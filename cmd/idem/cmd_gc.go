@@ -8,11 +8,15 @@ import (
 	"slices"
 	"time"
 
+	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/retention"
 )
 
+// runGC implements "idem gc": by default a loop that runs a pass every
+// --interval until interrupted (it says so on start, on stderr); --once
+// runs one pass and exits.
 func runGC(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "gc", "[--db URL] [--once] [--batch N]")
+	fs := newFlags(env, "gc", "[--db URL] [--once] [--interval 1m] [--batch N]\n\nWithout --once, gc runs a pass every --interval until interrupted (Ctrl-C or SIGTERM).")
 	dbURL := fs.String("db", "", "database URL (postgres://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
 	once := fs.Bool("once", false, "run one pass and exit (default: a pass every --interval until interrupted)")
 	batch := fs.Int("batch", 1000, "rows deleted per statement")
@@ -29,11 +33,16 @@ func runGC(ctx context.Context, env *Env, args []string) error {
 	if *batch <= 0 || *interval <= 0 || *outboxRet <= 0 || *dlqRet <= 0 {
 		return fmt.Errorf("%w: --batch, --interval and retentions must be positive", errUsage)
 	}
-	d, err := openSQL(ctx, databaseURL(env, *dbURL))
+	u := databaseURL(env, *dbURL)
+	d, err := openSQL(ctx, u, mustExist)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	if !*once {
+		fmt.Fprintf(env.Stderr, "idem gc: deleting expired records in %s every %s until interrupted (Ctrl-C or SIGTERM stops it; --once runs one pass)\n",
+			redact.URL(u), *interval)
+	}
 	gc, err := retention.New(d, retention.Config{BatchSize: *batch, Interval: *interval, OutboxRetention: *outboxRet,
 		DLQRetention: *dlqRet, Logger: slog.New(slog.NewTextHandler(env.Stderr, nil))})
 	if err != nil {

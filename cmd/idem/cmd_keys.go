@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"sort"
 	"strings"
@@ -26,13 +25,12 @@ func runKeys(ctx context.Context, env *Env, args []string) error {
 	tenant := fs.String("tenant", "", "tenant that scopes the key (default: the shared tenant \"\")")
 	operation := fs.String("operation", "", `operation that scopes the key, e.g. "POST /orders" (required)`)
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := keysParseArgs(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	pos := fs.Args()
 	if len(pos) == 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: missing action (show)", errUsage)
+		return fmt.Errorf("%w: missing action (show; run 'idem keys -h')", errUsage)
 	}
 	if pos[0] != "show" {
 		return fmt.Errorf("%w: unknown action %q (want show)", errUsage, pos[0])
@@ -47,7 +45,7 @@ func runKeys(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	d, err := openSQL(ctx, databaseURL(env, *dbURL))
+	d, err := openSQL(ctx, databaseURL(env, *dbURL), mustExist)
 	if err != nil {
 		return err
 	}
@@ -66,26 +64,6 @@ func runKeys(ctx context.Context, env *Env, args []string) error {
 		return enc.Encode(keysJSON(rec, now))
 	}
 	return keysPrint(env, rec, now)
-}
-
-// keysParseArgs parses flags given before, between or after positional
-// arguments and returns the positionals.
-func keysParseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := parseFlags(fs, args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
 }
 
 type keysRecord struct {
@@ -141,7 +119,7 @@ func keysPrint(env *Env, r *idemhttp.Record, now time.Time) error {
 		return t.Format(time.RFC3339Nano)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, termSafe(v)) }
 	row("tenant", fmt.Sprintf("%q", r.Tenant))
 	row("operation", r.Operation)
 	row("key", r.Key)
@@ -170,9 +148,13 @@ func keysPrint(env *Env, r *idemhttp.Record, now time.Time) error {
 		default:
 			b := string(r.Body)
 			if len(b) > 2048 {
-				b = b[:2048] + fmt.Sprintf("… (%d bytes)", len(r.Body))
+				n := 2048
+				for n > 0 && !utf8.RuneStart(b[n]) {
+					n--
+				}
+				b = b[:n] + fmt.Sprintf("… (%d bytes)", len(r.Body))
 			}
-			row("body", strings.ReplaceAll(b, "\n", "\\n"))
+			row("body", b) // row escapes newlines and other controls
 		}
 	}
 	if r.ResourceType != "" || r.ResourceID != "" {

@@ -5,9 +5,14 @@ import (
 	"fmt"
 	"text/tabwriter"
 
+	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/migrate"
 )
 
+// runMigrate implements "idem migrate up|status [--db URL]" (flags before
+// or after the action). It first names the database it acts on (redacted),
+// so a wrong --db is seen at once. "up" creates a missing SQLite database;
+// "status" only reads and fails on a missing one.
 func runMigrate(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "migrate", "up|status [--db URL]")
 	dbURL := fs.String("db", "", "database URL (postgres://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
@@ -21,11 +26,16 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	if action != "up" && action != "status" {
 		return fmt.Errorf("%w: unknown action %q (want up or status)", errUsage, action)
 	}
-	d, err := openSQL(ctx, databaseURL(env, *dbURL))
+	if fs.NArg() > 1 {
+		return fmt.Errorf("%w: unexpected argument %q after %s", errUsage, fs.Arg(1), action)
+	}
+	u := databaseURL(env, *dbURL)
+	d, err := openSQL(ctx, u, action == "up")
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	fmt.Fprintf(env.Stdout, "database %s\n", redact.URL(u))
 	m := migrate.New(d)
 	if action == "up" {
 		applied, err := m.Up(ctx)

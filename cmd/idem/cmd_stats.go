@@ -23,7 +23,7 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	d, err := openSQL(ctx, databaseURL(env, *dbURL))
+	d, err := openSQL(ctx, databaseURL(env, *dbURL), mustExist)
 	if err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	section := func(name string, c idemmetrics.Counts, item string) {
 		fmt.Fprintf(tw, "%s\ttotal\t%d\n", name, c.Total)
 		for _, k := range slices.Sorted(maps.Keys(c.By)) {
-			fmt.Fprintf(tw, "%s\t%s %s\t%d\n", name, item, k, c.By[k])
+			fmt.Fprintf(tw, "%s\t%s %s\t%d\n", name, item, termSafe(k), c.By[k])
 		}
 	}
 	section("inbox", st.Inbox, "consumer")
@@ -54,7 +54,7 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	section("effects", st.Effects, "state")
 	section("dead letters", st.DeadLetters, "state")
 	for _, k := range slices.Sorted(maps.Keys(st.DeadParked.By)) {
-		fmt.Fprintf(tw, "dead letters\tparked consumer %s\t%d\n", k, st.DeadParked.By[k])
+		fmt.Fprintf(tw, "dead letters\tparked consumer %s\t%d\n", termSafe(k), st.DeadParked.By[k])
 	}
 	if err := tw.Flush(); err != nil {
 		return err

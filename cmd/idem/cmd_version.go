@@ -16,6 +16,9 @@ func runVersion(_ context.Context, env *Env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
 	v := version
 	if v == "" {
 		v = "(devel)"

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 
+	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"
 )
@@ -43,22 +45,56 @@ func parseDatabaseURL(u string) (dbTarget, error) {
 			p = p[:i]
 		}
 		if p == "" {
-			return dbTarget{}, fmt.Errorf("%w: database URL %q has no file path (want sqlite://path/to/file.db)", errUsage, u)
+			return dbTarget{}, fmt.Errorf("%w: the sqlite:// database URL has no file path (want sqlite://path/to/file.db)", errUsage)
 		}
 		return dbTarget{Dialect: store.SQLite, Conn: filepath.Clean(p)}, nil
 	}
-	return dbTarget{}, fmt.Errorf("%w: database URL %q: want postgres://… or sqlite://path", errUsage, u)
+	// Never echo u: it may carry a password.
+	if sc := redact.Scheme(u); sc != "" {
+		return dbTarget{}, fmt.Errorf("%w: database URL scheme %q is not supported: want postgres://… or sqlite://path", errUsage, sc)
+	}
+	return dbTarget{}, fmt.Errorf("%w: the database URL has no scheme: want postgres://… or sqlite://path", errUsage)
 }
 
+// mustExist is openSQL's create argument for the commands that must not
+// create a database (all but "idem migrate up"): a mistyped SQLite path is
+// an error, not a new empty database.
+const mustExist = false
+
 // openSQL opens the database at u through database/sql (SQLite, or
-// PostgreSQL via pgx's stdlib) for the operator commands.
-func openSQL(ctx context.Context, u string) (*sqlstore.Driver, error) {
+// PostgreSQL via pgx's stdlib) for the operator commands. Unless create is
+// set, a missing SQLite file is an error ("no database at path") and
+// nothing is created. Errors never carry u's credentials.
+func openSQL(ctx context.Context, u string, create bool) (*sqlstore.Driver, error) {
 	t, err := parseDatabaseURL(u)
 	if err != nil {
 		return nil, err
 	}
 	if t.Dialect == store.Postgres {
-		return sqlstore.OpenPostgres(ctx, t.Conn, sqlstore.Config{})
+		d, err := sqlstore.OpenPostgres(ctx, t.Conn, sqlstore.Config{})
+		return d, hideURL(err, u)
 	}
-	return sqlstore.OpenSQLite(t.Conn, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(t.Conn, sqlstore.SQLiteOptions{MustExist: !create}, sqlstore.Config{})
+	if errors.Is(err, sqlstore.ErrNoDatabase) {
+		return nil, fmt.Errorf("no database at %s (check the path; 'idem migrate up' creates one)", t.Conn)
+	}
+	return d, err
 }
+
+// hideURL returns err with every occurrence of the raw URL u in its message
+// replaced by its redacted form, keeping err in the chain for errors.Is.
+// Drivers already redact their own messages; this makes sure of it.
+func hideURL(err error, u string) error {
+	if err == nil || u == "" || !strings.Contains(err.Error(), u) {
+		return err
+	}
+	return redactedError{msg: strings.ReplaceAll(err.Error(), u, redact.URL(u)), err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }

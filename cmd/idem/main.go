@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -25,6 +26,9 @@ type command struct {
 // Env is what a command may touch of the outside world, so tests can run
 // commands in-process.
 type Env struct {
+	// Stdin is read by commands that take data from standard input
+	// ("idem webhook sign" without --data); nil reads as empty.
+	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
 	Getenv func(string) string
@@ -39,6 +43,7 @@ func commands() []command {
 		{name: "dlq", summary: "list, show, redrive or discard dead letters", run: runDLQ},
 		{name: "keys", summary: "show stored HTTP idempotency key records", run: runKeys},
 		{name: "stats", summary: "print idem's counters for a database", run: runStats},
+		{name: "webhook", summary: "sign a webhook body (Standard Webhooks headers or a ready curl command)", run: runWebhook},
 		{name: "bench", summary: "measure idem's cost as ratios against a plain baseline", run: runBench},
 		{name: "version", summary: "print the version", run: runVersion},
 		{name: "worker", summary: "run one component as a child process (used by drill --processes)", hidden: true, run: runWorker},
@@ -50,7 +55,7 @@ var errUsage = errors.New("usage")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, &Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}, os.Args[1:])
+	code := run(ctx, &Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
@@ -75,18 +80,23 @@ func run(ctx context.Context, env *Env, args []string) int {
 		case errors.Is(err, flag.ErrHelp):
 			return 0
 		case errors.Is(err, errUsage):
-			fmt.Fprintf(env.Stderr, "idem %s: %v\n", c.name, err)
+			fmt.Fprintf(env.Stderr, "idem %s: %s\n", c.name, oneLine(err))
 			return 2
 		case errors.Is(err, errFailed):
 			return 1
 		default:
-			fmt.Fprintf(env.Stderr, "idem %s: %v\n", c.name, err)
+			fmt.Fprintf(env.Stderr, "idem %s: %s\n", c.name, oneLine(err))
 			return 1
 		}
 	}
-	fmt.Fprintf(env.Stderr, "idem: unknown command %q\n\n", args[0])
-	usage(env.Stderr)
+	fmt.Fprintf(env.Stderr, "idem: unknown command %s (run 'idem help' for the list)\n", termSafe(fmt.Sprintf("%q", args[0])))
 	return 2
+}
+
+// oneLine renders err as one terminal-safe line (joined errors separated
+// by "; ").
+func oneLine(err error) string {
+	return termSafe(strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))
 }
 
 // errFailed reports a command that already printed why it failed (a drill
@@ -108,24 +118,76 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "default sqlite://./idem-data/idem.db. Run 'idem <command> -h' for its flags.")
 }
 
-// newFlags returns a flag set that reports errors instead of exiting.
+// newFlags returns a flag set that reports errors instead of exiting. Its
+// Usage (printed for -h) goes to standard output; errors are returned by
+// [parseFlags] as one line.
 func newFlags(env *Env, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("idem "+name, flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+	fs.SetOutput(env.Stdout)
 	fs.Usage = func() {
-		fmt.Fprintf(env.Stderr, "Usage: idem %s %s\n\nFlags:\n", name, synopsis)
+		fmt.Fprintf(fs.Output(), "Usage: idem %s %s\n\nFlags:\n", name, synopsis)
 		fs.PrintDefaults()
 	}
 	return fs
 }
 
-// parseFlags parses args, turning flag errors into usage errors.
+// parseFlags parses args with flags allowed before, between and after the
+// positional arguments ("migrate up --db X" and "migrate --db X up" are the
+// same command line); everything after a "--" is positional. Afterwards
+// fs.Args() holds the positional arguments in order. A flag error is a
+// usage error whose message is one line; -h and --help print the usage and
+// return flag.ErrHelp.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	flags, pos := splitFlags(fs, args)
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(flags)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return err
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %s (run '%s -h' for the flags)", errUsage, err, fs.Name())
 	}
-	return nil
+	if len(fs.Args()) != 0 { // cannot happen: every flag token was matched
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	// Parse with a leading "--" only records the positionals as fs.Args().
+	return fs.Parse(append([]string{"--"}, pos...))
+}
+
+// splitFlags separates args into flag tokens (each flag with its value, in
+// order) and positional arguments, knowing from fs which flags take a value.
+// An unknown flag is kept among the flags for fs.Parse to report.
+func splitFlags(fs *flag.FlagSet, args []string) (flags, pos []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return flags, append(pos, args[i+1:]...)
+		}
+		if len(a) < 2 || a[0] != '-' {
+			pos = append(pos, a) // includes "-" (stdin by convention)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		if i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return flags, pos
 }
