@@ -313,3 +313,42 @@ func TestReadOnlyCommandsCreateNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestDBFlagEitherPosition: for every command that takes --db, the flag
+// acts on its database whether it comes before or after the action and
+// its arguments (the environment points at a missing database, so a flag
+// that was ignored shows as "no database at").
+func TestDBFlagEitherPosition(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "x.db")
+	x := "sqlite://" + path
+	if code, _, stderr := runCmd(t, map[string]string{}, "migrate", "up", "--db", x); code != 0 {
+		t.Fatalf("migrate: %s", stderr)
+	}
+	vars := map[string]string{"IDEM_DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "missing.db"), "USER": "tester"}
+	for _, c := range []struct {
+		line []string
+		code int
+		want string
+	}{
+		{[]string{"migrate", "status"}, 0, "applied"},
+		{[]string{"stats"}, 0, "inbox"},
+		{[]string{"gc", "--once"}, 0, "deleted 0 row(s)"},
+		{[]string{"dlq", "list"}, 0, "no dead letters"},
+		{[]string{"dlq", "list", "--json"}, 0, "[]"},
+		{[]string{"dlq", "show", "7"}, 1, ""},
+		{[]string{"dlq", "discard", "7"}, 1, ""},
+		{[]string{"keys", "show", "--operation", "POST /orders", "k"}, 1, "no record"},
+	} {
+		for _, args := range [][]string{
+			append([]string{c.line[0], "--db", x}, c.line[1:]...),
+			append(slices.Clone(c.line), "--db", x),
+			append(slices.Clone(c.line), "--db="+x),
+		} {
+			code, out, stderr := runCmd(t, vars, args...)
+			if code != c.code || strings.Contains(stderr, "no database") || !strings.Contains(out+stderr, c.want) {
+				t.Errorf("%q: exit %d (want %d), stdout %q, stderr %q", args, code, c.code, out, stderr)
+			}
+		}
+	}
+}

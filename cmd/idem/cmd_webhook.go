@@ -23,18 +23,21 @@ import (
 const maxSignBody = 64 << 20
 
 // webhookSignSynopsis is the usage line of "idem webhook".
-const webhookSignSynopsis = `sign [--secret whsec_…] [--id msg_…] [--timestamp UNIX] [--data BODY|@FILE] [--curl URL]
+const webhookSignSynopsis = `sign [--secret whsec_…] [--key whsk_…] [--id msg_…] [--timestamp UNIX] [--data BODY|@FILE] [--curl URL]
 
 Computes the Standard Webhooks headers (webhook-id, webhook-timestamp,
-webhook-signature v1) for a body, read from --data or standard input, and
+webhook-signature) for a body, read from --data or standard input, and
 prints them, or with --curl a ready curl command that sends the signed
-request. The secret comes from --secret or IDEM_WEBHOOK_SECRET and is never
-printed. A signature is accepted for 5 minutes around its timestamp.`
+request. The signature is v1 (HMAC-SHA256) with the secret from --secret or
+IDEM_WEBHOOK_SECRET, and/or v1a (Ed25519) with the signing key from --key
+or IDEM_WEBHOOK_SIGNING_KEY; neither is ever printed. Receivers accept a
+signature for 5 minutes around its timestamp.`
 
 // runWebhook implements "idem webhook sign".
 func runWebhook(_ context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "webhook", webhookSignSynopsis)
-	secret := fs.String("secret", "", "Standard Webhooks secret whsec_<base64> (default $IDEM_WEBHOOK_SECRET)")
+	secret := fs.String("secret", "", "Standard Webhooks secret whsec_<base64> for a v1 signature (default $IDEM_WEBHOOK_SECRET)")
+	key := fs.String("key", "", "Standard Webhooks Ed25519 signing key whsk_<base64> for a v1a signature (default $IDEM_WEBHOOK_SIGNING_KEY)")
 	id := fs.String("id", "", "webhook-id, the delivery id the receiver deduplicates on (default: a new random msg_…)")
 	timestamp := fs.Int64("timestamp", 0, "webhook-timestamp in Unix seconds (default: now)")
 	data := fs.String("data", "", "the body; @FILE reads it from FILE (default: standard input)")
@@ -54,12 +57,28 @@ func runWebhook(_ context.Context, env *Env, args []string) error {
 	if *secret == "" {
 		*secret = env.Getenv("IDEM_WEBHOOK_SECRET")
 	}
-	if *secret == "" {
-		return fmt.Errorf("%w: no secret: pass --secret whsec_… or set IDEM_WEBHOOK_SECRET", errUsage)
+	if *key == "" {
+		*key = env.Getenv("IDEM_WEBHOOK_SIGNING_KEY")
 	}
-	signer, err := webhook.NewStandard(webhook.StandardConfig{Secrets: []string{*secret}})
+	var cfg webhook.StandardConfig
+	if *secret != "" {
+		if _, err := webhook.NewStandard(webhook.StandardConfig{Secrets: []string{*secret}}); err != nil {
+			return fmt.Errorf("%w: --secret is not a Standard Webhooks secret (whsec_ followed by base64)", errUsage)
+		}
+		cfg.Secrets = []string{*secret}
+	}
+	if *key != "" {
+		if _, err := webhook.NewStandard(webhook.StandardConfig{SigningKeys: []string{*key}}); err != nil {
+			return fmt.Errorf("%w: --key is not a Standard Webhooks signing key (whsk_ followed by the base64 of an Ed25519 seed)", errUsage)
+		}
+		cfg.SigningKeys = []string{*key}
+	}
+	if len(cfg.Secrets)+len(cfg.SigningKeys) == 0 {
+		return fmt.Errorf("%w: nothing to sign with: pass --secret whsec_… (or IDEM_WEBHOOK_SECRET) or --key whsk_… (or IDEM_WEBHOOK_SIGNING_KEY)", errUsage)
+	}
+	signer, err := webhook.NewStandard(cfg)
 	if err != nil {
-		return fmt.Errorf("%w: --secret is not a Standard Webhooks secret (whsec_ followed by base64)", errUsage)
+		return err
 	}
 	if *id == "" {
 		b := make([]byte, 12)

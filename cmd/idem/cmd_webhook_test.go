@@ -163,6 +163,45 @@ func TestWebhookSign(t *testing.T) {
 	}
 }
 
+// TestWebhookSignV1a: --key (or IDEM_WEBHOOK_SIGNING_KEY) adds a v1a
+// Ed25519 signature that a receiver holding only the public key accepts.
+func TestWebhookSignV1a(t *testing.T) {
+	t.Parallel()
+	signingKey, publicKey, err := webhook.GenerateStandardKeyPair(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiver, err := webhook.NewStandard(webhook.StandardConfig{PublicKeys: []string{publicKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args    []string
+		vars    map[string]string
+		entries int
+	}{
+		{[]string{"--key", signingKey}, nil, 1},
+		{nil, map[string]string{"IDEM_WEBHOOK_SIGNING_KEY": signingKey}, 1},
+		{[]string{"--key", signingKey, "--secret", testSecret}, nil, 2},
+	} {
+		args := append([]string{"webhook", "sign", "--data", `{"a":1}`, "--curl", "http://127.0.0.1:1/hook"}, c.args...)
+		code, out, stderr := runCmd(t, c.vars, args...)
+		if code != 0 || strings.Contains(out, strings.TrimPrefix(signingKey, "whsk_")) {
+			t.Fatalf("%q: exit %d: %q %s", args, code, out, stderr)
+		}
+		req := curlRequest(t, out)
+		if n := len(strings.Fields(req.Header.Get("webhook-signature"))); n != c.entries || !strings.Contains(req.Header.Get("webhook-signature"), "v1a,") {
+			t.Fatalf("%q: webhook-signature %q", args, req.Header.Get("webhook-signature"))
+		}
+		if _, err := receiver.Verify(req, verifyBody(t, req), time.Now()); err != nil {
+			t.Fatalf("%q: v1a does not verify with the public key: %v", args, err)
+		}
+	}
+	if code, _, stderr := runCmd(t, nil, "webhook", "sign", "--key", "whsk_bm9wZQ==", "--data", "x"); code != 2 || !strings.Contains(stderr, "--key") {
+		t.Fatalf("bad --key: exit %d: %s", code, stderr)
+	}
+}
+
 // startDemoText runs "idem demo" in-process with args and returns its URL
 // and its whole start-up text.
 func startDemoText(t *testing.T, getenv func(string) string, args ...string) (string, string, func() error) {
