@@ -45,6 +45,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
@@ -166,8 +167,14 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Hooks inject faults (drills only).
 	Hooks Hooks
-	// Logger receives the system's logs. Defaults to discarding.
+	// Logger receives the system's logs. Defaults to discarding. Records
+	// logged while a span is active carry trace_id and span_id.
 	Logger *slog.Logger
+	// TracerProvider supplies the tracer of every component (idem.http,
+	// idem.outbox.enqueue, idem.relay.publish, idem.consume,
+	// idem.effect.call, idem.webhook): one POST /orders is one trace from
+	// the request to the provider call. Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // System is the box office: its HTTP API and its background components
@@ -268,7 +275,7 @@ func New(ctx context.Context, cfg Config) (*System, error) {
 	if err := s.reg.Register(idemmetrics.NewDBCollector(s.db, idemmetrics.DBConfig{})); err != nil {
 		return nil, fmt.Errorf("boxoffice: metrics: %w", err)
 	}
-	if s.outbox, err = outbox.New(s.db, outbox.Config{Source: "boxoffice/orders", Now: cfg.Now, Logger: cfg.Logger}); err != nil {
+	if s.outbox, err = outbox.New(s.db, outbox.Config{Source: "boxoffice/orders", Now: cfg.Now, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider}); err != nil {
 		return nil, err
 	}
 	if s.inbox, err = inbox.New(s.db, inbox.Config{Retention: cfg.InboxRetention, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
@@ -277,7 +284,8 @@ func New(ctx context.Context, cfg Config) (*System, error) {
 	if s.dlq, err = dlq.New(s.db, dlq.Config{Now: cfg.Now, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
-	if s.ledger, err = effect.New(s.db, effect.Config{Lease: cfg.EffectLease, CallTimeout: cfg.EffectCallTimeout, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
+	if s.ledger, err = effect.New(s.db, effect.Config{Lease: cfg.EffectLease, CallTimeout: cfg.EffectCallTimeout, Now: cfg.Now, Logger: cfg.Logger,
+		TracerProvider: cfg.TracerProvider}); err != nil {
 		return nil, err
 	}
 	s.hs = &Handlers{db: s.db, t: s.t, ledger: s.ledger, now: cfg.Now, Fault: cfg.Hooks.Fault, stale: &s.counts.guardStale}
@@ -296,9 +304,10 @@ func (s *System) routes() (http.Handler, error) {
 		Retention: s.cfg.KeyRetention,
 		// The order body limit, enforced before the key is recorded: any
 		// larger body answers 413, never 400.
-		MaxBodyBytes: MaxOrderBody,
-		Now:          s.cfg.Now,
-		Logger:       s.cfg.Logger,
+		MaxBodyBytes:   MaxOrderBody,
+		Now:            s.cfg.Now,
+		Logger:         s.cfg.Logger,
+		TracerProvider: s.cfg.TracerProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -396,11 +405,12 @@ func (s *System) Run(ctx context.Context) error {
 				pub = s.cfg.Hooks.WrapPublisher(pub)
 			}
 			r, err := outbox.NewRelay(s.db, pub, outbox.RelayConfig{
-				Name:         fmt.Sprintf("boxoffice-relay-%d-%d", i, time.Now().UnixNano()),
-				PollInterval: s.cfg.PollInterval,
-				ClaimTTL:     s.cfg.RelayClaimTTL,
-				Now:          s.cfg.Now,
-				Logger:       s.cfg.Logger,
+				Name:           fmt.Sprintf("boxoffice-relay-%d-%d", i, time.Now().UnixNano()),
+				PollInterval:   s.cfg.PollInterval,
+				ClaimTTL:       s.cfg.RelayClaimTTL,
+				Now:            s.cfg.Now,
+				Logger:         s.cfg.Logger,
+				TracerProvider: s.cfg.TracerProvider,
 			})
 			if err != nil {
 				return err

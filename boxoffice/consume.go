@@ -18,15 +18,16 @@ import (
 // send transient failures back with a full-jitter backoff.
 func (s *System) consumerRunner(name string, sub broker.Subscriber, h inbox.Handler[*sql.Tx]) (func(context.Context) error, error) {
 	cfg := consumer.Config[*sql.Tx]{
-		Name:        name,
-		Handler:     h,
-		BatchSize:   s.cfg.Batch,
-		FetchWait:   500 * time.Millisecond,
-		MaxAttempts: s.cfg.MaxAttempts,
-		Backoff:     consumer.Backoff{Base: s.cfg.RetryBase, Max: s.cfg.RetryMax},
-		DLQ:         s.dlq,
-		Metrics:     s.metrics,
-		Logger:      s.log,
+		Name:           name,
+		Handler:        h,
+		BatchSize:      s.cfg.Batch,
+		FetchWait:      500 * time.Millisecond,
+		MaxAttempts:    s.cfg.MaxAttempts,
+		Backoff:        consumer.Backoff{Base: s.cfg.RetryBase, Max: s.cfg.RetryMax},
+		DLQ:            s.dlq,
+		Metrics:        s.metrics,
+		Logger:         s.log,
+		TracerProvider: s.cfg.TracerProvider,
 	}
 	if name == ConsumerBilling {
 		cfg.MessageID = billingID

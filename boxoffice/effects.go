@@ -3,10 +3,12 @@ package boxoffice
 import (
 	"context"
 	"database/sql"
+	"net/http"
 	"time"
 
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/fakeprovider"
+	"github.com/idemkit/idem/idemhttp"
 )
 
 // effectWorker builds the e-mail sender: an effect worker whose performer
@@ -24,7 +26,10 @@ func (s *System) effectWorker() (*effect.Worker[*sql.Tx], error) {
 	if err != nil {
 		return nil, err
 	}
-	client := &fakeprovider.Client{BaseURL: s.cfg.ProviderURL, Timeout: s.cfg.EffectCallTimeout}
+	// idemhttp.Transport sends the call's traceparent (the idem.effect.call
+	// span) with it; the key is set by the client itself.
+	client := &fakeprovider.Client{BaseURL: s.cfg.ProviderURL, Timeout: s.cfg.EffectCallTimeout,
+		HTTPClient: &http.Client{Transport: &idemhttp.Transport{}}}
 	var p effect.Performer = func(ctx context.Context, key string, payload []byte) ([]byte, error) {
 		return client.Send(ctx, key, payload)
 	}

@@ -36,11 +36,12 @@ func (s *System) webhookHandler() (http.Handler, error) {
 		return nil, fmt.Errorf("boxoffice: webhook secret: %w", err)
 	}
 	rc, err := webhook.NewReceiver(s.db, s.inbox, webhook.ReceiverConfig[*sql.Tx]{
-		Source:   WebhookSource,
-		Verifier: v,
-		Enqueue:  s.markPaid,
-		Now:      s.cfg.Now,
-		Logger:   s.cfg.Logger,
+		Source:         WebhookSource,
+		Verifier:       v,
+		Enqueue:        s.markPaid,
+		Now:            s.cfg.Now,
+		Logger:         s.cfg.Logger,
+		TracerProvider: s.cfg.TracerProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -50,7 +51,7 @@ func (s *System) webhookHandler() (http.Handler, error) {
 		rc.ServeHTTP(spy, r)
 		if spy.status == http.StatusOK { // a replay: recorded before, nothing enqueued
 			s.counts.webhook.Add(1)
-			s.metrics.Duplicate("webhook", WebhookSource)
+			s.metrics.DuplicateContext(r.Context(), "webhook", WebhookSource)
 		}
 	}), nil
 }
