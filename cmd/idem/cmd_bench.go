@@ -61,7 +61,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 
 	e, err := bench.Open(ctx, cfg)
 	if err != nil {
-		return err
+		return hideURL(hideURL(err, u), cfg.NATS)
 	}
 	defer e.Close()
 	pairs := e.Pairs()

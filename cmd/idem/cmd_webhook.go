@@ -96,10 +96,10 @@ func runWebhook(_ context.Context, env *Env, args []string) error {
 		ts = time.Unix(*timestamp, 0)
 	}
 	if *curl != "" {
-		if u, err := url.Parse(*curl); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !printable(*curl) {
+		if u, err := url.Parse(*curl); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || termSafe(*curl) != *curl {
 			return fmt.Errorf("%w: --curl wants an http:// or https:// URL", errUsage)
 		}
-		if !printable(*contentType) {
+		if termSafe(*contentType) != *contentType {
 			return fmt.Errorf("%w: --content-type has control characters", errUsage)
 		}
 	}
@@ -145,7 +145,7 @@ func signBody(env *Env, data string, given bool) (body []byte, file string, err 
 			if name == "" {
 				return nil, "", fmt.Errorf("%w: --data @ needs a file name", errUsage)
 			}
-			if !printable(name) {
+			if termSafe(name) != name {
 				return nil, "", fmt.Errorf("%w: --data @FILE: the file name has control characters", errUsage)
 			}
 			body, err := readBounded(name)
