@@ -30,6 +30,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	natsURL := fs.String("nats", "", "NATS server URL with JetStream (default: embedded server; env IDEM_NATS_URL)")
 	secret := fs.String("webhook-secret", "", "Standard Webhooks secret for POST /webhooks/payments (whsec_…; default: generated; env IDEM_WEBHOOK_SECRET)")
 	seats := fs.Int64("seats", 1_000_000, "seats of every event")
+	tracing := addTraceFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -74,6 +75,11 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("listen %s: %w", *addr, err)
 	}
 	defer ln.Close()
+	tp, stopTracing, err := tracing.setup(ctx, "idem-demo")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stopTracing() }() // after sys.Close: flushes the last spans
 
 	sys, err := boxoffice.Open(ctx, boxoffice.Options{
 		DataDir:     *data,
@@ -82,6 +88,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 		Config: boxoffice.Config{
 			WebhookSecrets: []string{*secret},
 			Seats:          *seats,
+			TracerProvider: tp,
 		},
 	})
 	if err != nil {
@@ -101,6 +108,9 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintf(w, "  database:       %s\n", describeDB(*db, *data))
 	fmt.Fprintf(w, "  broker:         %s (subject %s)\n", describeNATS(*natsURL, sys.NATSURL()), boxoffice.Subject)
 	fmt.Fprintf(w, "  e-mail provider: %s (fake, honours Idempotency-Key)\n", sys.Config().ProviderURL)
+	if d := tracing.describe(); d != "" {
+		fmt.Fprintf(w, "  traces:         %s\n", d)
+	}
 	signSecret := "" // the --secret of the printed "idem webhook sign"
 	switch secretFrom {
 	case "": // generated: this is the only place it is shown

@@ -39,6 +39,7 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 	processes := fs.Bool("processes", false, "also run relays, consumers and effect workers as child processes that are SIGKILLed and restarted")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	timeout := fs.Duration("timeout", 60*time.Second, "longest wait for one scenario to settle")
+	tracing := addTraceFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -59,6 +60,13 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 	if err := drill.Check(ctx, cfg); err != nil {
 		return drillConfigError(err)
 	}
+	// Spans of the systems the drill builds in this process (they use the
+	// global provider this installs); --processes children are not traced.
+	_, stopTracing, err := tracing.setup(ctx, "idem-drill")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stopTracing() }()
 	var bar *progressbar.ProgressBar
 	if f, ok := env.Stderr.(*os.File); ok && !*asJSON && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = func(done, total int, name string) {
