@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	js "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem/broker/jetstream"
+	"github.com/idemkit/idem/broker/jetstream/embedded"
+	"github.com/idemkit/idem/console"
+	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/store/sqlstore"
+)
+
+// startConsole runs "idem console" with args until the test ends and
+// returns its base URL and its start-up text.
+func startConsole(t *testing.T, vars map[string]string, args ...string) (base, out string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	env := &Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return vars[k] }}
+	done := make(chan error, 1)
+	go func() { done <- runConsole(ctx, env, append([]string{"--addr", "127.0.0.1:0"}, args...)) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("idem console: %v", err)
+		}
+	})
+	re := regexp.MustCompile(`running at (http://[^ ]+)/console/\n`)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("idem console stopped: %v\n%s", err, stderr.String())
+		default:
+		}
+		if m := re.FindStringSubmatch(stdout.String()); m != nil {
+			return m[1], stdout.String()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("idem console did not start:\n%s\n%s", stdout.String(), stderr.String())
+		}
+	}
+}
+
+func TestConsoleCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "idem.db")
+	vars := map[string]string{"IDEM_DATABASE_URL": "sqlite://" + dbPath}
+	if code, _, stderr := runCmd(t, vars, "migrate", "up"); code != 0 {
+		t.Fatalf("migrate: %s", stderr)
+	}
+	ctx := context.Background()
+	d, err := sqlstore.OpenSQLite(dbPath, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	letters, _ := dlq.New(d, dlq.Config{})
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, j, err := jetstream.Dial(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := jetstream.EnsureStream(ctx, j, js.StreamConfig{Name: "ORDERS", Subjects: []string{"orders"}, Storage: js.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, m := range []string{"a", "b"} {
+		id, err := letters.Park(ctx, dlq.Letter{Consumer: "billing", Source: "orders", MessageID: m, Payload: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+
+	base, out := startConsole(t, vars, "--nats", srv.ClientURL())
+	m := regexp.MustCompile(`token: ([0-9a-f]{48}) \(generated`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("start-up text does not show a generated token:\n%s", out)
+	}
+	tok := m[1]
+	if strings.Contains(out, srv.ClientURL()) {
+		t.Fatal("start-up text shows the broker URL with its password")
+	}
+	post := func(path, bearer string) int {
+		t.Helper()
+		req, _ := http.NewRequest("POST", base+path, strings.NewReader(url.Values{"reason": {"cli test"}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		req.Header.Set(console.HeaderOperator, "ops-bot")
+		c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(fmt.Sprintf("/console/dlq/%d/redrive", ids[0]), ""); code != http.StatusUnauthorized {
+		t.Fatalf("redrive without the token: %d, want 401", code)
+	}
+	if code := post(fmt.Sprintf("/console/dlq/%d/redrive", ids[0]), tok); code != http.StatusSeeOther {
+		t.Fatalf("redrive: %d, want 303", code)
+	}
+	if l, _ := letters.Get(ctx, ids[0]); l.State != dlq.Redriven {
+		t.Fatalf("letter is %s, want redriven", l.State)
+	}
+	if code := post(fmt.Sprintf("/console/dlq/%d/discard", ids[1]), tok); code != http.StatusSeeOther {
+		t.Fatalf("discard: %d, want 303", code)
+	}
+
+	// idem audit list shows both actions, newest first.
+	var stdout, stderr bytes.Buffer
+	env := &Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return vars[k] }}
+	if err := runAudit(ctx, env, []string{"list", "--json"}); err != nil {
+		t.Fatal(err)
+	}
+	var es []console.AuditEntry
+	if err := json.Unmarshal(stdout.Bytes(), &es); err != nil {
+		t.Fatalf("audit --json: %v\n%s", err, stdout.String())
+	}
+	if len(es) != 2 || es[0].Action != "dlq.discard" || es[1].Action != "dlq.redrive" || es[1].Actor != "ops-bot" ||
+		es[1].Reason != "cli test" || es[1].Outcome != "ok" {
+		t.Fatalf("audit entries: %+v", es)
+	}
+	stdout.Reset()
+	if err := runAudit(ctx, env, []string{"list", "--action", "dlq.redrive"}); err != nil {
+		t.Fatal(err)
+	}
+	if text := stdout.String(); !strings.Contains(text, "ops-bot") || strings.Contains(text, "dlq.discard") {
+		t.Fatalf("audit list --action dlq.redrive:\n%s", text)
+	}
+}
+
+func TestConsoleCommandReadOnlyAndToken(t *testing.T) {
+	t.Parallel()
+	dbPath := filepath.Join(t.TempDir(), "idem.db")
+	vars := map[string]string{"IDEM_DATABASE_URL": "sqlite://" + dbPath, "IDEM_CONSOLE_TOKEN": "from-the-env-0123456789"}
+	if code, _, stderr := runCmd(t, vars, "migrate", "up"); code != 0 {
+		t.Fatalf("migrate: %s", stderr)
+	}
+	base, out := startConsole(t, vars, "--read-only")
+	if !strings.Contains(out, "token: from IDEM_CONSOLE_TOKEN") || strings.Contains(out, "from-the-env-0123456789") {
+		t.Fatalf("start-up text:\n%s", out)
+	}
+	req, _ := http.NewRequest("POST", base+"/console/dlq/1/discard", nil)
+	req.Header.Set("Authorization", "Bearer from-the-env-0123456789")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("read-only POST: %d, want 403", resp.StatusCode)
+	}
+	req, _ = http.NewRequest("GET", base+"/console/", nil)
+	req.Header.Set("Authorization", "Bearer from-the-env-0123456789")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("read-only GET: %d, want 200", resp.StatusCode)
+	}
+}
+
+func TestConsoleCommandNeedsTheAuditTable(t *testing.T) {
+	t.Parallel()
+	dbPath := filepath.Join(t.TempDir(), "idem.db")
+	d, err := sqlstore.OpenSQLite(dbPath, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	var stdout, stderr bytes.Buffer
+	env := &Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	err = runConsole(context.Background(), env, []string{"--db", "sqlite://" + dbPath, "--addr", "127.0.0.1:0"})
+	if err == nil || !strings.Contains(err.Error(), "idem migrate up") {
+		t.Fatalf("console on an unmigrated database: %v", err)
+	}
+	for _, args := range [][]string{{"--broker", "amqp://x"}, {"extra"}, {"--nats", "nats://a", "--broker", "nats://b"}} {
+		if err := runConsole(context.Background(), env, args); err == nil || !strings.Contains(err.Error(), "usage") && !strings.Contains(err.Error(), "nats") {
+			t.Errorf("idem console %v: %v, want a usage error", args, err)
+		}
+	}
+}
