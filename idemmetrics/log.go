@@ -51,10 +51,14 @@ func MessageAttrs(consumer string, msg idem.Message) []slog.Attr {
 
 // Tracer is a tracing hook: Start opens a span named name with attrs and
 // returns the context carrying it and the function that ends it with the
-// operation's error (nil on success). An OpenTelemetry adapter is a few
-// lines (tracer.Start + span.SetAttributes + span.RecordError/End); idem
-// does not depend on OpenTelemetry. Implementations must be safe for
+// operation's error (nil on success). Implementations must be safe for
 // concurrent use.
+//
+// idem's own spans (idem.http, idem.outbox.enqueue, idem.relay.publish,
+// idem.consume, idem.effect.call, idem.webhook) use the OpenTelemetry API
+// directly, through each component's TracerProvider option (default
+// otel.GetTracerProvider()); this hook is an extra span around a
+// consumer's handler for tracers that are not OpenTelemetry.
 type Tracer interface {
 	Start(ctx context.Context, name string, attrs ...slog.Attr) (context.Context, func(err error))
 }

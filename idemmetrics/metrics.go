@@ -1,8 +1,11 @@
 // Package idemmetrics is idem's observability: Prometheus collectors with
 // idem_ names, registered on a caller-supplied prometheus.Registerer (never
-// the global registry), log/slog attribute helpers, and a tracing hook
-// interface that an OpenTelemetry adapter can implement without idem
-// depending on OpenTelemetry.
+// the global registry), log/slog attribute helpers and the log handler
+// that joins records to traces ([TraceLogHandler]), and a tracing hook
+// interface ([Tracer]). The duplicate and dead-letter counters carry the
+// current trace id as exemplar ([Metrics.DuplicateContext],
+// [Metrics.DeadLetteredContext]). Like the rest of idem it depends on the
+// OpenTelemetry API only, never on its SDK.
 //
 // Two kinds of collectors:
 //   - [Metrics]: counters, gauges and histograms updated by the runtime

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
 
@@ -84,7 +85,8 @@ type Config struct {
 	// first deliveries race.
 	DisablePipelining bool
 	// Logger receives debug logs of duplicates and conflicts. Defaults to
-	// discarding.
+	// discarding. Records logged while a span is active carry trace_id and
+	// span_id.
 	Logger *slog.Logger
 }
 
@@ -124,7 +126,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Inbox[TTx]{d: d, cfg: cfg, q: newQueries(d.Dialect(), d.Table("inbox")), log: cfg.Logger.With("component", "inbox")}, nil
+	return &Inbox[TTx]{d: d, cfg: cfg, q: newQueries(d.Dialect(), d.Table("inbox")), log: obs.Logger(cfg.Logger).With("component", "inbox")}, nil
 }
 
 // Driver returns the inbox's driver.
