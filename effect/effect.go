@@ -24,7 +24,8 @@
 // scenario proves the provider still performs it once). The number of raw calls can therefore exceed the
 // number of effects; the provider's unique effects cannot.
 //
-// The table is {{t}}effects (migration 0004_effects).
+// The table is {{t}}effects (migration 0004_effects; 0007_trace_context
+// adds the trace context columns).
 package effect
 
 import (
@@ -172,7 +173,8 @@ func (e *FailedError) Error() string {
 // Is reports whether target is ErrFailed.
 func (e *FailedError) Is(target error) bool { return target == ErrFailed }
 
-// New returns a Ledger on d; the 0004_effects migration must be applied.
+// New returns a Ledger on d; the migrations 0004_effects and
+// 0007_trace_context must be applied.
 func New[TTx any](d store.Driver[TTx], cfg Config) (*Ledger[TTx], error) {
 	if d == nil {
 		return nil, idem.InvalidOptionf("effect: nil driver")

@@ -187,3 +187,45 @@ func TestTransportCarriesKey(t *testing.T) {
 		t.Errorf("WithKey: downstream got %q (%v)", s.key, err)
 	}
 }
+
+// A request that finds its key owned by a running execution is an
+// idem.http span with decision in_flight.
+func TestSpanDecisionInFlight(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	mw, err := idemhttp.New(testdb.SQLite(t), idemhttp.Config{TracerProvider: tp, Mode: idemhttp.TwoPhase})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	}))
+	post := func() int {
+		r := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{}`))
+		r.Header.Set(idemhttp.HeaderKey, "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	first := make(chan int, 1)
+	go func() { first <- post() }()
+	<-entered
+	if code := post(); code != http.StatusConflict {
+		t.Fatalf("concurrent duplicate: %d, want 409", code)
+	}
+	close(release)
+	if code := <-first; code != http.StatusCreated {
+		t.Fatalf("first: %d", code)
+	}
+	spans := rec.Ended()
+	if len(spans) != 2 || spanAttr(spans[0], "idem.decision") != "in_flight" || spanAttr(spans[1], "idem.decision") != "executed" {
+		var got []string
+		for _, s := range spans {
+			got = append(got, spanAttr(s, "idem.decision"))
+		}
+		t.Fatalf("decisions %v, want [in_flight executed]", got)
+	}
+}

@@ -107,7 +107,8 @@ type Outbox[TTx any] struct {
 }
 
 // New returns an Outbox on d, whose database must be migrated (package
-// migrate, file 0003_outbox).
+// migrate: files 0003_outbox and 0007_trace_context, which adds the
+// traceparent and tracestate columns).
 func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 	if d == nil {
 		return nil, idem.InvalidOptionf("outbox: nil driver")
