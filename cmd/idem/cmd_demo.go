@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -136,8 +137,8 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	if secretFrom == "--webhook-secret" {
 		fmt.Fprintf(w, "  # (set IDEM_WEBHOOK_SECRET to the secret given with --webhook-secret)\n")
 	}
-	fmt.Fprintf(w, "  idem webhook sign%s --id msg_demo_1 --data '%s' --curl %s/webhooks/payments | sh\n\n",
-		signSecret, `{"type":"payment.succeeded","data":{"order_id":"ORDER_ID"}}`, url)
+	fmt.Fprintf(w, "  %s webhook sign%s --id msg_demo_1 --data '%s' --curl %s/webhooks/payments | sh\n\n",
+		idemCommand(), signSecret, `{"type":"payment.succeeded","data":{"order_id":"ORDER_ID"}}`, url)
 	fmt.Fprintf(w, "Also: GET /orders/{id} (tenant-scoped), POST /webhooks/payments (Standard Webhooks), GET /metrics, GET /healthz.\n")
 	fmt.Fprintf(w, "Press Ctrl-C to stop.\n")
 
@@ -153,6 +154,16 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	defer cancel()
 	err = srv.Shutdown(sctx)
 	return errors.Join(err, sys.Close())
+}
+
+// idemCommand is how the start-up text invokes idem: "idem" when it is on
+// the PATH, else "go run ./cmd/idem" (the README runs the demo that way
+// from the repository root).
+func idemCommand() string {
+	if _, err := exec.LookPath("idem"); err == nil {
+		return "idem"
+	}
+	return "go run ./cmd/idem"
 }
 
 // describeDB names the demo's database for its start-up text, without

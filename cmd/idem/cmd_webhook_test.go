@@ -248,15 +248,18 @@ func TestDemoPrintsSignedWebhook(t *testing.T) {
 	if !strings.Contains(text, "webhook secret: whsec_") || !strings.Contains(text, "generated") {
 		t.Fatalf("a generated secret is shown once: %s", text)
 	}
-	var signLine string
+	var signLine string // from "webhook sign" on, without "idem" or "go run ./cmd/idem"
 	for _, l := range strings.Split(text, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(l), "idem webhook sign") {
-			signLine = strings.TrimSpace(l)
+		l = strings.TrimSpace(l)
+		for _, prefix := range []string{"idem ", "go run ./cmd/idem "} {
+			if rest, ok := strings.CutPrefix(l, prefix); ok && strings.HasPrefix(rest, "webhook sign ") {
+				signLine = rest
+			}
 		}
 	}
 	signLine, piped := strings.CutSuffix(signLine, " | sh")
 	if signLine == "" || !piped || !strings.Contains(signLine, "--curl "+url+"/webhooks/payments") {
-		t.Fatalf("no idem webhook sign … --curl … | sh line: %s", text)
+		t.Fatalf("no \"idem webhook sign … --curl … | sh\" line: %s", text)
 	}
 	first := call(t, "POST", url+"/orders", map[string]string{"Idempotency-Key": "order-1", "Content-Type": "application/json"},
 		`{"event_id":"concert-1","customer_email":"ana@example.com","seats":2,"total_cents":9000,"currency":"EUR"}`)
@@ -271,7 +274,7 @@ func TestDemoPrintsSignedWebhook(t *testing.T) {
 		words[i] = strings.ReplaceAll(w, "ORDER_ID", o.OrderID)
 	}
 	for attempt, want := range []int{http.StatusAccepted, http.StatusOK} {
-		code, curl, stderr := runCmd(t, map[string]string{}, words[1:]...)
+		code, curl, stderr := runCmd(t, map[string]string{}, words...)
 		if code != 0 {
 			t.Fatalf("%q: exit %d: %s", words, code, stderr)
 		}
