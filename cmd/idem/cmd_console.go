@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/boxoffice"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/broker/jetstream"
 	"github.com/idemkit/idem/console"
@@ -134,4 +136,66 @@ func runConsole(ctx context.Context, env *Env, args []string) error {
 	shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(shut)
+}
+
+// demoConsole is the console "idem demo" mounts at /console/, on the demo's
+// database, broker and metrics, with POST /demo/poison beside it.
+type demoConsole struct {
+	handler   http.Handler // the demo's API, the console and /demo/poison
+	token     string
+	tokenFrom string // "" when generated
+	close     func() error
+}
+
+// newDemoConsole builds the demo's console; token "" falls back to
+// IDEM_CONSOLE_TOKEN, then a generated one. Its sampler runs until ctx ends.
+func newDemoConsole(ctx context.Context, env *Env, sys *boxoffice.System, token, where string) (*demoConsole, error) {
+	dc := &demoConsole{token: token, tokenFrom: "--console-token"}
+	if dc.token == "" {
+		dc.token, dc.tokenFrom = env.Getenv("IDEM_CONSOLE_TOKEN"), "IDEM_CONSOLE_TOKEN"
+	}
+	if dc.token == "" {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		dc.token, dc.tokenFrom = hex.EncodeToString(b), ""
+	}
+	pub, err := sys.Config().Broker.Publisher()
+	if err != nil {
+		return nil, err
+	}
+	c, err := console.New(sys.DB(), console.Config{Token: dc.token, Publisher: pub, Gatherer: sys.Registry(),
+		Describe: "boxoffice demo, " + where})
+	if err != nil {
+		_ = pub.Close()
+		return nil, err
+	}
+	sctx, stop := context.WithCancel(ctx)
+	go func() { _ = c.Run(sctx) }()
+	dc.close = func() error { stop(); return pub.Close() }
+	mux := http.NewServeMux()
+	mux.Handle("/", sys.Handler())
+	mux.Handle("/console/", c.Handler())
+	mux.Handle("/console", c.Handler())
+	mux.Handle("POST /demo/poison", sys.PoisonHandler())
+	dc.handler = mux
+	return dc, nil
+}
+
+// printConsole writes the demo start-up text's console line.
+func (dc *demoConsole) printConsole(w io.Writer, url string) {
+	switch dc.tokenFrom {
+	case "": // generated: the only place it is shown
+		fmt.Fprintf(w, "  console:        %s/console/ (token %s, generated; pass --console-token or IDEM_CONSOLE_TOKEN to keep one)\n", url, dc.token)
+	default:
+		fmt.Fprintf(w, "  console:        %s/console/ (token from %s)\n", url, dc.tokenFrom)
+	}
+}
+
+// printPoison writes the demo start-up text's POST /demo/poison hint.
+func (dc *demoConsole) printPoison(w io.Writer, url string) {
+	fmt.Fprintf(w, "  # publish one invalid OrderConfirmed: watch it land in the console's dead letters (%s/console/dlq),\n", url)
+	fmt.Fprintf(w, "  # then redrive it, discard it, or edit \"seats\" to 1 and redrive it as a new revision\n")
+	fmt.Fprintf(w, "  curl -i -X POST %s/demo/poison\n", url)
 }

@@ -42,6 +42,8 @@ func commands() []command {
 		{name: "gc", summary: "delete expired records in bounded batches", run: runGC},
 		{name: "dlq", summary: "list, show, redrive or discard dead letters", run: runDLQ},
 		{name: "keys", summary: "show stored HTTP idempotency key records", run: runKeys},
+		{name: "console", summary: "serve the operator console (dead letters, held work, keys, outbox, audit) in a browser", run: runConsole},
+		{name: "audit", summary: "list the operator actions the console recorded", run: runAudit},
 		{name: "stats", summary: "print idem's counters for a database", run: runStats},
 		{name: "webhook", summary: "sign a webhook body (Standard Webhooks headers or a ready curl command)", run: runWebhook},
 		{name: "bench", summary: "measure idem's cost as ratios against a plain baseline", run: runBench},
