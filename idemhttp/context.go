@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -17,7 +18,8 @@ type reqState struct {
 	tx                     any // the request transaction (transactional mode)
 	hasTx                  bool
 	replayed               bool
-	executed               bool // the handler ran (for the span's decision)
+	executed               bool        // the handler ran (for the span's decision)
+	keepPending            atomic.Bool // see KeepPending (keeppending.go)
 
 	mu           sync.Mutex // protects resourceType and resourceID
 	resourceType string

@@ -647,7 +647,9 @@ func (m *Middleware[TTx]) attemptTwoPhase(w http.ResponseWriter, r *http.Request
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
-				release()
+				if !m.keptPending(ctx, req) {
+					release()
+				}
 				panic(p)
 			}
 		}()
@@ -658,8 +660,10 @@ func (m *Middleware[TTx]) attemptTwoPhase(w http.ResponseWriter, r *http.Request
 		release()
 		return m.unrecordable(w, r, req, failure)
 	}
-	if !m.cfg.StoreStatus(cw.status) {
-		release()
+	if !m.cfg.StoreStatus(cw.status) || req.state.keepPending.Load() {
+		if !m.keptPending(ctx, req) {
+			release()
+		}
 		cw.send()
 		return outDone, nil, nil
 	}
