@@ -91,6 +91,15 @@ func TestRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("first use on a connection: %d round trips for BeginInsert + ExecCommit", p.RoundTrips())
+	// The SQL text that went out is the constant statements, nothing else.
+	for _, m := range p.Sent() {
+		switch sql := m.SQL(); {
+		case m.Type == 'Q':
+			t.Errorf("simple query %q sent", sql)
+		case m.Type == 'P' && sql != "BEGIN" && sql != ins && sql != upd && sql != "COMMIT":
+			t.Errorf("statement %q prepared, want only the constant statements", sql)
+		}
+	}
 	for i, k := range []string{hostile, `it's`, `back\slash`} {
 		begin, commit := run(k)
 		if begin != 1 || commit != 1 {
