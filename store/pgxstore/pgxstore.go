@@ -4,6 +4,14 @@
 // It is the production store. It runs unchanged on PostgreSQL-compatible
 // engines that support ON CONFLICT, RETURNING, SAVEPOINT and FOR UPDATE SKIP
 // LOCKED.
+//
+// No SQL text is built from values: idem passes every value as an
+// argument, which pgx sends as a bound parameter in all its
+// extended-protocol modes (the default). The one-round-trip paths
+// ([Driver.BeginInsert], [Driver.ExecCommit]) pipeline prepared statements
+// in a pgx.Batch; they are declined on a pool configured for pgx's simple
+// protocol (QueryExecModeSimpleProtocol), where pgx itself interpolates the
+// values, and idem then takes its ordinary path.
 package pgxstore
 
 import (
