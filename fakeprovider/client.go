@@ -3,6 +3,7 @@ package fakeprovider
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,8 +13,8 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// Client calls a provider's POST /emails with an Idempotency-Key. Its Send
-// method has the shape of an effect.Performer, so it plugs into the effect
+// Client calls a provider's POST /emails (and the payment API: Charge,
+// Refund) with an Idempotency-Key. Its Send method has the shape of an effect.Performer, so it plugs into the effect
 // ledger directly. A Client is safe for concurrent use.
 type Client struct {
 	// BaseURL is the provider's base URL, e.g. [Provider.URL]. Required.
@@ -49,13 +50,48 @@ func (e *StatusError) Error() string {
 // mean the effect did not happen: retry with the same key, and the provider
 // answers the stored response without performing it again.
 func (c *Client) Send(ctx context.Context, key string, body []byte) ([]byte, error) {
+	return c.post(ctx, "/emails", key, body)
+}
+
+// Charge posts a charge of req with Idempotency-Key key to POST /charges
+// and returns the provider's answer; errors are classified as for Send (a
+// decline, 402, is permanent; a time-out is retryable with the same key).
+func (c *Client) Charge(ctx context.Context, key string, req ChargeRequest) (ChargeResult, error) {
+	return postJSON[ChargeResult](ctx, c, "/charges", key, req)
+}
+
+// Refund posts a refund of the charge made under chargeKey with
+// Idempotency-Key key to POST /refunds. When no charge was made under
+// chargeKey the provider cancels that key (Status "cancelled") so a late
+// charge is refused; errors are classified as for Send.
+func (c *Client) Refund(ctx context.Context, key, chargeKey string) (RefundResult, error) {
+	return postJSON[RefundResult](ctx, c, "/refunds", key, RefundRequest{ChargeKey: chargeKey})
+}
+
+func postJSON[R any](ctx context.Context, c *Client, path, key string, req any) (R, error) {
+	var out R
+	body, err := json.Marshal(req)
+	if err != nil {
+		return out, idem.Permanent(fmt.Errorf("fakeprovider: %w", err))
+	}
+	res, err := c.post(ctx, path, key, body)
+	if err != nil {
+		return out, err
+	}
+	if err := json.Unmarshal(res, &out); err != nil {
+		return out, fmt.Errorf("fakeprovider: decode answer for %q: %w", key, err)
+	}
+	return out, nil
+}
+
+func (c *Client) post(ctx context.Context, path, key string, body []byte) ([]byte, error) {
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+"/emails", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, idem.Permanent(fmt.Errorf("fakeprovider: %w", err))
 	}

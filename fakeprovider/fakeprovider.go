@@ -16,6 +16,11 @@
 //
 // GET /stats answers {"calls":…,"unique_effects":…} for the demo.
 //
+// A payment API for the saga drills, POST /charges and POST /refunds, keeps
+// its own calls and effects (see [Provider.PaymentTotals]) and honours keys
+// the same way; a refund that overtakes its charge cancels the charge key.
+// Faults name their endpoint ([Fault.On]).
+//
 // The invariant the drills check is [Provider.UniqueEffects] equal to the
 // number of intended effects, however many raw calls ([Provider.Calls]) the
 // retries produced. A Provider is safe for concurrent use.
@@ -66,8 +71,21 @@ const (
 	Drop
 )
 
+// Endpoint names the API a [Fault] applies to.
+type Endpoint string
+
+// The endpoints of the provider.
+const (
+	Emails  Endpoint = ""        // POST /emails (the default)
+	Charges Endpoint = "charges" // POST /charges (payment API)
+	Refunds Endpoint = "refunds" // POST /refunds (payment API)
+)
+
 // Fault is one injected misbehaviour; see [Provider.Inject].
 type Fault struct {
+	// On is the endpoint whose calls the fault applies to. Defaults to
+	// [Emails]; faults of other endpoints are skipped over, not consumed.
+	On Endpoint
 	// Times is how many calls the fault applies to; a negative value applies
 	// it to every call until [Provider.Reset]. Zero means one call.
 	Times int
@@ -116,6 +134,7 @@ type Provider struct {
 	keyless   []*effect          // effects of calls without a key
 	seq       int                // last effect id number
 	faults    []Fault            // pending faults, head first
+	pay       payments           // the payment API's state
 	latency   time.Duration      // slept before every call
 	srv       *http.Server
 	ln        net.Listener
@@ -294,10 +313,13 @@ func (p *Provider) Effect(key string) (Effect, bool) {
 	return c, true
 }
 
-// Handler returns the provider's HTTP handler (POST /emails, GET /stats).
+// Handler returns the provider's HTTP handler (POST /emails, GET /stats and
+// the payment API: POST /charges, POST /refunds).
 func (p *Provider) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /emails", p.serveSend)
+	mux.HandleFunc("POST /charges", p.serveCharge)
+	mux.HandleFunc("POST /refunds", p.serveRefund)
 	mux.HandleFunc("GET /stats", p.serveStats)
 	return mux
 }
@@ -310,21 +332,25 @@ func (p *Provider) serveStats(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]int{"calls": calls, "unique_effects": unique})
 }
 
-// nextFault pops the fault for one call (nil when none) and the latency.
-func (p *Provider) nextFault() (*Fault, time.Duration) {
+// nextFault pops the first fault queued for endpoint on (nil when none)
+// and returns it with the latency.
+func (p *Provider) nextFault(on Endpoint) (*Fault, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.faults) == 0 {
-		return nil, p.latency
-	}
-	f := p.faults[0]
-	if f.Times > 0 {
-		p.faults[0].Times--
-		if p.faults[0].Times == 0 {
-			p.faults = p.faults[1:]
+	for i := range p.faults {
+		if p.faults[i].On != on {
+			continue
 		}
+		f := p.faults[i]
+		if f.Times > 0 {
+			p.faults[i].Times--
+			if p.faults[i].Times == 0 {
+				p.faults = append(p.faults[:i], p.faults[i+1:]...)
+			}
+		}
+		return &f, p.latency
 	}
-	return &f, p.latency
+	return nil, p.latency
 }
 
 func (p *Provider) serveSend(w http.ResponseWriter, r *http.Request) {
@@ -341,7 +367,7 @@ func (p *Provider) serveSend(w http.ResponseWriter, r *http.Request) {
 		problem(w, status, "cannot read body")
 		return
 	}
-	f, latency := p.nextFault()
+	f, latency := p.nextFault(Emails)
 	if f != nil {
 		latency += f.Delay
 	}
