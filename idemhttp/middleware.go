@@ -238,7 +238,7 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 	req := &request{scope: scope{tenant, op, key}}
 	req.state = &reqState{tenant: tenant, operation: op, key: key}
 	req.fp = m.fingerprint(r, op, body)
-	r = r.WithContext(obs.WithKey(context.WithValue(r.Context(), ctxKey{}, req.state), DownstreamKey(tenant, op, key)))
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, req.state))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }

@@ -25,12 +25,18 @@ const (
 	DecisionRejected = "rejected"
 )
 
+// serverSpan are the start options of every idem.http span, built once.
+var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+
 // startSpan opens the idem.http span for r: a child of the span already in
 // r's context (an otelhttp handler in front) or else of the traceparent the
 // client sent, a root span otherwise.
 func (m *Middleware[TTx]) startSpan(r *http.Request) (*http.Request, trace.Span) {
 	ctx := obs.ExtractHTTP(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, span := m.tr.Start(ctx, obs.SpanHTTP, trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span := m.tr.Start(ctx, obs.SpanHTTP, serverSpan...)
+	if !span.IsRecording() && !span.SpanContext().IsValid() {
+		return r, span // tracing off and no trace to continue: keep the request as is
+	}
 	return r.WithContext(ctx), span
 }
 
@@ -59,19 +65,29 @@ func DownstreamKey(tenant, operation, key string) string {
 }
 
 // WithKey returns ctx carrying key as the idempotency key that [Transport]
-// sets on outgoing requests made with it. The middleware does this for
-// every request it executes (with [DownstreamKey]); the effect ledger does
-// it with the effect key around a provider call.
+// sets on outgoing requests made with it; it takes precedence over the key
+// of the request the middleware is executing. The effect ledger does this
+// with the effect key around a provider call.
 func WithKey(ctx context.Context, key string) context.Context { return obs.WithKey(ctx, key) }
 
-// CarriedKey returns the idempotency key ctx carries downstream (see
-// [WithKey]), or "".
-func CarriedKey(ctx context.Context) string { return obs.Key(ctx) }
+// CarriedKey returns the idempotency key ctx carries downstream: the one
+// set by [WithKey], else, inside a handler the middleware executes,
+// [DownstreamKey] of the request's tenant, operation and key (computed on
+// demand), else "".
+func CarriedKey(ctx context.Context) string {
+	if k := obs.Key(ctx); k != "" {
+		return k
+	}
+	if s := stateFrom(ctx); s != nil && s.key != "" {
+		return DownstreamKey(s.tenant, s.operation, s.key)
+	}
+	return ""
+}
 
 // Transport is an http.RoundTripper that carries the caller's intent
-// downstream: on a request whose context carries a key ([WithKey], set by
-// the middleware for the request it executes and by the effect ledger for
-// an effect's call) and that has no Idempotency-Key yet, it sets that key,
+// downstream: on a request whose context carries a key ([CarriedKey]: the
+// request the middleware executes, or an effect's key set by the effect
+// ledger around its call) and that has no Idempotency-Key yet, it sets that key,
 // so a handler's call to another idem-protected service or to a provider
 // is deduplicated there when the handler runs again for the same request.
 // Safe methods (GET, HEAD, OPTIONS, TRACE) are sent unchanged, and so is a
@@ -90,7 +106,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		base = http.DefaultTransport
 	}
 	ctx := req.Context()
-	key := obs.Key(ctx)
+	key := CarriedKey(ctx)
 	setKey := key != "" && !isSafe(req.Method) && len(req.Header.Values(HeaderKey)) == 0 && checkKey(key) == nil
 	setTrace := trace.SpanContextFromContext(ctx).IsValid() && req.Header.Get(obs.HeaderTraceparent) == ""
 	if !setKey && !setTrace {

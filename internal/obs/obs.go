@@ -116,7 +116,9 @@ func Extract(ctx context.Context, headers map[string]string) context.Context {
 // ExtractHTTP is Extract from HTTP headers, used only when ctx has no
 // span yet (an otelhttp handler in front already extracted it).
 func ExtractHTTP(ctx context.Context, h propagation.HeaderCarrier) context.Context {
-	if trace.SpanContextFromContext(ctx).IsValid() || h.Get(HeaderTraceparent) == "" {
+	// Indexed by the canonical name: Get would canonicalize (allocate) on
+	// every request.
+	if trace.SpanContextFromContext(ctx).IsValid() || len(h["Traceparent"]) == 0 {
 		return ctx
 	}
 	return Propagator.Extract(ctx, h)
