@@ -164,7 +164,7 @@ func TestMigrateFlagPositionsPostgres(t *testing.T) {
 var everyCommand = [][]string{
 	{"drill"}, {"demo"}, {"migrate", "up"}, {"migrate", "status"}, {"gc"}, {"dlq", "list"}, {"dlq", "show", "1"},
 	{"dlq", "redrive", "1"}, {"dlq", "discard", "1"}, {"keys", "show", "k"}, {"stats"}, {"bench"}, {"version"},
-	{"webhook", "sign"}, {"worker"},
+	{"webhook", "sign"}, {"worker"}, {"audit", "list"}, {"console"},
 }
 
 // TestUnknownFlagAnywhere: an unknown flag before or after the action is a
@@ -281,7 +281,7 @@ func TestReadOnlyCommandsCreateNothing(t *testing.T) {
 	t.Parallel()
 	for _, line := range [][]string{
 		{"stats"}, {"stats", "--json"}, {"migrate", "status"}, {"keys", "show", "--operation", "POST /orders", "k"},
-		{"dlq", "list"}, {"dlq", "show", "1"}, {"dlq", "discard", "1"}, {"gc", "--once"},
+		{"dlq", "list"}, {"dlq", "show", "1"}, {"dlq", "discard", "1"}, {"gc", "--once"}, {"audit", "list"},
 	} {
 		for _, viaEnv := range []bool{false, true} {
 			dir := filepath.Join(t.TempDir(), "typo")
