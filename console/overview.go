@@ -40,6 +40,9 @@ type Overview struct {
 // chartWindow is how far back the charts reach.
 const chartWindow = time.Hour
 
+// maxSamples bounds the samples kept (page loads sample too).
+const maxSamples = 3600
+
 // Sample reads the overview's numbers now, keeps them for the charts (the
 // last hour) and returns them.
 func (c *Console[TTx]) Sample(ctx context.Context) (Overview, error) {
@@ -90,6 +93,7 @@ func (c *Console[TTx]) Sample(ctx context.Context) (Overview, error) {
 	for cut < len(c.samples) && now.Sub(c.samples[cut].At) > chartWindow {
 		cut++
 	}
+	cut = max(cut, len(c.samples)-maxSamples)
 	c.samples = append([]sample(nil), c.samples[cut:]...)
 	c.mu.Unlock()
 	return o, nil
@@ -164,7 +168,7 @@ func num(v float64) string {
 func sparkline(pts []point, now time.Time) template.HTML {
 	const w, h, pad = 300.0, 56.0, 4.0
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="spark" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-label="last hour">`, w, h, w, h)
+	fmt.Fprintf(&b, `<svg class="spark" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-label="last hour">`, w, h+14, w, h+14)
 	fmt.Fprintf(&b, `<line x1="0" y1="%.1f" x2="%.0f" y2="%.1f" class="axis"/>`, h-pad, w, h-pad)
 	if len(pts) > 0 {
 		mx := 0.0
@@ -194,6 +198,7 @@ func sparkline(pts []point, now time.Time) template.HTML {
 			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="2.5" class="dot"/>`, x, y)
 		}
 	}
+	fmt.Fprintf(&b, `<text x="0" y="%.0f" class="tick">−60 min</text><text x="%.0f" y="%.0f" class="tick end">now</text>`, h+12, w, h+12)
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String()) // #nosec: numbers only
 }

@@ -27,8 +27,11 @@ func runAudit(ctx context.Context, env *Env, args []string) error {
 	if len(pos) == 0 {
 		return fmt.Errorf("%w: missing action (list; run 'idem audit -h')", errUsage)
 	}
-	if pos[0] != "list" || len(pos) != 1 {
+	if pos[0] != "list" {
 		return fmt.Errorf("%w: unknown action %q (want list)", errUsage, pos[0])
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: list takes no arguments (got %q)", errUsage, pos[1:])
 	}
 	if *limit < 0 {
 		return fmt.Errorf("%w: --limit must not be negative", errUsage)

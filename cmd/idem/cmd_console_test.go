@@ -204,3 +204,29 @@ func TestConsoleCommandNeedsTheAuditTable(t *testing.T) {
 		}
 	}
 }
+
+func TestAuditAndConsoleBadCommandLines(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"IDEM_DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "none", "idem.db")}
+	for _, args := range [][]string{
+		{"audit"}, {"audit", "fly"}, {"audit", "list", "x"}, {"audit", "list", "--since", "yesterday"},
+		{"audit", "list", "--limit", "-1"}, {"console", "extra"}, {"console", "--broker", "amqp://u:hunter2@h"},
+	} {
+		code, out, stderr := runCmd(t, vars, args...)
+		if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || strings.Contains(stderr, "hunter2") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and one line", args, code, out, stderr)
+		}
+	}
+	for _, line := range [][]string{{"audit", "list"}, {"console"}} {
+		code, out, stderr := runCmd(t, vars, line...)
+		if code != 1 || !strings.Contains(stderr, "no database at") {
+			t.Errorf("%q on a missing database: exit %d, %q %q", line, code, out, stderr)
+		}
+	}
+	for _, line := range [][]string{{"audit", "-h"}, {"console", "--help"}} {
+		code, out, _ := runCmd(t, vars, line...)
+		if code != 0 || !strings.Contains(out, "Usage: idem "+line[0]) {
+			t.Errorf("%q: exit %d, %q", line, code, out)
+		}
+	}
+}
