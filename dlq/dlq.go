@@ -299,7 +299,8 @@ func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
 		limit = 100
 	}
 	if limit > 0 {
-		sql += fmt.Sprintf(" LIMIT %d", limit)
+		args = append(args, limit)
+		sql += fmt.Sprintf(" LIMIT $%d", len(args)) // the placeholder's number; the limit is a parameter
 	}
 	rows, err := s.d.Pool().Query(ctx, sql, args...)
 	if err != nil {

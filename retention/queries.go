@@ -6,21 +6,25 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
-// batchDelete returns a statement deleting at most limit rows of table
-// matching cond. The condition is repeated outside the row-id subquery so
-// that, on PostgreSQL, a row changed concurrently is re-checked against its
-// latest version before it is deleted (and SQLite's single writer makes the
-// two evaluations agree).
+// batchDelete returns a statement deleting at most a batch of rows of table
+// matching cond. The batch size is the bound parameter $limitArg (one past
+// the condition's own parameters), never text. The condition is repeated
+// outside the row-id subquery so that, on PostgreSQL, a row changed
+// concurrently is re-checked against its latest version before it is
+// deleted (and SQLite's single writer makes the two evaluations agree).
 //
-//	PostgreSQL: DELETE FROM t WHERE ctid IN (SELECT ctid FROM t WHERE cond LIMIT n) AND cond
-//	SQLite:     DELETE FROM t WHERE rowid IN (SELECT rowid FROM t WHERE cond LIMIT n) AND cond
-func batchDelete(d store.Dialect, table, cond string, limit int) string {
+//	PostgreSQL: DELETE FROM t WHERE ctid IN (SELECT ctid FROM t WHERE cond LIMIT $n) AND cond
+//	SQLite:     DELETE FROM t WHERE rowid IN (SELECT rowid FROM t WHERE cond LIMIT $n) AND cond
+//
+// table and cond are idem's own constants; only the placeholder's number
+// is formatted in.
+func batchDelete(d store.Dialect, table, cond string, limitArg int) string {
 	id := "rowid"
 	if d == store.Postgres {
 		id = "ctid"
 	}
-	return fmt.Sprintf(`DELETE FROM %[1]s WHERE %[2]s IN (SELECT %[2]s FROM %[1]s WHERE %[3]s LIMIT %[4]d) AND %[3]s`,
-		table, id, cond, limit)
+	return fmt.Sprintf(`DELETE FROM %[1]s WHERE %[2]s IN (SELECT %[2]s FROM %[1]s WHERE %[3]s LIMIT $%[4]d) AND %[3]s`,
+		table, id, cond, limitArg)
 }
 
 // The expiry conditions; $1 is always the horizon in microseconds.

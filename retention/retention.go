@@ -170,13 +170,14 @@ func (g *GC[TTx]) RunOnce(ctx context.Context) (Report, error) {
 			rep.Skipped = append(rep.Skipped, j.table)
 			continue
 		}
-		stmt := batchDelete(g.d.Dialect(), g.d.Table(j.table), j.cond, g.cfg.BatchSize)
+		stmt := batchDelete(g.d.Dialect(), g.d.Table(j.table), j.cond, len(j.args)+1)
+		args := append(slices.Clone(j.args), g.cfg.BatchSize)
 		for {
 			if err := ctx.Err(); err != nil {
 				rep.Took = time.Since(t0)
 				return rep, err
 			}
-			n, err := g.d.Pool().Exec(ctx, stmt, j.args...)
+			n, err := g.d.Pool().Exec(ctx, stmt, args...)
 			if err != nil {
 				rep.Took = time.Since(t0)
 				return rep, fmt.Errorf("retention: %s: %w", j.table, err)
