@@ -56,6 +56,10 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	for _, k := range slices.Sorted(maps.Keys(st.DeadParked.By)) {
 		fmt.Fprintf(tw, "dead letters\tparked consumer %s\t%d\n", termSafe(k), st.DeadParked.By[k])
 	}
+	// Already counted above; this line says what the operator must fix.
+	for _, k := range slices.Sorted(maps.Keys(st.DeadNoID.By)) {
+		fmt.Fprintf(tw, "dead letters\tno message id, consumer %s (set consumer.Config.MessageID)\t%d\n", termSafe(k), st.DeadNoID.By[k])
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
