@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -228,5 +229,77 @@ func TestAuditAndConsoleBadCommandLines(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "Usage: idem "+line[0]) {
 			t.Errorf("%q: exit %d, %q", line, code, out)
 		}
+	}
+}
+
+// TestDemoMountsConsoleAndPoison: "idem demo" serves the console at
+// /console/ behind its token, POST /demo/poison lands one letter per
+// consumer in the dead letters, and the start-up text says so.
+func TestDemoMountsConsoleAndPoison(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout syncBuffer
+	env := &Env{Stdout: &stdout, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+	done := make(chan error, 1)
+	go func() {
+		done <- runDemo(ctx, env, []string{"--addr", "127.0.0.1:0", "--data", t.TempDir(), "--webhook-secret", testSecret})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("demo: %v", err)
+		}
+	}()
+	var out string
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out, "Press Ctrl-C"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("demo did not start:\n%s", out)
+		}
+		out = stdout.String()
+	}
+	m := regexp.MustCompile(`console: +(http://[^ ]+)/console/ \(token ([0-9a-f]{48}), generated`).FindStringSubmatch(out)
+	if m == nil || !strings.Contains(out, "curl -i -X POST "+m[1]+"/demo/poison") {
+		t.Fatalf("start-up text lacks the console URL, its token or the poison hint:\n%s", out)
+	}
+	base, tok := m[1], m[2]
+	get := func(path, bearer string) (int, string) {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/console/dlq", ""); code != http.StatusSeeOther {
+		t.Fatalf("console without the token: %d, want 303 to the login page", code)
+	}
+	resp, err := http.Post(base+"/demo/poison", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST /demo/poison: %d", resp.StatusCode)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, body := get("/console/dlq", tok)
+		if code != http.StatusOK {
+			t.Fatalf("GET /console/dlq: %d", code)
+		}
+		if strings.Count(body, `data-testid="dlq-row"`) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the poison message did not reach the dead letters:\n%s", body)
+		}
+	}
+	if code, body := get("/console/", tok); code != http.StatusOK || !strings.Contains(body, `data-testid="dlq-count">3<`) {
+		t.Fatalf("overview: %d", code)
 	}
 }

@@ -30,6 +30,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	db := fs.String("db", "", "database URL: postgres://… or sqlite://path (default: SQLite under --data; env IDEM_DATABASE_URL)")
 	natsURL := fs.String("nats", "", "NATS server URL with JetStream (default: embedded server; env IDEM_NATS_URL)")
 	secret := fs.String("webhook-secret", "", "Standard Webhooks secret for POST /webhooks/payments (whsec_…; default: generated; env IDEM_WEBHOOK_SECRET)")
+	consoleToken := fs.String("console-token", "", "token of the operator console at /console/ (default: $IDEM_CONSOLE_TOKEN, else generated and printed)")
 	seats := fs.Int64("seats", 1_000_000, "seats of every event")
 	tracing := addTraceFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -99,7 +100,12 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	if err := sys.Start(ctx); err != nil {
 		return err
 	}
-	srv := httpserver.New("", sys.Handler())
+	con, err := newDemoConsole(ctx, env, sys, *consoleToken, describeDB(*db, *data))
+	if err != nil {
+		return err
+	}
+	defer con.close()
+	srv := httpserver.New("", con.handler)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -109,6 +115,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintf(w, "  database:       %s\n", describeDB(*db, *data))
 	fmt.Fprintf(w, "  broker:         %s (subject %s)\n", describeNATS(*natsURL, sys.NATSURL()), boxoffice.Subject)
 	fmt.Fprintf(w, "  e-mail provider: %s (fake, honours Idempotency-Key)\n", sys.Config().ProviderURL)
+	con.printConsole(w, url)
 	if d := tracing.describe(); d != "" {
 		fmt.Fprintf(w, "  traces:         %s\n", d)
 	}
@@ -139,6 +146,8 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	}
 	fmt.Fprintf(w, "  %s webhook sign%s --id msg_demo_1 --data '%s' --curl %s/webhooks/payments | sh\n\n",
 		idemCommand(), signSecret, `{"type":"payment.succeeded","data":{"order_id":"ORDER_ID"}}`, url)
+	con.printPoison(w, url)
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Also: GET /orders/{id} (tenant-scoped), POST /webhooks/payments (Standard Webhooks), GET /metrics, GET /healthz.\n")
 	fmt.Fprintf(w, "Press Ctrl-C to stop.\n")
 
