@@ -1,0 +1,436 @@
+// Package idemproxy puts the Idempotency-Key contract in front of any HTTP
+// service, whatever its language: a reverse proxy
+// (net/http/httputil.ReverseProxy) whose configured routes go through
+// idemhttp's two-phase mode. A new key commits a pending record with a
+// lease, the request is forwarded with its Idempotency-Key (so the
+// upstream can hand it to its own providers), and the upstream's answer is
+// recorded fenced by the record's token; a retry replays it with
+// "Idempotent-Replayed: true", a changed payload answers 422, a duplicate
+// while the first is executing answers 409 (or waits and replays). Every
+// decision goes through the primary key of idemhttp's idempotency_keys
+// table, so several proxy instances share one database safely, and the
+// records are the ones "idem keys show", "idem gc", the console's held-work
+// view and the idem_table_rows gauge already cover.
+//
+// What is never stored: 5xx answers, timeouts and connection errors. A
+// connection error before the request reached the upstream answers 502
+// problem+json and releases the key (nothing happened; the retry
+// executes). When the request had been sent and the answer never came
+// (the upstream crashed or the connection broke mid-request, or the lease
+// ran out), nobody knows whether the effect happened: the proxy answers
+// 502 (504 for a timeout), records no response and leaves the key pending
+// (idemhttp.KeepPending); after its lease the route's ExpiredPolicy
+// decides — re-execute once (the upstream gets the same key again), or
+// hold it for an operator.
+//
+// Responses are buffered until recorded (idemhttp: MaxResponseMemory in
+// memory, the rest in a private temporary file streamed to the client); a
+// body above MaxStoredBody is sent in full but stored as omitted (its
+// replay carries "Idempotent-Body-Omitted: true" with the status and the
+// replay headers, e.g. Location).
+package idemproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/store"
+)
+
+// Problem types of the proxy's own answers (application/problem+json).
+const (
+	problemBase = "https://pkg.go.dev/github.com/idemkit/idem/idemproxy#"
+	// TypeUpstreamUnavailable: the upstream could not be reached; the
+	// request was not sent and nothing was recorded (502).
+	TypeUpstreamUnavailable = problemBase + "TypeUpstreamUnavailable"
+	// TypeUpstreamOutcomeUnknown: the request was sent but the connection
+	// broke before the answer; nothing was recorded and the key stays
+	// pending until its lease ends, then the route's expired-lease policy
+	// decides (502).
+	TypeUpstreamOutcomeUnknown = problemBase + "TypeUpstreamOutcomeUnknown"
+	// TypeUpstreamTimeout: no answer within the route's lease; handled like
+	// TypeUpstreamOutcomeUnknown (504).
+	TypeUpstreamTimeout = problemBase + "TypeUpstreamTimeout"
+	// TypeShuttingDown: the proxy stopped while the request was in flight
+	// (503). Under the re-execute policy its key was released (the retry
+	// executes); under hold it stays pending for the policy.
+	TypeShuttingDown = problemBase + "TypeShuttingDown"
+)
+
+// Config configures a Proxy.
+type Config struct {
+	// Upstream is the service behind the proxy (required), e.g.
+	// http://127.0.0.1:9000. Its path, if any, prefixes every request's.
+	Upstream *url.URL
+	// Routes get the Idempotency-Key contract; other requests are
+	// forwarded untouched. No routes means one catch-all route: every POST
+	// and PATCH needs a key, scoped by method and path (with a warning).
+	Routes []Route
+	// MaxBodyBytes caps a keyed request's body (413 above it); default 1 MiB.
+	MaxBodyBytes int64
+	// MaxStoredBody caps a stored response body; larger ones are sent in
+	// full and stored as omitted. Default 1 MiB.
+	MaxStoredBody int
+	// MaxResponseMemory is the part of a response held in memory while it
+	// is recorded; the rest is spilled to a temporary file. Default 1 MiB.
+	MaxResponseMemory int
+	// Transport carries requests to the upstream. Defaults to a clone of
+	// http.DefaultTransport with up to 256 idle connections.
+	Transport http.RoundTripper
+	// Logger receives warnings, upstream errors and key decisions.
+	// Defaults to discarding.
+	Logger *slog.Logger
+	// Metrics, when set, counts replays as idem_duplicates_suppressed_total
+	// {component="proxy"} and 422s as idem_fingerprint_conflicts_total.
+	Metrics *idemmetrics.Metrics
+	// Registerer, when set, receives the proxy's own metrics:
+	//
+	//	idem_proxy_requests_total        (operation, outcome)  executed|replayed|rejected|passthrough
+	//	idem_proxy_upstream_errors_total (operation, kind)     unavailable|outcome_unknown|timeout|shutdown
+	//	idem_proxy_in_flight                                   requests being served
+	Registerer prometheus.Registerer
+	// TracerProvider supplies the idem.http spans. Defaults to the global one.
+	TracerProvider trace.TracerProvider
+	// Now is the clock of key records (tests). Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Proxy is the reverse proxy. It is an http.Handler, safe for concurrent use.
+type Proxy struct {
+	mux      *http.ServeMux
+	rp       *httputil.ReverseProxy
+	log      *slog.Logger
+	metrics  *idemmetrics.Metrics
+	warnings []string
+
+	abort      context.Context
+	cancel     context.CancelFunc
+	inflight   sync.WaitGroup
+	reqs       *prometheus.CounterVec
+	upErrs     *prometheus.CounterVec
+	inflightG  prometheus.Gauge
+	closedOnce sync.Once
+}
+
+// New builds a proxy storing its key records through d (migrations
+// applied: idemhttp's idempotency_keys table). Configuration errors wrap
+// idem.ErrInvalidOption.
+func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
+	if cfg.Upstream == nil || cfg.Upstream.Host == "" || (cfg.Upstream.Scheme != "http" && cfg.Upstream.Scheme != "https") {
+		return nil, idem.InvalidOptionf("idemproxy: Upstream must be an http:// or https:// URL with a host")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = 512, 256
+		cfg.Transport = t
+	}
+	p := &Proxy{mux: http.NewServeMux(), log: cfg.Logger.With("component", "idemproxy"), metrics: cfg.Metrics}
+	p.abort, p.cancel = context.WithCancel(context.Background())
+	p.reqs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_proxy_requests_total",
+		Help: "Requests through idem proxy by operation and outcome (executed, replayed, rejected, passthrough)."},
+		[]string{"operation", "outcome"})
+	p.upErrs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_proxy_upstream_errors_total",
+		Help: "Upstream calls without an answer, by kind (unavailable, outcome_unknown, timeout, shutdown)."},
+		[]string{"operation", "kind"})
+	p.inflightG = prometheus.NewGauge(prometheus.GaugeOpts{Name: "idem_proxy_in_flight", Help: "Requests idem proxy is serving."})
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{p.reqs, p.upErrs, p.inflightG} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("idemproxy: register metrics: %w", err)
+			}
+		}
+	}
+	upstream := *cfg.Upstream
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(&upstream)
+			pr.SetXForwarded()
+		},
+		Transport:    cfg.Transport,
+		ErrorHandler: p.upstreamError,
+		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	routes := cfg.Routes
+	if len(routes) == 0 {
+		routes = []Route{{Path: "/"}}
+		p.warn("no routes configured: every POST and PATCH needs an Idempotency-Key, and keys are scoped by method and path (give --route or --config with stable operation names)")
+	}
+	catchAll := true
+	for _, rt := range routes {
+		if rt.pattern() == "/" {
+			catchAll = false
+		}
+		h, err := buildRoute(p, d, cfg, rt)
+		if err != nil {
+			return nil, err
+		}
+		if err := register(p.mux, rt.pattern(), h); err != nil {
+			return nil, err
+		}
+	}
+	if catchAll {
+		p.mux.Handle("/", p.instrument("passthrough", p.forward(idemhttp.ReExecute)))
+	}
+	return p, nil
+}
+
+func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = idem.InvalidOptionf("idemproxy: route %q: %v", pattern, v)
+		}
+	}()
+	mux.Handle(pattern, h)
+	return nil
+}
+
+func (p *Proxy) warn(msg string, args ...any) {
+	s := fmt.Sprintf(msg, args...)
+	p.warnings = append(p.warnings, s)
+	p.log.Warn(s)
+}
+
+// Warnings returns the configuration warnings New logged (default
+// operation names, a shared tenant), for a command to print.
+func (p *Proxy) Warnings() []string { return append([]string(nil), p.warnings...) }
+
+func buildRoute[TTx any](p *Proxy, d store.Driver[TTx], cfg Config, rt Route) (http.Handler, error) {
+	op := rt.Operation
+	opFn := func(*http.Request) string { return op }
+	label := op
+	if op == "" {
+		label = rt.pattern()
+		switch {
+		case rt.Method != "" && !strings.HasSuffix(rt.Path, "/"):
+			op = rt.pattern()
+			p.warn("route %q has no operation name: its keys are scoped by %q, so renaming the route starts a fresh key space (set operation in --config, or --route '%s=NAME')", rt.pattern(), op, rt.pattern())
+		default:
+			opFn = func(r *http.Request) string { return r.Method + " " + r.URL.Path }
+			p.warn("route %q has no operation name: its keys are scoped by the method and the request path", rt.pattern())
+		}
+	}
+	tenant := func(*http.Request) (string, error) { return "", nil }
+	switch {
+	case rt.Tenant.Header != "" && rt.Tenant.JWT != nil:
+		return nil, idem.InvalidOptionf("idemproxy: route %q: tenant from a header or a JWT, not both", rt.pattern())
+	case rt.Tenant.Header != "":
+		h := rt.Tenant.Header
+		tenant = func(r *http.Request) (string, error) {
+			vs := r.Header.Values(h)
+			if len(vs) != 1 || strings.TrimSpace(vs[0]) == "" {
+				return "", fmt.Errorf("want exactly one %s header", h)
+			}
+			return strings.TrimSpace(vs[0]), nil
+		}
+	case rt.Tenant.JWT != nil:
+		v, err := rt.Tenant.JWT.verifier()
+		if err != nil {
+			return nil, idem.InvalidOptionf("idemproxy: route %q: %v", rt.pattern(), err)
+		}
+		tenant = v.tenant
+	default:
+		p.warn("route %q has no tenant source: all clients share one key space (set --tenant-header or a jwt tenant)", rt.pattern())
+	}
+	hc := idemhttp.Config{
+		Mode:               idemhttp.TwoPhase,
+		Tenant:             tenant,
+		Operation:          opFn,
+		Optional:           rt.Optional,
+		MaxBodyBytes:       cfg.MaxBodyBytes,
+		FingerprintHeaders: rt.FingerprintHeaders,
+		ExcludeFields:      rt.ExcludeFields,
+		ExcludeQuery:       rt.ExcludeQuery,
+		Retention:          rt.Retention,
+		Lease:              rt.Lease,
+		WaitForInFlight:    rt.WaitForInFlight,
+		ReplayHeaders:      rt.ReplayHeaders,
+		MaxStoredBody:      cfg.MaxStoredBody,
+		MaxResponseMemory:  cfg.MaxResponseMemory,
+		ExpiredPolicy:      rt.ExpiredPolicy,
+		Now:                cfg.Now,
+		Logger:             p.log,
+		TracerProvider:     cfg.TracerProvider,
+	}
+	mw, err := idemhttp.New(d, hc)
+	if err != nil {
+		return nil, fmt.Errorf("idemproxy: route %q: %w", rt.pattern(), err)
+	}
+	return p.instrument(label, mw.Handler(p.forward(rt.ExpiredPolicy))), nil
+}
+
+// attempt is what the proxy learns about one upstream call.
+type attempt struct {
+	policy idemhttp.ExpiredPolicy
+	mu     sync.Mutex
+	sent   bool // the request headers reached the connection
+}
+
+func (a *attempt) wasSent() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.sent }
+
+type attemptKey struct{}
+
+// forward sends the request upstream. A keyed request's upstream call does
+// not follow the client's cancellation (a client that gives up must not
+// leave an unknown outcome behind: the answer is recorded for its retry);
+// it ends with the lease (the middleware's deadline) or with Close.
+func (p *Proxy) forward(policy idemhttp.ExpiredPolicy) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at := &attempt{policy: policy}
+		ctx := r.Context()
+		var cancel context.CancelFunc
+		if idemhttp.Key(ctx) != "" {
+			if dl, ok := ctx.Deadline(); ok {
+				ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
+			} else {
+				ctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+			}
+		} else {
+			ctx, cancel = context.WithCancel(ctx)
+		}
+		defer cancel()
+		stop := context.AfterFunc(p.abort, cancel)
+		defer stop()
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			WroteHeaders: func() { at.mu.Lock(); at.sent = true; at.mu.Unlock() },
+		})
+		ctx = context.WithValue(ctx, attemptKey{}, at)
+		defer func() {
+			if v := recover(); v != nil {
+				// The upstream's body broke after its headers: the request
+				// surely reached it, the outcome is unknown.
+				if v == http.ErrAbortHandler {
+					idemhttp.KeepPending(ctx)
+					p.upErrs.WithLabelValues(idemhttp.Operation(ctx), "outcome_unknown").Inc()
+				}
+				panic(v)
+			}
+		}()
+		p.rp.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// upstreamError answers a call that got no (complete) answer.
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	ctx := r.Context()
+	at, _ := ctx.Value(attemptKey{}).(*attempt)
+	sent := at != nil && at.wasSent()
+	prob := &idemhttp.Problem{Key: idemhttp.Key(ctx), Err: err}
+	kind := "unavailable"
+	var ne net.Error
+	switch {
+	case p.abort.Err() != nil:
+		kind = "shutdown"
+		prob.Type, prob.Status, prob.Title = TypeShuttingDown, http.StatusServiceUnavailable, "The proxy is shutting down"
+		prob.RetryAfter = time.Second
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		kind = "timeout"
+		prob.Type, prob.Status, prob.Title = TypeUpstreamTimeout, http.StatusGatewayTimeout, "The upstream did not answer in time"
+	case sent:
+		kind = "outcome_unknown"
+		prob.Type, prob.Status, prob.Title = TypeUpstreamOutcomeUnknown, http.StatusBadGateway, "The upstream connection broke before the answer"
+	default:
+		prob.Type, prob.Status, prob.Title = TypeUpstreamUnavailable, http.StatusBadGateway, "The upstream is unavailable"
+		prob.Detail = "the request was not sent; nothing was recorded"
+	}
+	keep := sent && prob.Key != "" && (kind != "shutdown" || at.policy == idemhttp.Hold)
+	if keep {
+		idemhttp.KeepPending(ctx)
+		prob.Detail = "the request reached the upstream but its outcome is unknown; nothing was recorded, and after the key's lease the " +
+			at.policy.String() + " policy applies"
+	} else if sent && prob.Key != "" {
+		prob.Detail = "the key was released: a retry executes again"
+	}
+	op := idemhttp.Operation(ctx)
+	p.upErrs.WithLabelValues(op, kind).Inc()
+	p.log.WarnContext(ctx, "upstream call failed", "kind", kind, "sent", sent, "key_left_pending", keep,
+		"operation", op, "method", r.Method, "path", r.URL.Path, "err", err)
+	idemhttp.WriteProblem(w, r, prob)
+}
+
+// statusWriter remembers the status written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (p *Proxy) instrument(label string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.inflight.Add(1)
+		p.inflightG.Inc()
+		defer func() { p.inflightG.Dec(); p.inflight.Done() }()
+		ctx, info := idemhttp.WithInfo(r.Context())
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r.WithContext(ctx))
+		outcome := "rejected"
+		switch {
+		case info.Replayed:
+			outcome = "replayed"
+			p.metrics.DuplicateContext(ctx, "proxy", label)
+		case info.Executed:
+			outcome = "executed"
+		case info.Key == "" && sw.status < 400:
+			outcome = "passthrough"
+		case sw.status == http.StatusUnprocessableEntity:
+			if p.metrics != nil {
+				p.metrics.FingerprintConflict("proxy", label)
+			}
+		}
+		p.reqs.WithLabelValues(label, outcome).Inc()
+	})
+}
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.mux.ServeHTTP(w, r) }
+
+// Close cancels every upstream call still in flight and waits (bounded by
+// ctx) until their requests are answered: a keyed call cancelled this way
+// is released under the re-execute policy (the retry executes; the
+// upstream sees the same key) and left pending under hold. Call it after
+// http.Server.Shutdown gave in-flight requests their grace period.
+func (p *Proxy) Close(ctx context.Context) error {
+	p.closedOnce.Do(p.cancel)
+	done := make(chan struct{})
+	go func() { p.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
