@@ -237,7 +237,7 @@ func TestBrowser(t *testing.T) {
 	if got := text(`[data-testid="flash"]`); !strings.Contains(got, "10 letter(s)") {
 		t.Fatalf("flash after bulk: %q", got)
 	}
-	if n := count(`SELECT count(*) FROM `+db.Table("dead_letters")+` WHERE consumer = 'legacy-import' AND state = 'discarded'`); n != 10 {
+	if n := count(`SELECT count(*) FROM ` + db.Table("dead_letters") + ` WHERE consumer = 'legacy-import' AND state = 'discarded'`); n != 10 {
 		t.Fatalf("%d letters discarded, want 10", n)
 	}
 	if n := count(`SELECT count(*) FROM ` + db.Table("dead_letters") + ` WHERE message_id = 'exp-1' AND state = 'parked'`); n != 1 {
