@@ -84,6 +84,17 @@ type Effect struct {
 	// context, migration 0007; empty without a span). The worker calls the
 	// provider in an idem.effect.call span that is a child of it.
 	TraceParent, TraceState string
+	// FirstAttemptAt is when a worker first claimed the effect: from then
+	// on its key may have reached the provider (migration 0009; zero while
+	// never claimed). The key's age for [WithKeyLifetime] counts from it.
+	FirstAttemptAt time.Time
+	// HeldAt is when the worker held the effect for reconciliation instead
+	// of calling the provider again with a key older than the kind's key
+	// lifetime (zero when not held). A held effect stays in_progress with
+	// no lease and is never claimed; an operator checks the provider and
+	// calls [Ledger.Resolve] (it happened) or [Ledger.Retry] (call again:
+	// the key's lifetime starts over).
+	HeldAt time.Time
 
 	fingerprint []byte
 }
@@ -307,7 +318,12 @@ func (l *Ledger[TTx]) List(ctx context.Context, state State, limit int) ([]Effec
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := l.d.Pool().Query(ctx, l.q.listState, string(state), limit)
+	return l.list(ctx, l.q.listState, string(state), limit)
+}
+
+// list runs a query returning effects.
+func (l *Ledger[TTx]) list(ctx context.Context, sql string, args ...any) ([]Effect, error) {
+	rows, err := l.d.Pool().Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("effect: list: %w", err)
 	}
@@ -321,6 +337,33 @@ func (l *Ledger[TTx]) List(ctx context.Context, state State, limit int) ([]Effec
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// ErrKeyExpired is the cause recorded with an effect held because its key
+// is older than the provider's key lifetime (see [WithKeyLifetime]); it
+// wraps [idem.ErrNeedsReconciliation].
+var ErrKeyExpired = fmt.Errorf("effect: provider idempotency key older than its lifetime: %w", idem.ErrNeedsReconciliation)
+
+// ListHeld returns up to limit effects held for reconciliation (see
+// [Effect.HeldAt]), oldest hold first.
+func (l *Ledger[TTx]) ListHeld(ctx context.Context, limit int) ([]Effect, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	return l.list(ctx, l.q.listHeld, limit)
+}
+
+// hold marks the claimed effect held under the token: no lease, never
+// claimed again until Resolve or Retry; the claim's attempt is not counted.
+func (l *Ledger[TTx]) hold(ctx context.Context, key string, token int64, cause error) error {
+	n, err := l.d.Pool().Exec(ctx, l.q.hold, key, token, store.Micros(l.now()), cause.Error())
+	if err != nil {
+		return fmt.Errorf("effect: hold %q: %w", key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("effect %q (token %d): %w", key, token, idem.ErrLeaseLost)
+	}
+	return nil
 }
 
 // Counts returns the number of effects per state.

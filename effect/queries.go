@@ -10,7 +10,7 @@ import (
 // cols is the column list every query returning an effect uses; scanEffect
 // reads it in this order.
 const cols = `effect_key, kind, payload, fingerprint, state, attempts, token, lease_until,
-	next_attempt_at, result, last_error, created_at, updated_at, completed_at, expires_at, traceparent, tracestate`
+	next_attempt_at, result, last_error, created_at, updated_at, completed_at, expires_at, traceparent, tracestate, first_attempt_at, held_at`
 
 // queries holds the SQL of one dialect, with the table name expanded.
 type queries struct {
@@ -28,6 +28,8 @@ type queries struct {
 	resolve   string // $1 key, $2 result, $3 now, $4 expires_at
 	counts    string
 	listState string // $1 state, $2 limit
+	hold      string // $1 key, $2 token, $3 now, $4 last_error
+	listHeld  string // $1 limit
 }
 
 func newQueries(d store.Dialect, table string) queries {
@@ -57,11 +59,19 @@ func newQueries(d store.Dialect, table string) queries {
 		fail: `UPDATE ` + t + ` SET state = 'failed', lease_until = 0, next_attempt_at = 0, last_error = $3, updated_at = $4
 			WHERE effect_key = $1 AND token = $2 AND state = 'in_progress'
 			RETURNING ` + cols,
-		redrive: `UPDATE ` + t + ` SET state = 'pending', attempts = 0, lease_until = 0, next_attempt_at = $2, updated_at = $2
+		// A held effect redriven by an operator (who reconciled it with the
+		// provider) starts a new key lifetime; a failed one keeps its first
+		// attempt, so a redrive past the lifetime is held, not called.
+		redrive: `UPDATE ` + t + ` SET state = 'pending', attempts = 0, lease_until = 0, next_attempt_at = $2, updated_at = $2,
+				first_attempt_at = CASE WHEN held_at > 0 THEN 0 ELSE first_attempt_at END, held_at = 0
 			WHERE effect_key = $1 AND (state = 'failed' OR (state = 'in_progress' AND lease_until <= $2))`,
 		resolve: `UPDATE ` + t + ` SET state = 'completed', result = $2, last_error = '', lease_until = 0,
-				next_attempt_at = 0, completed_at = $3, updated_at = $3, expires_at = $4
+				next_attempt_at = 0, completed_at = $3, updated_at = $3, expires_at = $4, held_at = 0
 			WHERE effect_key = $1 AND (state IN ('pending', 'failed') OR (state = 'in_progress' AND lease_until <= $3))`,
+		hold: `UPDATE ` + t + ` SET held_at = $3, lease_until = 0, next_attempt_at = 0, last_error = $4, updated_at = $3,
+				attempts = attempts - 1
+			WHERE effect_key = $1 AND token = $2 AND state = 'in_progress'`,
+		listHeld:  `SELECT ` + cols + ` FROM ` + t + ` WHERE held_at > 0 AND state = 'in_progress' ORDER BY held_at, effect_key LIMIT $1`,
 		counts:    `SELECT state, count(*) FROM ` + t + ` GROUP BY state`,
 		listState: `SELECT ` + cols + ` FROM ` + t + ` WHERE state = $1 ORDER BY updated_at, effect_key LIMIT $2`,
 	}
@@ -79,8 +89,9 @@ func (q queries) claim(kinds []string) string {
 		ph[i] = "$" + strconv.Itoa(i+4)
 	}
 	in := strings.Join(ph, ", ")
-	due := `kind IN (` + in + `) AND state IN ('pending', 'in_progress') AND next_attempt_at <= $1`
-	set := `state = 'in_progress', token = token + 1, attempts = attempts + 1, lease_until = $3, next_attempt_at = $3, updated_at = $1`
+	due := `kind IN (` + in + `) AND state IN ('pending', 'in_progress') AND next_attempt_at <= $1 AND held_at = 0`
+	set := `state = 'in_progress', token = token + 1, attempts = attempts + 1, lease_until = $3, next_attempt_at = $3, updated_at = $1,
+		first_attempt_at = CASE WHEN first_attempt_at = 0 THEN $1 ELSE first_attempt_at END`
 	if q.dialect == store.Postgres {
 		return `WITH due AS (
 				SELECT effect_key FROM ` + q.table + ` WHERE ` + due + `
@@ -108,10 +119,10 @@ func scanEffect(r store.Row) (Effect, error) {
 		e                                  Effect
 		state                              string
 		lease, next, created, upd, cmp, ex int64
-		attempts                           int64
+		attempts, first, held              int64
 	)
 	err := r.Scan(&e.Key, &e.Kind, &e.Payload, &e.fingerprint, &state, &attempts, &e.Token, &lease,
-		&next, &e.Result, &e.LastError, &created, &upd, &cmp, &ex, &e.TraceParent, &e.TraceState)
+		&next, &e.Result, &e.LastError, &created, &upd, &cmp, &ex, &e.TraceParent, &e.TraceState, &first, &held)
 	if err != nil {
 		return Effect{}, err
 	}
@@ -123,5 +134,7 @@ func scanEffect(r store.Row) (Effect, error) {
 	e.UpdatedAt = store.FromMicros(upd)
 	e.CompletedAt = store.FromMicros(cmp)
 	e.ExpiresAt = store.FromMicros(ex)
+	e.FirstAttemptAt = store.FromMicros(first)
+	e.HeldAt = store.FromMicros(held)
 	return e, nil
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
@@ -56,6 +57,19 @@ func WithRateLimit(r rate.Limit, burst int) KindOption {
 // WithBreaker installs a circuit-breaker hook for the kind.
 func WithBreaker(b Breaker) KindOption { return func(k *kind) { k.breaker = b } }
 
+// WithKeyLifetime declares how long the kind's provider honours an
+// idempotency key (Stripe: 24 hours): the worker never calls the provider
+// again with a key older than d, counted from the effect's first claim
+// ([Effect.FirstAttemptAt]). Past it, the provider may have forgotten the
+// key and would perform a repeated call again, so instead of calling, the
+// worker holds the effect for reconciliation ([Effect.HeldAt], last error
+// wrapping [ErrKeyExpired]): it shows in [Ledger.ListHeld], in `idem stats`
+// (effects state "held"), in the console's held work and in the
+// idem_effects_held gauge, and waits for an operator's [Ledger.Resolve] or
+// [Ledger.Retry]. The first call of an effect is never held, however late.
+// 0 (the default) declares no lifetime: the worker retries as configured.
+func WithKeyLifetime(d time.Duration) KindOption { return func(k *kind) { k.keyLifetime = d } }
+
 // WithMaxAttempts overrides [WorkerConfig.MaxAttempts] for the kind.
 func WithMaxAttempts(n int) KindOption { return func(k *kind) { k.maxAttempts = n } }
 
@@ -65,6 +79,7 @@ type kind struct {
 	lim         *rate.Limiter // nil: unlimited
 	breaker     Breaker       // nil: none
 	maxAttempts int
+	keyLifetime time.Duration // 0: not declared
 }
 
 // WorkerConfig configures a Worker.
@@ -102,6 +117,9 @@ type WorkerConfig[TTx any] struct {
 	OnFailed func(ctx context.Context, tx TTx, e Effect, cause error) error
 	// Logger receives the worker's logs. Defaults to the Ledger's.
 	Logger *slog.Logger
+	// Metrics, if set, counts effects held for reconciliation
+	// (idem_effects_held_total, see [WithKeyLifetime]).
+	Metrics *idemmetrics.Metrics
 }
 
 // Worker claims due scheduled effects and performs them with the registered
@@ -167,6 +185,9 @@ func (w *Worker[TTx]) Register(kindName string, p Performer, opts ...KindOption)
 	}
 	if k.maxAttempts <= 0 {
 		return idem.InvalidOptionf("effect: kind %q: MaxAttempts must be positive", kindName)
+	}
+	if k.keyLifetime < 0 {
+		return idem.InvalidOptionf("effect: kind %q: negative key lifetime", kindName)
 	}
 	w.kinds[kindName] = k
 	return nil
@@ -297,20 +318,7 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 
 func (w *Worker[TTx]) claim(ctx context.Context, sql string, k *kind, n int) ([]Effect, error) {
 	now := w.l.now()
-	rows, err := w.l.d.Pool().Query(ctx, sql, store.Micros(now), n, store.Micros(now.Add(w.l.cfg.Lease)), k.name)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Effect
-	for rows.Next() {
-		e, err := scanEffect(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return w.l.list(ctx, sql, store.Micros(now), n, store.Micros(now.Add(w.l.cfg.Lease)), k.name)
 }
 
 // perform runs one claimed effect and records its outcome under its token.
@@ -321,6 +329,20 @@ func (w *Worker[TTx]) perform(ctx context.Context, k *kind, e Effect) {
 	if e.Attempts > k.maxAttempts {
 		// Claimed again after the worker running it vanished too often.
 		w.failEffect(fctx, log, k, e, fmt.Errorf("effect: %d attempts exceed the maximum %d (workers lost mid-call)", e.Attempts, k.maxAttempts))
+		return
+	}
+	if age := w.l.now().Sub(e.FirstAttemptAt); k.keyLifetime > 0 && age > k.keyLifetime {
+		// The key may have reached the provider on an earlier attempt and
+		// the provider may have forgotten it: a call now could perform the
+		// effect a second time. Hold it for an operator instead.
+		cause := fmt.Errorf("%w: key first sent %s ago, provider keeps keys %s; check the provider, then resolve or retry",
+			ErrKeyExpired, age.Round(time.Second), k.keyLifetime)
+		if err := w.l.hold(fctx, e.Key, e.Token, cause); err != nil {
+			w.logFinalise(fctx, log, "hold", err)
+			return
+		}
+		w.cfg.Metrics.EffectHeld(k.name)
+		log.WarnContext(fctx, "effect held for reconciliation: provider key lifetime exceeded", "age", age, "key_lifetime", k.keyLifetime)
 		return
 	}
 	sctx, span := w.l.startCall(obs.FromRow(ctx, e.TraceParent, e.TraceState), e)

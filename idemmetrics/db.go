@@ -37,7 +37,7 @@ type dbCollector struct {
 	pool    store.Querier
 	cfg     DBConfig
 
-	parked, lag, pending, rows *prometheus.Desc
+	parked, lag, pending, rows, held *prometheus.Desc
 }
 
 // NewDBCollector returns a collector that queries d on every scrape:
@@ -46,6 +46,7 @@ type dbCollector struct {
 //	idem_outbox_lag_seconds              age of the oldest unpublished (pending) outbox event, 0 when none
 //	idem_outbox_pending                  pending outbox events
 //	idem_table_rows (table)              row estimate of each idem table (pg_class.reltuples; count(*) on SQLite)
+//	idem_effects_held (kind)             effects held for reconciliation (provider key lifetime exceeded; alert when > 0)
 //
 // Tables that do not exist yet (their part's migration not applied) are
 // skipped. Register it with reg.MustRegister / Register. Queries are bounded
@@ -68,6 +69,7 @@ func NewDBCollector[TTx any](d store.Driver[TTx], cfg DBConfig) prometheus.Colle
 		lag:     prometheus.NewDesc("idem_outbox_lag_seconds", "Age of the oldest unpublished outbox event.", nil, cl),
 		pending: prometheus.NewDesc("idem_outbox_pending", "Unpublished outbox events.", nil, cl),
 		rows:    prometheus.NewDesc("idem_table_rows", "Estimated rows per idem table.", []string{"table"}, cl),
+		held:    prometheus.NewDesc("idem_effects_held", "Effects held for reconciliation, waiting for an operator.", []string{"kind"}, cl),
 	}
 }
 
@@ -77,6 +79,7 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.lag
 	ch <- c.pending
 	ch <- c.rows
+	ch <- c.held
 }
 
 // Collect implements prometheus.Collector.
@@ -119,6 +122,25 @@ func (c *dbCollector) collectTable(ctx context.Context, ch chan<- prometheus.Met
 				return err
 			}
 			ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(n), consumer)
+		}
+		return rows.Err()
+	case "effects":
+		ok, err := hasColumn(ctx, c.pool, c.dialect, c.names, name, "held_at")
+		if err != nil || !ok {
+			return err
+		}
+		rows, err := c.pool.Query(ctx, `SELECT kind, count(*) FROM `+t+` WHERE held_at > 0 AND state = 'in_progress' GROUP BY kind`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var kind string
+			var n int64
+			if err := rows.Scan(&kind, &n); err != nil {
+				return err
+			}
+			ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(n), kind)
 		}
 		return rows.Err()
 	case "outbox":

@@ -41,6 +41,7 @@ type Metrics struct {
 	duration     *prometheus.HistogramVec
 	guard        *prometheus.CounterVec
 	gcDeleted    *prometheus.CounterVec
+	effectsHeld  *prometheus.CounterVec
 }
 
 // Options tunes New.
@@ -69,6 +70,7 @@ type Options struct {
 //	idem_handler_duration_seconds     (consumer)             processing time of one message / batch item
 //	idem_version_guard_total          (table, result)        version-guarded writes, result applied|stale|missing
 //	idem_gc_deleted_rows_total        (table)                rows deleted by the retention GC
+//	idem_effects_held_total           (kind)                 effects held for reconciliation: provider key lifetime exceeded
 func New(reg prometheus.Registerer, opt Options) (*Metrics, error) {
 	if opt.Buckets == nil {
 		opt.Buckets = prometheus.DefBuckets
@@ -101,9 +103,12 @@ func New(reg prometheus.Registerer, opt Options) (*Metrics, error) {
 			Help: "Version-guarded writes by result (applied, stale, missing).", ConstLabels: cl}, []string{"table", "result"}),
 		gcDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_gc_deleted_rows_total",
 			Help: "Rows deleted by the retention GC.", ConstLabels: cl}, []string{"table"}),
+		effectsHeld: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_effects_held_total",
+			Help: "Effects held for reconciliation instead of calling the provider with a key older than its lifetime.", ConstLabels: cl},
+			[]string{"kind"}),
 	}
 	for _, c := range []prometheus.Collector{m.duplicates, m.conflicts, m.processed, m.failed, m.retries,
-		m.deadLettered, m.unidentified, m.inFlight, m.duration, m.guard, m.gcDeleted} {
+		m.deadLettered, m.unidentified, m.inFlight, m.duration, m.guard, m.gcDeleted, m.effectsHeld} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -231,5 +236,13 @@ func (m *Metrics) ObserveVersionGuard(table, result string) {
 func (m *Metrics) GCDeleted(table string, n int64) {
 	if m != nil && n > 0 {
 		m.gcDeleted.WithLabelValues(table).Add(float64(n))
+	}
+}
+
+// EffectHeld counts an effect of kind held for reconciliation because its
+// provider key is older than the kind's key lifetime.
+func (m *Metrics) EffectHeld(kind string) {
+	if m != nil {
+		m.effectsHeld.WithLabelValues(kind).Inc()
 	}
 }

@@ -93,7 +93,15 @@ func Snapshot[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) 
 		}
 		st.Outbox.LagSeconds = lag.Seconds()
 	}
-	if st.Effects, _, err = group("effects", "state", ""); err != nil {
+	// Effects held for reconciliation (migration 0009, effect.WithKeyLifetime)
+	// count as state "held" rather than in_progress.
+	effectState := "state"
+	if ok, err := hasColumn(ctx, q, d.Dialect(), d.Names(), "effects", "held_at"); err != nil {
+		return st, err
+	} else if ok {
+		effectState = heldState
+	}
+	if st.Effects, _, err = group("effects", effectState, ""); err != nil {
 		return st, err
 	}
 	if st.DeadLetters, ok, err = group("dead_letters", "state", ""); err != nil {
@@ -112,4 +120,25 @@ func Snapshot[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) 
 	}
 	st.Took = time.Since(t0)
 	return st, nil
+}
+
+// heldState is the effects' state with held effects as "held".
+const heldState = `CASE WHEN held_at > 0 AND state = 'in_progress' THEN 'held' ELSE state END`
+
+// hasColumn reports whether idem's table name has column col (a column a
+// later migration added).
+func hasColumn(ctx context.Context, q store.Querier, d store.Dialect, names store.Names, name, col string) (bool, error) {
+	var n int64
+	var err error
+	switch d {
+	case store.Postgres:
+		err = q.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 AND column_name = $3`,
+			names.Schema, name, col).Scan(&n)
+	default:
+		err = q.QueryRow(ctx, `SELECT count(*) FROM pragma_table_info($1) WHERE name = $2`, names.Prefix+name, col).Scan(&n)
+	}
+	if err != nil {
+		return false, fmt.Errorf("stats: column %s.%s: %w", name, col, err)
+	}
+	return n > 0, nil
 }
