@@ -137,7 +137,9 @@ func (v *jwtVerifier) loadJWKS(b []byte) error {
 	return nil
 }
 
-func b64(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "=")) }
+func b64(s string) ([]byte, error) {
+	return base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))
+}
 
 func (k jwk) public() (crypto.PublicKey, error) {
 	switch k.Kty {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package idemproxy_test
+
+const raceEnabled = false

@@ -1,0 +1,83 @@
+package idemproxy_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/idemproxy"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// Graceful shutdown finishes an in-flight request within its grace (the
+// answer is recorded); a request still running when the grace ends is
+// cancelled: under re-execute its key is released (the retry executes),
+// under hold it stays pending for the policy.
+func TestProxyShutdown(t *testing.T) {
+	up := nodeUpstream(t, 0)
+	for _, c := range []struct {
+		name    string
+		policy  idemhttp.ExpiredPolicy
+		delayMs string
+		grace   time.Duration
+		status  int
+		state   idemhttp.State // "" = no record
+	}{
+		{"finishes", idemhttp.ReExecute, "300", 20 * time.Second, 201, idemhttp.StateCompleted},
+		{"releases", idemhttp.ReExecute, "60000", 200 * time.Millisecond, 503, ""},
+		{"holds", idemhttp.Hold, "60000", 200 * time.Millisecond, 503, idemhttp.StatePending},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := testdb.SQLite(t)
+			p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(c.policy)}})
+			key := "shutdown-" + c.name
+			before := executions(t, up).Executions
+			res := make(chan answer, 1)
+			go func() {
+				a, err := sendErr(p.URL, call{key: key, tenant: "acme", body: `{}`, headers: map[string]string{"X-Upstream-Delay-Ms": c.delayMs}})
+				if err != nil {
+					t.Error(err)
+				}
+				res <- a
+			}()
+			deadline := time.Now().Add(30 * time.Second)
+			for executions(t, up).Executions == before {
+				if time.Now().After(deadline) {
+					t.Fatal("the upstream never received the request")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), c.grace)
+			err := p.srv.Shutdown(ctx)
+			cancel()
+			if err != nil { // grace over: cancel the upstream calls
+				cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if err := p.Proxy.Close(cctx); err != nil {
+					t.Fatal(err)
+				}
+				ccancel()
+				_ = p.srv.Close()
+			}
+			a := <-res
+			if a.status != c.status {
+				t.Fatalf("status %d, want %d; body %s", a.status, c.status, a.body)
+			}
+			rec, err := idemhttp.Lookup(context.Background(), d, "acme", "orders.create", key)
+			switch {
+			case c.state == "":
+				if !errors.Is(err, idem.ErrNotFound) {
+					t.Fatalf("record %+v, %v; want released", rec, err)
+				}
+			case err != nil || rec.State != c.state:
+				t.Fatalf("record %+v, %v; want %s", rec, err, c.state)
+			}
+			if c.status == 503 && !strings.Contains(a.body, idemproxy.TypeShuttingDown) {
+				t.Fatalf("body %q, want %s", a.body, idemproxy.TypeShuttingDown)
+			}
+		})
+	}
+}
