@@ -30,6 +30,8 @@ type AuditEntry struct {
 type AuditFilter struct {
 	Actor    string
 	Action   string // exact action, or a prefix ending in "." ("dlq.")
+	Target   string // exact target ("letter 42")
+	Outcome  string // exact outcome ("ok")
 	Since    time.Time
 	BeforeID int64 // only entries with a smaller id (paging, newest first)
 	Limit    int   // defaults to 100; negative = no limit
@@ -58,6 +60,12 @@ func ListAudit[TTx any](ctx context.Context, d store.Driver[TTx], f AuditFilter)
 		add("action < $%d", strings.TrimSuffix(f.Action, ".")+"/")
 	} else if f.Action != "" {
 		add("action = $%d", f.Action)
+	}
+	if f.Target != "" {
+		add("target = $%d", f.Target)
+	}
+	if f.Outcome != "" {
+		add("outcome = $%d", f.Outcome)
 	}
 	if !f.Since.IsZero() {
 		add("at >= $%d", store.Micros(f.Since))
@@ -139,4 +147,13 @@ func clean(s string) string {
 		s = strings.ToValidUTF8(s[:8<<10], "") + "…"
 	}
 	return s
+}
+
+// countConflictLetters counts the dead letters parked for a message id
+// reused with a different payload: the fingerprint conflicts of the
+// consumers, which the database knows whichever process saw them.
+func countConflictLetters[TTx any](ctx context.Context, d store.Driver[TTx]) (int64, error) {
+	var n int64
+	err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+d.Table("dead_letters")+` WHERE error_class = 'fingerprint_mismatch'`).Scan(&n)
+	return n, err
 }

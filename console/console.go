@@ -69,7 +69,8 @@ var embedded embed.FS
 // Config configures a Console.
 type Config struct {
 	// Token is the secret every request must present (Bearer header or the
-	// login form's cookie). Required; use at least 16 random bytes.
+	// login form's cookie). Required, at least MinTokenLen characters; use
+	// 16 or more random bytes (idem console generates 24).
 	Token string
 	// ReadOnly refuses every state-changing request (403) and hides the
 	// action forms.
@@ -102,6 +103,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// MinTokenLen is the shortest token New accepts.
+const MinTokenLen = 16
+
 // Console serves the operator console of one idem database. Create it with
 // [New]; serve [Console.Handler]; run [Console.Run] for the charts. It is
 // safe for concurrent use.
@@ -127,8 +131,8 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Console[TTx], error) {
 	if d == nil {
 		return nil, idem.InvalidOptionf("console: nil driver")
 	}
-	if cfg.Token == "" {
-		return nil, idem.InvalidOptionf("console: Config.Token is required")
+	if len(cfg.Token) < MinTokenLen {
+		return nil, idem.InvalidOptionf("console: Config.Token is required, at least %d characters", MinTokenLen)
 	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, "/console")
 	if !strings.HasPrefix(cfg.Prefix, "/") || strings.HasSuffix(cfg.Prefix, "/") {

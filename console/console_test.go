@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -423,6 +424,9 @@ func TestRedriveDiscardAndRevise(t *testing.T) {
 		if l := h.letter(c); l.State != dlq.Discarded || l.ResolvedBy != "alice" {
 			t.Fatalf("original after revise: %s by %q", l.State, l.ResolvedBy)
 		}
+		if page := h.get(fmt.Sprintf("/console/dlq/%d", c)); !strings.Contains(page, `data-testid="letter-revised"`) || !strings.Contains(page, rev.ID) {
+			t.Fatal("the revised letter's page does not name its revision")
+		}
 		// The original can no longer be redriven: only the revision is out.
 		if r := h.post(fmt.Sprintf("/console/dlq/%d/redrive", c), nil); r.status != http.StatusConflict {
 			t.Fatalf("redrive of a revised letter: %d, want 409", r.status)
@@ -654,6 +658,15 @@ func TestOutboxParkedEvents(t *testing.T) {
 	})
 }
 
+func TestNewRefusesAShortToken(t *testing.T) {
+	t.Parallel()
+	for _, tok := range []string{"", "short"} {
+		if _, err := console.New(testdb.SQLite(t), console.Config{Token: tok}); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("token %q: %v, want ErrInvalidOption", tok, err)
+		}
+	}
+}
+
 func TestOverviewCounts(t *testing.T) {
 	eachDB(t, console.Config{}, func(t *testing.T, h *harness) {
 		for i := range 3 {
@@ -664,6 +677,10 @@ func TestOverviewCounts(t *testing.T) {
 			if !strings.Contains(page, want) {
 				t.Errorf("overview lacks %q", want)
 			}
+		}
+		h.park(dlq.Letter{Consumer: "billing", MessageID: "dup", Payload: []byte(`{}`), ErrorClass: "fingerprint_mismatch"})
+		if page := h.get("/console/"); !strings.Contains(page, `data-testid="conflict-letters">1 dead-lettered`) {
+			t.Error("overview does not count the dead-lettered fingerprint conflicts")
 		}
 		if strings.Contains(page, `data-testid="duplicates">0<`) {
 			t.Error("duplicates shown as 0 without a gatherer; want n/a")

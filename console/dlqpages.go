@@ -192,9 +192,14 @@ func (c *Console[TTx]) dlqShow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	edit, editOK := editable(l.Payload)
+	// A letter resolved by a revision names it (the audit log has its id).
+	var revisedAs []AuditEntry
+	if l.State == dlq.Discarded {
+		revisedAs, _ = ListAudit(r.Context(), c.d, AuditFilter{Action: "dlq.revise", Target: fmt.Sprintf("letter %d", l.ID), Outcome: "ok", Limit: 5})
+	}
 	c.render(w, r, http.StatusOK, "letter", fmt.Sprintf("Dead letter %d", l.ID), map[string]any{
 		"L": l, "Edit": edit, "Editable": editOK, "Now": c.now(), "CanRedrive": c.cfg.Publisher != nil,
-		"RevisionOf": l.Headers[dlq.HeaderRevisionOf], "HeaderRevisionOf": dlq.HeaderRevisionOf,
+		"RevisionOf": l.Headers[dlq.HeaderRevisionOf], "HeaderRevisionOf": dlq.HeaderRevisionOf, "RevisedAs": revisedAs,
 	})
 }
 

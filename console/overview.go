@@ -35,6 +35,10 @@ type Overview struct {
 	// in Config.Gatherer; CountersKnown is false without one.
 	Duplicates, Conflicts float64
 	CountersKnown         bool
+	// ConflictLetters counts dead letters of class fingerprint_mismatch
+	// (any state): message ids reused with a different payload, as the
+	// consumers dead-lettered them. Known without a Gatherer.
+	ConflictLetters int64
 }
 
 // chartWindow is how far back the charts reach.
@@ -64,6 +68,11 @@ func (c *Console[TTx]) Sample(ctx context.Context) (Overview, error) {
 			}
 		}
 		o.HeldEffects += o.Stats.Effects.By[string(effect.Failed)]
+	}
+	if ok, _ := tableExists(ctx, c.d, "dead_letters"); ok {
+		if o.ConflictLetters, err = countConflictLetters(ctx, c.d); err != nil {
+			return o, err
+		}
 	}
 	if g := c.cfg.Gatherer; g != nil {
 		mfs, err := g.Gather()
