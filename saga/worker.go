@@ -1,0 +1,495 @@
+package saga
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/store"
+)
+
+// The results stored for halves that made no call.
+var (
+	// NullResult is the result of a null compensation.
+	NullResult = []byte(`{"saga":"null-compensation"}`)
+	// RefusedResult is the result of an action refused by the barrier.
+	RefusedResult = []byte(`{"saga":"refused"}`)
+)
+
+// WorkerConfig configures a Worker.
+type WorkerConfig[TTx any] struct {
+	// Effect configures the underlying [effect.Worker] that performs the
+	// steps: Concurrency, PollInterval, MaxAttempts (of an action), Backoff,
+	// Logger. Its OnFailed runs only for compensations (an action that
+	// fails is compensated, not dead-lettered): plug the dead-letter store
+	// there; it runs in the transaction that marks the compensation failed,
+	// and the saga is then held.
+	Effect effect.WorkerConfig[TTx]
+	// UndoMaxAttempts is the number of attempts of a compensation before it
+	// fails and holds the saga. Defaults to 3 × Effect.MaxAttempts (10).
+	UndoMaxAttempts int
+	// PollInterval is how often the advancer looks for sagas to move on.
+	// Defaults to Effect.PollInterval, or 1 second.
+	PollInterval time.Duration
+	// Batch is the most sagas advanced per poll. Defaults to 100.
+	Batch int
+}
+
+// Worker performs the steps of the defined sagas and advances them. Several
+// Workers (in one or many processes) may run on one store: steps are claimed
+// through the ledger, and each advance is a compare-and-set on the saga row.
+type Worker[TTx any] struct {
+	s   *Sagas[TTx]
+	ew  *effect.Worker[TTx]
+	cfg WorkerConfig[TTx]
+}
+
+// NewWorker returns a Worker for every definition of s.
+func NewWorker[TTx any](s *Sagas[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], error) {
+	if s == nil {
+		return nil, idem.InvalidOptionf("saga: nil Sagas")
+	}
+	if len(s.defs) == 0 {
+		return nil, idem.InvalidOptionf("saga: no definitions")
+	}
+	maxAttempts := cmpOr(cfg.Effect.MaxAttempts, 10)
+	cfg.UndoMaxAttempts = cmpOr(cfg.UndoMaxAttempts, 3*maxAttempts)
+	cfg.PollInterval = cmpOr(cfg.PollInterval, cfg.Effect.PollInterval, time.Second)
+	cfg.Batch = cmpOr(cfg.Batch, 100)
+	if cfg.UndoMaxAttempts < 0 || cfg.PollInterval < 0 || cfg.Batch < 0 {
+		return nil, idem.InvalidOptionf("saga: negative UndoMaxAttempts, PollInterval or Batch")
+	}
+	ecfg := cfg.Effect
+	if hook := cfg.Effect.OnFailed; hook != nil {
+		ecfg.OnFailed = func(ctx context.Context, tx TTx, e effect.Effect, cause error) error {
+			if !strings.HasSuffix(e.Kind, ":"+string(Undo)) {
+				return nil
+			}
+			return hook(ctx, tx, e, cause)
+		}
+	}
+	ew, err := effect.NewWorker(s.l, ecfg)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker[TTx]{s: s, ew: ew, cfg: cfg}
+	for _, df := range s.defs {
+		if err := ew.Register(kindOf(df.Name, Do), w.performer(df, Do)); err != nil {
+			return nil, err
+		}
+		if err := ew.Register(kindOf(df.Name, Undo), w.performer(df, Undo), effect.WithMaxAttempts(cfg.UndoMaxAttempts)); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+func cmpOr[T comparable](vals ...T) T {
+	var zero T
+	for _, v := range vals {
+		if v != zero {
+			return v
+		}
+	}
+	return zero
+}
+
+// Run performs steps and advances sagas until ctx ends; it returns nil then,
+// after the calls in flight finished (see [effect.Worker.Run]), or a
+// configuration error at start.
+func (w *Worker[TTx]) Run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- w.ew.Run(ctx) }()
+	t := time.NewTicker(w.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		for ctx.Err() == nil {
+			n, err := w.AdvanceOnce(ctx)
+			if err != nil && ctx.Err() == nil {
+				w.s.log.WarnContext(ctx, "advance failed", "err", err)
+			}
+			if n < w.cfg.Batch {
+				break
+			}
+		}
+		select {
+		case err := <-errc:
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// AdvanceOnce moves on every saga (up to the batch size) whose awaited
+// effect settled or that was asked to abort, and returns how many it
+// looked at. [Worker.Run] calls it every PollInterval.
+func (w *Worker[TTx]) AdvanceOnce(ctx context.Context) (int, error) {
+	rows, err := w.s.d.Pool().Query(ctx, w.s.q.due, w.cfg.Batch)
+	if err != nil {
+		return 0, fmt.Errorf("saga: due: %w", err)
+	}
+	type due struct {
+		sg           Saga
+		eState, eErr string
+		eResult      []byte
+	}
+	var list []due
+	for rows.Next() {
+		var d due
+		sg, err := scanSaga(rows, &d.eState, &d.eResult, &d.eErr)
+		if err != nil {
+			rows.Close()
+			return 0, err
+		}
+		d.sg = sg
+		list = append(list, d)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	var errs []error
+	for _, d := range list {
+		df, ok := w.s.defs[d.sg.Name]
+		if !ok {
+			continue // another deployment's definition
+		}
+		if err := w.advance(ctx, df, d.sg, effect.State(d.eState), d.eResult, d.eErr); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return len(list), errors.Join(errs...)
+}
+
+// advance moves sg one transition on, in one transaction: compare-and-set
+// the saga row on its version, copy the settled result into the barrier,
+// schedule the next effect.
+func (w *Worker[TTx]) advance(ctx context.Context, df *def[TTx], sg Saga, eState effect.State, eResult []byte, eErr string) error {
+	i := sg.Step
+	if i < 0 || i >= len(df.Steps) || sg.Steps != len(df.Steps) {
+		return fmt.Errorf("saga %q: stored step %d/%d does not fit definition %q (%d steps)", sg.ID, i, sg.Steps, df.Name, len(df.Steps))
+	}
+	curOp := Do
+	if sg.State != Running {
+		curOp = Undo
+	}
+	state, step, op, lastErr := sg.State, i, Op(""), sg.LastError
+	switch {
+	case sg.State == Running && sg.AbortRequested:
+		state, op = Compensating, Undo
+	case sg.State == Running && eState == effect.Completed:
+		if i+1 < len(df.Steps) {
+			step, op = i+1, Do
+		} else {
+			state = Completed
+		}
+	case sg.State == Running && eState == effect.Failed:
+		state, op = Compensating, Undo
+		lastErr = fmt.Sprintf("step %s failed: %s", df.Steps[i].Name, eErr)
+	case (sg.State == Compensating || sg.State == Held) && eState == effect.Completed:
+		if i > 0 {
+			state, step, op = Compensating, i-1, Undo
+		} else {
+			state = Compensated
+		}
+	case sg.State == Compensating && eState == effect.Failed:
+		state = Held
+		lastErr = fmt.Sprintf("compensation of step %s failed: %s", df.Steps[i].Name, eErr)
+	default:
+		return nil
+	}
+	key := sg.CurrentKey
+	if op != "" {
+		key = Key(sg.ID, df.Steps[step].Name, op)
+	}
+	now := store.Micros(w.s.cfg.Now())
+	return store.InTx(ctx, w.s.d, func(tx TTx) error {
+		q := w.s.d.Tx(tx)
+		n, err := q.Exec(ctx, w.s.q.advance, sg.ID, sg.version, string(state), step, key, lastErr, now)
+		if err != nil {
+			return fmt.Errorf("saga: advance %q: %w", sg.ID, err)
+		}
+		if n == 0 {
+			return nil // another advancer (or Abort) moved first
+		}
+		if eState == effect.Completed {
+			if eResult == nil {
+				eResult = []byte{}
+			}
+			if _, err := q.Exec(ctx, w.s.q.setBarrier, sg.ID, i, string(curOp), OutcomeApplied, eResult, now, OutcomeStarted); err != nil {
+				return fmt.Errorf("saga: record result of %q: %w", sg.CurrentKey, err)
+			}
+		}
+		if op != "" {
+			if _, err := w.s.schedule(ctx, tx, df, sg.ID, step, op); err != nil {
+				return fmt.Errorf("saga %q: %w", sg.ID, err)
+			}
+		}
+		return nil
+	})
+}
+
+// performer returns the effect.Performer of op for definition df.
+func (w *Worker[TTx]) performer(df *def[TTx], op Op) effect.Performer {
+	return func(ctx context.Context, key string, raw []byte) ([]byte, error) {
+		var p payload
+		if err := json.Unmarshal(raw, &p); err != nil || p.Op != op || p.Step < 0 || p.Step >= len(df.Steps) ||
+			Key(p.Saga, df.Steps[p.Step].Name, op) != key {
+			return nil, idem.Permanent(fmt.Errorf("saga: effect %q: payload %q does not fit definition %q", key, raw, df.Name))
+		}
+		st := df.Steps[p.Step]
+		var token int64
+		if err := w.s.d.Pool().QueryRow(ctx, w.s.q.token, key).Scan(&token); err != nil {
+			return nil, fmt.Errorf("saga: effect %q: read fencing token: %w", key, err)
+		}
+		sg, err := w.s.Get(ctx, p.Saga)
+		if err != nil {
+			if errors.Is(err, idem.ErrNotFound) {
+				return nil, idem.Permanent(err)
+			}
+			return nil, err
+		}
+		c := Call{SagaID: sg.ID, Saga: df.Name, Step: st.Name, Index: p.Step, Op: op, Key: key,
+			DoKey: Key(sg.ID, st.Name, Do), Input: sg.Input}
+		if c.Results, err = w.results(ctx, sg.ID); err != nil {
+			return nil, err
+		}
+		if op == Do {
+			return w.do(ctx, st, token, c)
+		}
+		return w.undo(ctx, st, token, c)
+	}
+}
+
+func (w *Worker[TTx]) results(ctx context.Context, id string) (map[string][]byte, error) {
+	rows, err := w.s.d.Pool().Query(ctx, w.s.q.results, id)
+	if err != nil {
+		return nil, fmt.Errorf("saga: results of %q: %w", id, err)
+	}
+	defer rows.Close()
+	out := map[string][]byte{}
+	for rows.Next() {
+		var name string
+		var res []byte
+		if err := rows.Scan(&name, &res); err != nil {
+			return nil, err
+		}
+		out[name] = res
+	}
+	return out, rows.Err()
+}
+
+// fence proves, inside tx, that the effect is still claimed under token
+// (and locks its row), so a zombie's local change rolls back.
+func (w *Worker[TTx]) fence(ctx context.Context, q store.Querier, key string, token int64) error {
+	n, err := q.Exec(ctx, w.s.q.fence, key, token)
+	if err != nil {
+		return fmt.Errorf("saga: fence %q: %w", key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("saga: effect %q (token %d): %w", key, token, idem.ErrLeaseLost)
+	}
+	return nil
+}
+
+func (w *Worker[TTx]) barrier(ctx context.Context, q store.Querier, c Call, op Op) (origin Op, outcome string, result []byte, found bool, err error) {
+	var o string
+	err = q.QueryRow(ctx, w.s.q.getBarrier, c.SagaID, c.Index, string(op)).Scan(&o, &outcome, &result)
+	if errors.Is(err, store.ErrNoRows) {
+		return "", "", nil, false, nil
+	}
+	if err != nil {
+		return "", "", nil, false, fmt.Errorf("saga: barrier %s/%s/%s: %w", c.SagaID, c.Step, op, err)
+	}
+	return Op(o), outcome, result, true, nil
+}
+
+func (w *Worker[TTx]) insertBarrier(ctx context.Context, q store.Querier, c Call, op, origin Op, outcome string) (bool, error) {
+	n, err := q.Exec(ctx, w.s.q.insertBarrier, c.SagaID, c.Index, string(op), c.Step, string(origin), outcome, store.Micros(w.s.cfg.Now()))
+	if err != nil {
+		return false, fmt.Errorf("saga: barrier %s/%s/%s: %w", c.SagaID, c.Step, op, err)
+	}
+	return n == 1, nil
+}
+
+func (w *Worker[TTx]) setBarrier(ctx context.Context, q store.Querier, c Call, op Op, outcome string, result []byte, from string) (bool, error) {
+	if result == nil {
+		result = []byte{}
+	}
+	n, err := q.Exec(ctx, w.s.q.setBarrier, c.SagaID, c.Index, string(op), outcome, result, store.Micros(w.s.cfg.Now()), from)
+	if err != nil {
+		return false, fmt.Errorf("saga: barrier %s/%s/%s: %w", c.SagaID, c.Step, op, err)
+	}
+	return n == 1, nil
+}
+
+// do runs an action behind the barrier.
+func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call) ([]byte, error) {
+	var res []byte
+	done := false
+	err := store.InTx(ctx, w.s.d, func(tx TTx) error {
+		q := w.s.d.Tx(tx)
+		if err := w.fence(ctx, q, c.Key, token); err != nil {
+			return err
+		}
+		inserted, err := w.insertBarrier(ctx, q, c, Do, Do, OutcomeStarted)
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			origin, outcome, stored, _, err := w.barrier(ctx, q, c, Do)
+			if err != nil {
+				return err
+			}
+			switch {
+			case origin == Undo: // the compensation came first: refused
+				res, done = RefusedResult, true
+				return nil
+			case outcome == OutcomeApplied && st.DoTx != nil: // a local action already committed
+				res, done = stored, true
+				return nil
+			}
+		}
+		if _, _, _, found, err := w.barrier(ctx, q, c, Undo); err != nil {
+			return err
+		} else if found { // compensated (or compensating) already: never applied
+			res, done = RefusedResult, true
+			return nil
+		}
+		if st.DoTx == nil {
+			return nil
+		}
+		r, err := st.DoTx(ctx, tx, c)
+		if err != nil {
+			return err
+		}
+		if _, err := w.setBarrier(ctx, q, c, Do, OutcomeApplied, r, OutcomeStarted); err != nil {
+			return err
+		}
+		res, done = r, true
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if done {
+		return res, nil
+	}
+	return st.Do(ctx, c)
+}
+
+// undo runs a compensation behind the barrier.
+func (w *Worker[TTx]) undo(ctx context.Context, st Step[TTx], token int64, c Call) ([]byte, error) {
+	var res []byte
+	done := false
+	err := store.InTx(ctx, w.s.d, func(tx TTx) error {
+		q := w.s.d.Tx(tx)
+		if err := w.fence(ctx, q, c.Key, token); err != nil {
+			return err
+		}
+		inserted, err := w.insertBarrier(ctx, q, c, Undo, Undo, OutcomeStarted)
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			_, outcome, stored, _, err := w.barrier(ctx, q, c, Undo)
+			if err != nil {
+				return err
+			}
+			if outcome == OutcomeNull || outcome == OutcomeApplied {
+				res, done = stored, true
+				return nil
+			}
+		} else {
+			// The action's row decides: if the compensation inserts it, the
+			// action never started (null compensation) and is refused later.
+			took, err := w.insertBarrier(ctx, q, c, Do, Undo, OutcomeRefused)
+			if err != nil {
+				return err
+			}
+			if took {
+				if _, err := w.setBarrier(ctx, q, c, Undo, OutcomeNull, NullResult, OutcomeStarted); err != nil {
+					return err
+				}
+				res, done = NullResult, true
+				return nil
+			}
+		}
+		if st.Undo == nil && st.UndoTx == nil {
+			if _, err := w.setBarrier(ctx, q, c, Undo, OutcomeApplied, nil, OutcomeStarted); err != nil {
+				return err
+			}
+			res, done = []byte{}, true
+		}
+		return nil
+	})
+	if err != nil || done {
+		return res, err
+	}
+	if st.Do != nil {
+		// The action may still be running: never overtake it.
+		if err := w.awaitAction(ctx, c.DoKey); err != nil {
+			return nil, err
+		}
+		if _, ok := c.Results[c.Step]; !ok {
+			if e, err := w.s.l.Get(ctx, c.DoKey); err == nil && e.State == effect.Completed && string(e.Result) != string(RefusedResult) {
+				c.Results[c.Step] = e.Result
+			}
+		}
+	}
+	if st.UndoTx == nil {
+		return st.Undo(ctx, c)
+	}
+	err = store.InTx(ctx, w.s.d, func(tx TTx) error {
+		q := w.s.d.Tx(tx)
+		if err := w.fence(ctx, q, c.Key, token); err != nil {
+			return err
+		}
+		mine, err := w.setBarrier(ctx, q, c, Undo, OutcomeApplied, nil, OutcomeStarted)
+		if err != nil {
+			return err
+		}
+		if !mine {
+			_, _, res, _, err = w.barrier(ctx, q, c, Undo)
+			return err
+		}
+		if res, err = st.UndoTx(ctx, tx, c); err != nil {
+			return err
+		}
+		_, err = w.setBarrier(ctx, q, c, Undo, OutcomeApplied, res, OutcomeApplied)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// awaitAction waits while the action's effect is in flight under a live
+// lease, until ctx ends (then ErrActionInFlight, a transient error).
+func (w *Worker[TTx]) awaitAction(ctx context.Context, doKey string) error {
+	for {
+		e, err := w.s.l.Get(ctx, doKey)
+		if errors.Is(err, idem.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if e.State != effect.InProgress || !e.LeaseUntil.After(w.s.cfg.Now()) {
+			return nil
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("saga: compensation waits for %q (lease until %s): %w", doKey, e.LeaseUntil.Format(time.RFC3339Nano), ErrActionInFlight)
+		case <-t.C:
+		}
+	}
+}
