@@ -87,6 +87,9 @@ type Letter struct {
 	ResolvedBy    string            `json:"resolved_by,omitempty"` // who redrove or discarded it
 	ResolvedAt    time.Time         `json:"resolved_at,omitzero"`  // when it left state parked
 	CreatedAt     time.Time         `json:"created_at"`
+	// RedriveReason is the reason given for a forced redrive past a
+	// replay-horizon refusal (see [RedriveOptions]); empty otherwise.
+	RedriveReason string `json:"redrive_reason,omitempty"`
 }
 
 // NoIDPrefix begins the message id of a letter whose message came without a
@@ -156,15 +159,22 @@ type Config struct {
 	// Logger receives a warning for every letter parked and an info line
 	// per redrive or discard. Defaults to discarding.
 	Logger *slog.Logger
+	// InboxRetention returns how long the inbox of consumer remembers a
+	// message id (inbox.Config.Retention, or its RetentionFor entry): a
+	// redrive of a letter older than that is refused (see
+	// [Store.RedriveWith]). Defaults to 7 days for every consumer, the
+	// inbox's default.
+	InboxRetention func(consumer string) time.Duration
 }
 
 // Store is the dead-letter store of one database. It is safe for
 // concurrent use.
 type Store[TTx any] struct {
-	d   store.Driver[TTx]
-	q   queries
-	now func() time.Time
-	log *slog.Logger
+	d         store.Driver[TTx]
+	q         queries
+	now       func() time.Time
+	log       *slog.Logger
+	retention func(consumer string) time.Duration
 }
 
 // New returns the dead-letter store of d. The table comes from migration
@@ -179,8 +189,11 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Store[TTx], error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Store[TTx]{d: d, q: newQueries(d.Dialect(), d.Table("dead_letters")), now: cfg.Now,
-		log: cfg.Logger.With("component", "dlq")}, nil
+	if cfg.InboxRetention == nil {
+		cfg.InboxRetention = func(string) time.Duration { return DefaultInboxRetention }
+	}
+	return &Store[TTx]{d: d, q: newQueries(d.Dialect(), d.Table("dead_letters"), d.Table("inbox")), now: cfg.Now,
+		log: cfg.Logger.With("component", "dlq"), retention: cfg.InboxRetention}, nil
 }
 
 // ParkTx parks l in the caller's transaction and returns the letter's id:
@@ -335,19 +348,45 @@ func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
 // accept the redrive as a new publish, while the consumer still sees the
 // original id. Should a broker still report the message as a duplicate, the
 // redrive fails with [ErrDroppedAsDuplicate] and the letter stays parked.
+//
+// A letter whose message id may already have been processed and forgotten
+// is refused with an error wrapping [ErrRedriveRefused] that says why (see
+// [Store.RedriveWith], which can force it).
 func (s *Store[TTx]) Redrive(ctx context.Context, id int64, by string, pub broker.Publisher) (Letter, error) {
+	return s.RedriveWith(ctx, id, by, pub, RedriveOptions{})
+}
+
+// RedriveWith is [Store.Redrive] with options. Before publishing it checks
+// the replay horizon (see [ErrRedriveRefused]); opt.Force with a non-empty
+// opt.Reason redrives anyway, recording the reason with the letter
+// (RedriveReason) and logging a warning.
+func (s *Store[TTx]) RedriveWith(ctx context.Context, id int64, by string, pub broker.Publisher, opt RedriveOptions) (Letter, error) {
+	if opt.Force && strings.TrimSpace(opt.Reason) == "" {
+		return Letter{}, idem.InvalidOptionf("dlq: a forced redrive needs a reason")
+	}
 	if pub == nil {
 		return Letter{}, idem.InvalidOptionf("dlq: redrive needs a publisher")
 	}
 	var l Letter
 	err := store.InTx(ctx, s.d, func(tx TTx) error {
 		var err error
-		l, err = scanLetter(s.d.Tx(tx).QueryRow(ctx, s.q.claimRedrive, id, by, store.Micros(s.now())))
+		reason := ""
+		if opt.Force {
+			reason = storable(opt.Reason)
+		}
+		l, err = scanLetter(s.d.Tx(tx).QueryRow(ctx, s.q.claimRedrive, id, by, store.Micros(s.now()), reason))
 		if errors.Is(err, store.ErrNoRows) {
 			return s.notParked(ctx, id)
 		}
 		if err != nil {
 			return err
+		}
+		if err := s.checkHorizon(ctx, s.d.Tx(tx), l); err != nil {
+			if !opt.Force {
+				return err
+			}
+			s.log.WarnContext(ctx, "dead letter redriven past its replay horizon", slog.Int64("letter", id),
+				slog.String("by", by), slog.String("reason", opt.Reason), slog.String("refusal", err.Error()))
 		}
 		msg := redriveMessage(l)
 		if rp, ok := pub.(broker.ResultPublisher); ok {
@@ -401,26 +440,41 @@ func (s *Store[TTx]) notParked(ctx context.Context, id int64) error {
 // letters done so far and the total counted at the start. It stops at the
 // first error; letters already redriven stay redriven. Letters parked after
 // the call started are not included.
+//
+// Letters refused by the replay-horizon check ([ErrRedriveRefused]) are
+// skipped, not redriven; the others still are, and the refusals are
+// returned together at the end.
 func (s *Store[TTx]) RedriveAll(ctx context.Context, f Filter, by string, pub broker.Publisher, progress func(done, total int)) (int, error) {
+	return s.RedriveAllWith(ctx, f, by, pub, RedriveOptions{}, progress)
+}
+
+// RedriveAllWith is [Store.RedriveAll] with options (see
+// [Store.RedriveWith]).
+func (s *Store[TTx]) RedriveAllWith(ctx context.Context, f Filter, by string, pub broker.Publisher, opt RedriveOptions, progress func(done, total int)) (int, error) {
 	f.State, f.Limit, f.AfterID = Parked, -1, 0
 	all, err := s.List(ctx, f)
 	if err != nil {
 		return 0, err
 	}
 	done := 0
+	var refused []error
 	for _, l := range all {
-		if _, err := s.Redrive(ctx, l.ID, by, pub); err != nil {
+		if _, err := s.RedriveWith(ctx, l.ID, by, pub, opt); err != nil {
 			if errors.Is(err, ErrNotParked) { // resolved meanwhile by someone else
 				continue
 			}
-			return done, err
+			if errors.Is(err, ErrRedriveRefused) {
+				refused = append(refused, err)
+				continue
+			}
+			return done, errors.Join(append(refused, err)...)
 		}
 		done++
 		if progress != nil {
 			progress(done, len(all))
 		}
 	}
-	return done, nil
+	return done, errors.Join(refused...)
 }
 
 // Discard marks letter id discarded by by (who): it will never be
@@ -466,7 +520,7 @@ func scanLetter(r scanner) (Letter, error) {
 	var attempts int64
 	err := r.Scan(&l.ID, &l.Consumer, &l.Source, &l.Position, &l.MessageID, &l.Key, &headers, &l.Payload, &fp,
 		&l.Error, &l.ErrorClass, &attempts, &first, &last, &state, &l.RedrivenBy, &redrivenAt,
-		&l.ResolvedBy, &resolvedAt, &created)
+		&l.ResolvedBy, &resolvedAt, &created, &l.RedriveReason)
 	if err != nil {
 		return Letter{}, err
 	}

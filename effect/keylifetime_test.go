@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,21 +12,9 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/internal/testclock"
 	"github.com/idemkit/idem/store"
 )
-
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // An effect whose first call reached the provider but whose answer was lost
 // is retried with the same key; once that key is older than the provider's
@@ -37,7 +24,7 @@ func TestKeyLifetimeHoldsInsteadOfCalling(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
 		ctx := context.Background()
-		clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		p, c := newProvider(t)
 		p.DropAfterEffect(1) // the first call is performed, its answer lost
 		l := newLedger(t, d, effect.Config{Now: clock.Now})
@@ -113,7 +100,7 @@ func TestKeyLifetimeRetryOfOldFailedEffectIsHeld(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
 		ctx := context.Background()
-		clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		p, c := newProvider(t)
 		p.FailNext(1, 400) // permanent: the effect fails at once
 		l := newLedger(t, d, effect.Config{Now: clock.Now})

@@ -1,0 +1,122 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+)
+
+// DefaultInboxRetention is the inbox retention the store assumes for a
+// consumer when Config.InboxRetention is not set: the inbox's default.
+const DefaultInboxRetention = 7 * 24 * time.Hour
+
+// RedriveOptions tune [Store.RedriveWith].
+type RedriveOptions struct {
+	// Force redrives a letter the replay-horizon check refuses. It needs a
+	// Reason.
+	Force bool
+	// Reason says why a forced redrive is safe (the operator checked that
+	// the message was never applied); stored with the letter.
+	Reason string
+}
+
+// ErrRedriveRefused reports a redrive refused because the letter's message
+// id may already have been processed and then forgotten by its consumer's
+// inbox, so the redriven message would be applied as new (a second
+// effect): see [RefusedError] for the reasons. Nothing was published; the
+// letter stays parked. Redrive it with RedriveOptions{Force: true, Reason:
+// …} after checking, or discard it.
+var ErrRedriveRefused = errors.New("dlq: redrive refused: the message may already have been processed and forgotten")
+
+// Reasons of a [RefusedError].
+const (
+	// RefusedTooOld: the letter is older than its consumer's inbox
+	// retention; had the message id been processed, its record would be
+	// gone.
+	RefusedTooOld = "older_than_inbox_retention"
+	// RefusedOriginalExpired: the letter was parked for a fingerprint
+	// mismatch (the id was processed with another payload) and the
+	// original's inbox record has expired or been collected: the redrive
+	// would be processed as a new message.
+	RefusedOriginalExpired = "mismatch_original_expired"
+)
+
+// RefusedError is a redrive refused by the replay-horizon check. It
+// matches [ErrRedriveRefused].
+type RefusedError struct {
+	LetterID  int64
+	Consumer  string
+	MessageID string
+	// Reason is RefusedTooOld or RefusedOriginalExpired.
+	Reason string
+	// Age is the letter's age (since it was first parked); Retention the
+	// consumer's inbox retention.
+	Age, Retention time.Duration
+	// OriginalExpiredAt is when the original's inbox record expired (zero
+	// when it is gone).
+	OriginalExpiredAt time.Time
+}
+
+// Error implements error.
+func (e *RefusedError) Error() string {
+	switch e.Reason {
+	case RefusedOriginalExpired:
+		why := "has been collected"
+		if !e.OriginalExpiredAt.IsZero() {
+			why = "expired at " + e.OriginalExpiredAt.UTC().Format(time.RFC3339)
+		}
+		return fmt.Sprintf("%v: dead letter %d (consumer %q, message %q) was parked for a fingerprint mismatch: "+
+			"the id was processed with another payload, and that inbox record %s, so this payload would be applied "+
+			"as a new message (a second effect for one id); check, then redrive with --force --reason or discard",
+			ErrRedriveRefused, e.LetterID, e.Consumer, e.MessageID, why)
+	default:
+		return fmt.Sprintf("%v: dead letter %d (consumer %q, message %q) is %s old, longer than the consumer's inbox "+
+			"retention %s: had the id been processed meanwhile its record is gone and the redrive would apply it again; "+
+			"check, then redrive with --force --reason or discard",
+			ErrRedriveRefused, e.LetterID, e.Consumer, e.MessageID, e.Age.Round(time.Second), e.Retention)
+	}
+}
+
+// Is reports whether target is ErrRedriveRefused.
+func (e *RefusedError) Is(target error) bool { return target == ErrRedriveRefused }
+
+// checkHorizon refuses l when its message id may have been processed and
+// forgotten: no live inbox record for (consumer, message id) — absent, or
+// past its expiry, when the GC may delete it before the redrive arrives —
+// and either the letter is a fingerprint mismatch (the id was processed
+// with another payload) or it is older than the consumer's inbox
+// retention. With a live record the inbox still recognises the id, so the
+// redrive is safe either way.
+func (s *Store[TTx]) checkHorizon(ctx context.Context, q store.Querier, l Letter) error {
+	now := s.now()
+	var exp int64
+	err := q.QueryRow(ctx, s.q.inboxRecord, l.Consumer, l.MessageID).Scan(&exp)
+	switch {
+	case err == nil:
+		if exp == 0 || store.FromMicros(exp).After(now) {
+			return nil
+		}
+	case errors.Is(err, store.ErrNoRows):
+		exp = 0
+	default:
+		return fmt.Errorf("dlq: redrive %d: inbox record: %w", l.ID, err)
+	}
+	ref := &RefusedError{LetterID: l.ID, Consumer: l.Consumer, MessageID: l.MessageID,
+		Age: now.Sub(l.FirstFailedAt), Retention: s.retention(l.Consumer)}
+	if exp != 0 {
+		ref.OriginalExpiredAt = store.FromMicros(exp)
+	}
+	if l.ErrorClass == idem.ErrorClass(idem.ErrFingerprintMismatch) {
+		ref.Reason = RefusedOriginalExpired
+		return ref
+	}
+	if ref.Retention > 0 && ref.Age > ref.Retention {
+		ref.Reason = RefusedTooOld
+		return ref
+	}
+	return nil
+}
