@@ -4,8 +4,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -104,6 +110,39 @@ func TestDemoTraceFile(t *testing.T) {
 	}
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("trace file mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+}
+
+// "idem demo --otlp URL" exports over OTLP/HTTP: the collector receives
+// protobuf batches on /v1/traces.
+func TestDemoOTLP(t *testing.T) {
+	var mu sync.Mutex
+	var posts []string
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		posts = append(posts, r.Method+" "+r.URL.Path+" "+r.Header.Get("Content-Type")+" "+strconv.Itoa(len(body)))
+		mu.Unlock()
+	}))
+	defer collector.Close()
+	url, stop := startDemo(t, "--otlp", collector.URL)
+	r := call(t, "POST", url+"/orders", map[string]string{"Idempotency-Key": "otlp-1", "X-Tenant-ID": "acme", "Content-Type": "application/json"},
+		`{"event_id":"concert-1","customer_email":"ana@example.com","seats":2,"total_cents":9000,"currency":"EUR"}`)
+	if r.status != 201 {
+		t.Fatalf("POST /orders: %d %s", r.status, r.body)
+	}
+	if err := stop(); err != nil { // flushes the batch
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(posts) == 0 {
+		t.Fatal("the collector received nothing")
+	}
+	for _, p := range posts {
+		if !strings.HasPrefix(p, "POST /v1/traces application/x-protobuf ") || strings.HasSuffix(p, " 0") {
+			t.Errorf("collector got %q", p)
+		}
 	}
 }
 
