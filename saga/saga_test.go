@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -626,4 +628,25 @@ func TestSagaFailedCompensationHoldsAndResumesAfterRedrive(t *testing.T) {
 		f.wait("o-held", saga.Compensated)
 		f.invariants()
 	})
+}
+
+// TestExamplePgx runs Example_pgx against the test server and checks what it
+// prints ("go test" runs only examples that need no server by itself).
+func TestExamplePgx(t *testing.T) {
+	testdb.PostgresURL(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	func() {
+		defer func() { os.Stdout = stdout }()
+		Example_pgx()
+	}()
+	w.Close()
+	out, _ := io.ReadAll(r)
+	if want := "started: true\ncharge do applied\n"; string(out) != want {
+		t.Fatalf("Example_pgx printed %q, want %q", out, want)
+	}
 }
