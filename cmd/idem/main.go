@@ -42,6 +42,7 @@ func commands() []command {
 		{name: "gc", summary: "delete expired records in bounded batches", run: runGC},
 		{name: "dlq", summary: "list, show, redrive or discard dead letters", run: runDLQ},
 		{name: "keys", summary: "show stored HTTP idempotency key records", run: runKeys},
+		{name: "proxy", summary: "put the Idempotency-Key contract in front of any HTTP service (reverse proxy)", run: runProxy},
 		{name: "console", summary: "serve the operator console (dead letters, held work, keys, outbox, audit) in a browser", run: runConsole},
 		{name: "audit", summary: "list the operator actions the console recorded", run: runAudit},
 		{name: "stats", summary: "print idem's counters for a database", run: runStats},

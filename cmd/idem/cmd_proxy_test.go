@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	upstreamnode "github.com/idemkit/idem/examples/upstream-node"
+)
+
+// nodeUpstream starts the example Node.js service, or skips t.
+func nodeUpstream(t *testing.T, port int) *upstreamnode.Upstream {
+	t.Helper()
+	u, err := upstreamnode.Start(context.Background(), port)
+	if errors.Is(err, upstreamnode.ErrNoNode) {
+		t.Skip("node is not on PATH: skipping the tests against the Node.js upstream")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Stop)
+	return u
+}
+
+// startProxyCmd runs "idem proxy" in-process and returns its URL, its
+// standard error so far (a func) and a stop function.
+func startProxyCmd(t *testing.T, args ...string) (base string, stderr func() string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	var mu sync.Mutex
+	var errb strings.Builder
+	done := make(chan error, 1)
+	env := &Env{Stdout: pw, Stderr: lockedWriter{&mu, &errb}, Getenv: func(string) string { return "" }}
+	go func() {
+		err := runProxy(ctx, env, append([]string{"--addr", "127.0.0.1:0"}, args...))
+		pw.CloseWithError(io.EOF)
+		done <- err
+	}()
+	sc := bufio.NewScanner(pr)
+	if !sc.Scan() {
+		cancel()
+		t.Fatalf("proxy printed nothing: %v; stderr %s", <-done, errb.String())
+	}
+	line := sc.Text()
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	i := strings.Index(line, "http://")
+	if i < 0 {
+		cancel()
+		t.Fatalf("no URL in %q", line)
+	}
+	base, _, _ = strings.Cut(line[i:], " ")
+	stop = sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { _ = stop() })
+	return base, func() string { mu.Lock(); defer mu.Unlock(); return errb.String() }, stop
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.w.Write(b) }
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// idem proxy with --expired-lease hold: the upstream is SIGKILLed while it
+// holds a request; after the lease the key is held for reconciliation and
+// "idem keys show" shows it (state failed), and the retry answers 409.
+func TestProxyCommandHoldVisibleInKeysShow(t *testing.T) {
+	port := freePort(t)
+	up := nodeUpstream(t, port)
+	db := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
+	base, _, _ := startProxyCmd(t, "--upstream", up.URL, "--db", db, "--route", "POST /orders=orders.create",
+		"--tenant-header", "X-Tenant-ID", "--lease", "2s", "--expired-lease", "hold")
+	hdr := map[string]string{"Idempotency-Key": `"crash-1"`, "X-Tenant-ID": "acme", "Content-Type": "application/json"}
+	slow := map[string]string{"X-Upstream-Delay-Ms": "60000"}
+	for k, v := range hdr {
+		slow[k] = v
+	}
+	res := make(chan httpReply, 1)
+	go func() { res <- call(t, "POST", base+"/orders", slow, `{"sku":"a"}`) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := up.Count(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Executions == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream never received the request")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	up.Kill()
+	if r := <-res; r.status != 502 {
+		t.Fatalf("status %d after the upstream crashed, want 502: %s", r.status, r.body)
+	}
+	up2 := nodeUpstream(t, port)
+	// Poll until the lease (2s) has passed: 409 in flight until then.
+	var r httpReply
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		r = call(t, "POST", base+"/orders", hdr, `{"sku":"a"}`)
+		if typ := problemType(t, r); strings.HasSuffix(typ, "#TypeNeedsReconciliation") {
+			break
+		} else if !strings.HasSuffix(typ, "#TypeInFlight") || time.Now().After(deadline) {
+			t.Fatalf("retry: %d %s, want in flight and then needs reconciliation", r.status, r.body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	code, out, errOut := runCmd(t, nil, "keys", "show", "--db", db, "--tenant", "acme", "--operation", "orders.create", "crash-1")
+	if code != 0 || !strings.Contains(out, "failed") {
+		t.Fatalf("idem keys show: exit %d, stdout %q, stderr %q; want the held (failed) record", code, out, errOut)
+	}
+	if c, err := up2.Count(context.Background()); err != nil || c.Executions != 0 {
+		t.Fatalf("restarted upstream: %+v, %v; want no execution of the held key", c, err)
+	}
+}
+
+// The start-up text names the routes and warns about default operation
+// names and a shared tenant; a duplicate retry is replayed.
+func TestProxyCommandWarnsAndReplays(t *testing.T) {
+	up := nodeUpstream(t, 0)
+	db := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
+	base, stderr, stop := startProxyCmd(t, "--upstream", up.URL, "--db", db, "--route", "POST /orders")
+	hdr := map[string]string{"Idempotency-Key": `"w-1"`, "Content-Type": "application/json"}
+	first := call(t, "POST", base+"/orders", hdr, `{"a":1}`)
+	again := call(t, "POST", base+"/orders", hdr, `{"a":1}`)
+	if first.status != 201 || again.status != 201 || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(first.body) {
+		t.Fatalf("first %d %s, retry %d %s (replayed %q)", first.status, first.body, again.status, again.body, again.header.Get("Idempotent-Replayed"))
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e := stderr()
+	if !strings.Contains(e, `route "POST /orders" has no operation name`) || !strings.Contains(e, "no tenant source") {
+		t.Fatalf("stderr %q, want warnings about the default operation and the shared tenant", e)
+	}
+}
+
+func TestProxyCommandBadLines(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(cfg, []byte("routes:\n  - route: POST /orders\n    expired_leas: hold\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"proxy"},
+		{"proxy", "--upstream", "ftp://x"},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "--route", "orders"},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "--expired-lease", "later"},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "--config", cfg},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "--db", "mysql://x"},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "extra"},
+	} {
+		code, _, errOut := runCmd(t, nil, args...)
+		if code != 2 {
+			t.Errorf("%q: exit %d, want 2 (stderr %q)", args, code, errOut)
+		}
+		assertOneLine(t, strconv.Quote(strings.Join(args, " ")), errOut)
+	}
+}
