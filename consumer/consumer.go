@@ -161,6 +161,19 @@ type Config[TTx any] struct {
 	TracerProvider trace.TracerProvider
 	// Hooks are seams for tests and drills.
 	Hooks Hooks
+	// StreamMaxAge declares how long the broker keeps, and may redeliver,
+	// the subscription's messages. 0 reads it from the subscriber when it
+	// implements horizon.StreamReporter (JetStream: the stream config's
+	// MaxAge; a stream without one is not checked, since acknowledged
+	// messages are only redelivered when the consumer is reset) and leaves
+	// it unchecked otherwise; horizon.Unlimited declares no end. Run refuses
+	// to start when the inbox retention of Name is shorter (a
+	// [RetentionError]), since a message redelivered after its record was
+	// collected would be processed again.
+	StreamMaxAge time.Duration
+	// AcceptShortRetention starts the consumer anyway when its inbox
+	// retention is shorter than the stream's max age, with a warning.
+	AcceptShortRetention bool
 }
 
 // Consumer binds a broker subscription to the inbox. It is safe to run
@@ -249,7 +262,9 @@ func compileSchema(b []byte) (*jsonschema.Schema, error) {
 }
 
 // Run fetches and processes deliveries with Concurrency workers until ctx
-// is done, then returns nil after every worker has settled (or abandoned to
+// is done (after checking the replay horizons: an inbox retention shorter
+// than the stream's max age is a [RetentionError], see
+// Config.StreamMaxAge), then returns nil after every worker has settled (or abandoned to
 // redelivery) its current deliveries. Fetch errors (broker outage) are
 // logged and retried with backoff; a closed subscriber (broker.ErrClosed)
 // ends Run with that error. Run may be called once at a time.
@@ -266,6 +281,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		c.running = false
 		c.mu.Unlock()
 	}()
+	if err := c.checkRetention(ctx); err != nil {
+		return err
+	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

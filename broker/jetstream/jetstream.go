@@ -297,6 +297,8 @@ type SubscriberConfig struct {
 // A crash or Close leaves unacknowledged deliveries with the server, which
 // redelivers them after AckWait with NumDelivered (Attempt) incremented.
 type Subscriber struct {
+	js     jetstream.JetStream
+	stream string
 	cons   jetstream.Consumer
 	log    *slog.Logger
 	mu     sync.Mutex
@@ -338,7 +340,7 @@ func NewSubscriber(ctx context.Context, js jetstream.JetStream, cfg SubscriberCo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Subscriber{cons: cons, log: log.With("component", "broker/jetstream", "consumer", cfg.Durable)}, nil
+	return &Subscriber{js: js, stream: cfg.Stream, cons: cons, log: log.With("component", "broker/jetstream", "consumer", cfg.Durable)}, nil
 }
 
 // Fetch pulls up to max messages (max < 1 means 1), waiting at most

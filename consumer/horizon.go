@@ -1,0 +1,85 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem/horizon"
+	"github.com/idemkit/idem/retention"
+)
+
+// ErrRetentionTooShort reports a consumer whose inbox retention is shorter
+// than its stream's max age: the broker may redeliver a message after the
+// inbox forgot its id, and the redelivery would be processed again. It is
+// retention.ErrRetentionTooShort.
+var ErrRetentionTooShort = retention.ErrRetentionTooShort
+
+// RetentionError is [Consumer.Run]'s refusal to start with an inbox
+// retention shorter than the stream's max age. It matches
+// [ErrRetentionTooShort].
+type RetentionError struct {
+	Consumer     string
+	Stream       string
+	Retention    time.Duration // the consumer's inbox retention
+	StreamMaxAge time.Duration // the stream's max age
+	Source       string        // where the max age comes from
+}
+
+// Error implements error.
+func (e *RetentionError) Error() string {
+	return fmt.Sprintf("consumer %q: %v: the inbox keeps message ids %s but stream %q (%s) keeps messages %s, "+
+		"so a message redelivered after %s would be processed again; raise the inbox retention "+
+		"(inbox.Config.RetentionFor[%q]) to at least %s, or set Config.AcceptShortRetention to start anyway",
+		e.Consumer, ErrRetentionTooShort, horizon.Format(e.Retention), e.Stream, e.Source, horizon.Format(e.StreamMaxAge),
+		horizon.Format(e.Retention), e.Consumer, horizon.Format(e.StreamMaxAge))
+}
+
+// Is reports whether target is ErrRetentionTooShort.
+func (e *RetentionError) Is(target error) bool { return target == ErrRetentionTooShort }
+
+// Horizon returns the consumer's declared horizons and its stream's: the
+// inbox retention of Config.Name, and the stream's max age from
+// Config.StreamMaxAge or, when that is 0, from the subscriber if it
+// implements [horizon.StreamReporter] (the JetStream adapter reads the
+// stream config). A stream whose horizons are unknown has MaxAge 0. The
+// error is a failure to read the stream's horizons, or a [RetentionError].
+func (c *Consumer[TTx]) Horizon(ctx context.Context) (horizon.Consumer, horizon.Stream, error) {
+	hc := horizon.Consumer{Name: c.cfg.Name, InboxRetention: c.ib.RetentionOf(c.cfg.Name)}
+	var st horizon.Stream
+	switch rep, ok := c.sub.(horizon.StreamReporter); {
+	case c.cfg.StreamMaxAge != 0:
+		st = horizon.Stream{MaxAge: c.cfg.StreamMaxAge, Source: "consumer config"}
+	case ok:
+		var err error
+		if st, err = rep.StreamHorizon(ctx); err != nil {
+			return hc, st, err
+		}
+	}
+	hc.Stream = st.Name
+	if st.MaxAge > 0 && hc.InboxRetention < st.MaxAge || st.MaxAge == horizon.Unlimited && c.cfg.StreamMaxAge == horizon.Unlimited {
+		return hc, st, &RetentionError{Consumer: c.cfg.Name, Stream: st.Name, Retention: hc.InboxRetention,
+			StreamMaxAge: st.MaxAge, Source: st.Source}
+	}
+	return hc, st, nil
+}
+
+// checkRetention is Run's start-up check: a too-short retention stops
+// the start unless Config.AcceptShortRetention; a stream whose horizons
+// cannot be read is logged and not checked.
+func (c *Consumer[TTx]) checkRetention(ctx context.Context) error {
+	_, _, err := c.Horizon(ctx)
+	var re *RetentionError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &re) && c.cfg.AcceptShortRetention:
+		c.log.WarnContext(ctx, "starting with an inbox retention shorter than the stream's max age (AcceptShortRetention)", "error", err)
+		return nil
+	case errors.As(err, &re):
+		return err
+	}
+	c.log.WarnContext(ctx, "cannot read the stream's max age; inbox retention not checked", "error", err)
+	return nil
+}
