@@ -45,6 +45,7 @@ func commands() []command {
 		{name: "proxy", summary: "put the Idempotency-Key contract in front of any HTTP service (reverse proxy)", run: runProxy},
 		{name: "console", summary: "serve the operator console (dead letters, held work, keys, outbox, audit) in a browser", run: runConsole},
 		{name: "audit", summary: "list the operator actions the console recorded", run: runAudit},
+		{name: "saga", summary: "list sagas or show one with its steps, compensations and effects (list|show)", run: runSaga},
 		{name: "stats", summary: "print idem's counters for a database", run: runStats},
 		{name: "webhook", summary: "sign a webhook body (Standard Webhooks headers or a ready curl command)", run: runWebhook},
 		{name: "bench", summary: "measure idem's cost as ratios against a plain baseline", run: runBench},
