@@ -157,3 +157,23 @@ func countConflictLetters[TTx any](ctx context.Context, d store.Driver[TTx]) (in
 	err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+d.Table("dead_letters")+` WHERE error_class = 'fingerprint_mismatch'`).Scan(&n)
 	return n, err
 }
+
+// countInboxStates counts inbox rows by state (processing, completed,
+// failed); idemmetrics.Snapshot counts them by consumer.
+func countInboxStates[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
+	rows, err := d.Pool().Query(ctx, `SELECT state, count(*) FROM `+d.Table("inbox")+` GROUP BY state`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		out[st] = n
+	}
+	return out, rows.Err()
+}

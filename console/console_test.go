@@ -672,8 +672,10 @@ func TestOverviewCounts(t *testing.T) {
 		for i := range 3 {
 			h.park(letter("billing", "orders", fmt.Sprintf("m-%d", i), `{}`))
 		}
+		h.exec(`INSERT INTO `+h.table("inbox")+` (consumer, message_id, fingerprint, state, received_at, expires_at) VALUES ('billing', 'in-1', $1, 'processing', 1, $2)`,
+			[]byte("fp"), store.Micros(time.Now().Add(time.Hour)))
 		page := h.get("/console/")
-		for _, want := range []string{`data-testid="dlq-count">3<`, `data-testid="outbox-lag"`, `data-testid="chart-dlq"`, "<svg", "billing"} {
+		for _, want := range []string{"inbox (by state)", "<td>processing</td>", `data-testid="dlq-count">3<`, `data-testid="outbox-lag"`, `data-testid="chart-dlq"`, "<svg", "billing"} {
 			if !strings.Contains(page, want) {
 				t.Errorf("overview lacks %q", want)
 			}

@@ -39,6 +39,8 @@ type Overview struct {
 	// (any state): message ids reused with a different payload, as the
 	// consumers dead-lettered them. Known without a Gatherer.
 	ConflictLetters int64
+	// InboxStates counts inbox rows by state.
+	InboxStates map[string]int64
 }
 
 // chartWindow is how far back the charts reach.
@@ -68,6 +70,11 @@ func (c *Console[TTx]) Sample(ctx context.Context) (Overview, error) {
 			}
 		}
 		o.HeldEffects += o.Stats.Effects.By[string(effect.Failed)]
+	}
+	if ok, _ := tableExists(ctx, c.d, "inbox"); ok {
+		if o.InboxStates, err = countInboxStates(ctx, c.d); err != nil {
+			return o, err
+		}
 	}
 	if ok, _ := tableExists(ctx, c.d, "dead_letters"); ok {
 		if o.ConflictLetters, err = countConflictLetters(ctx, c.d); err != nil {
@@ -240,6 +247,7 @@ func (c *Console[TTx]) overview(w http.ResponseWriter, r *http.Request) {
 		By    []kv
 	}{
 		{"inbox (by consumer)", st.Inbox.Total, sortedCounts(st.Inbox.By)},
+		{"inbox (by state)", st.Inbox.Total, sortedCounts(o.InboxStates)},
 		{"idempotency_keys (by state)", st.HTTPKeys.Total, sortedCounts(st.HTTPKeys.By)},
 		{"outbox (by state)", st.Outbox.Pending + st.Outbox.Published + st.Outbox.Parked,
 			sortedCounts(map[string]int64{"pending": st.Outbox.Pending, "published": st.Outbox.Published, "parked": st.Outbox.Parked})},
