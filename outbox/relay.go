@@ -82,6 +82,13 @@ type RelayConfig struct {
 	// and tracestate headers. Defaults to otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 
+	// DuplicateWindow declares the broker's dedup window on the message id
+	// (JetStream: the stream's Duplicates, jetstream.StreamHorizon reads
+	// it). When the relay's [Relay.RetrySpan] outlives it, NewRelay logs a
+	// warning: a republish after the window is stored twice by the broker
+	// (the inbox still deduplicates it). 0: not declared, not checked.
+	DuplicateWindow time.Duration
+
 	// OnPublished is called after events were acknowledged by the broker
 	// and marked published. Hooks run on the relay goroutine: keep them
 	// fast and do not retain the slice.
@@ -199,6 +206,7 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 		wake: make(chan struct{}, 1),
 		rnd:  mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64())),
 	}
+	r.warnHorizon()
 	if p, ok := any(d).(interface{ PgxPool() *pgxpool.Pool }); ok && d.Dialect() == store.Postgres {
 		r.pgx = p.PgxPool()
 		if !cfg.DisableListen {
@@ -308,10 +316,7 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 
 // backoff returns a full-jitter delay for the n-th attempt (n ≥ 1).
 func (r *Relay[TTx]) backoff(n int) time.Duration {
-	ceil := r.cfg.BaseBackoff << min(n-1, 30)
-	if ceil <= 0 || ceil > r.cfg.MaxBackoff {
-		ceil = r.cfg.MaxBackoff
-	}
+	ceil := r.backoffCeil(n)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return time.Duration(r.rnd.Int64N(int64(ceil) + 1))
