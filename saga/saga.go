@@ -160,6 +160,12 @@ type Definition[TTx any] struct {
 	// Name identifies the definition; the same rules as step names.
 	Name  string
 	Steps []Step[TTx]
+	// OnDone, if set, runs in the transaction that finishes a saga (state
+	// Completed or Compensated in sg), so the business records the outcome
+	// (an order failed, say) atomically with it, whichever compensations
+	// were null. An error rolls the transition back; it is retried on the
+	// next advance.
+	OnDone func(ctx context.Context, tx TTx, sg Saga) error
 }
 
 // Saga is a stored saga.

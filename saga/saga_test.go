@@ -112,7 +112,13 @@ func input(c saga.Call) (orderInput, error) {
 }
 
 func (f *fixture) definition() saga.Definition[any] {
-	return saga.Definition[any]{Name: "order", Steps: []saga.Step[any]{
+	return saga.Definition[any]{Name: "order", OnDone: func(ctx context.Context, tx any, sg saga.Saga) error {
+		if sg.State != saga.Compensated {
+			return nil
+		}
+		_, err := f.d.Tx(tx).Exec(ctx, `UPDATE orders SET status = 'failed' WHERE id = $1 AND status = 'pending'`, sg.ID)
+		return err
+	}, Steps: []saga.Step[any]{
 		{
 			Name: "reserve",
 			DoTx: func(ctx context.Context, tx any, c saga.Call) ([]byte, error) {
@@ -483,6 +489,10 @@ func TestSagaNullCompensationRefusesTheLateAction(t *testing.T) {
 		}
 		if n := testdb.Count(t, d, `SELECT count(*) FROM reservations`); n != 0 {
 			t.Fatalf("the late action reserved seats after its compensation")
+		}
+		var status string
+		if err := d.Pool().QueryRow(ctx, `SELECT status FROM orders WHERE id = 'o-null'`).Scan(&status); err != nil || status != "failed" {
+			t.Fatalf("order status %q %v after a compensated saga, want failed (OnDone)", status, err)
 		}
 		if err := f.s.Abort(ctx, "o-null", "again"); !errors.Is(err, saga.ErrNotRunning) {
 			t.Fatalf("abort of a compensated saga: %v", err)

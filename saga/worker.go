@@ -230,6 +230,13 @@ func (w *Worker[TTx]) advance(ctx context.Context, df *def[TTx], sg Saga, eState
 				return fmt.Errorf("saga %q: %w", sg.ID, err)
 			}
 		}
+		if (state == Completed || state == Compensated) && df.OnDone != nil {
+			done := sg
+			done.State, done.Step, done.CurrentKey, done.LastError, done.AbortRequested = state, step, key, lastErr, false
+			if err := df.OnDone(ctx, tx, done); err != nil {
+				return fmt.Errorf("saga %q: OnDone: %w", sg.ID, err)
+			}
+		}
 		return nil
 	})
 }
