@@ -43,6 +43,7 @@ func commands() []command {
 		{name: "dlq", summary: "list, show, redrive or discard dead letters", run: runDLQ},
 		{name: "keys", summary: "show stored HTTP idempotency key records", run: runKeys},
 		{name: "proxy", summary: "put the Idempotency-Key contract in front of any HTTP service (reverse proxy)", run: runProxy},
+		{name: "conform", summary: "probe any HTTP server for the Idempotency-Key contract (PASS/FAIL/SKIP table)", run: runConform},
 		{name: "console", summary: "serve the operator console (dead letters, held work, keys, outbox, audit) in a browser", run: runConsole},
 		{name: "audit", summary: "list the operator actions the console recorded", run: runAudit},
 		{name: "saga", summary: "list sagas or show one with its steps, compensations and effects (list|show)", run: runSaga},
