@@ -269,21 +269,21 @@ func newCheck(replay, guard Link, sev Severity, enforced string) Check {
 
 const maxDuration = time.Duration(1<<63 - 1)
 
-// Weakest returns the check with the smallest margin (an undeclared one
-// first, then breaking before degrading ones of equal margin), and false
-// when there is none.
+// Weakest returns the declared check with the smallest margin (breaking
+// before degrading ones of equal margin), and false when no check is
+// declared on both sides. Checks with an undeclared side are not ranked:
+// see [System.Undeclared].
 func (s System) Weakest() (Check, bool) {
-	cs := s.Checks()
+	var cs []Check
+	for _, c := range s.Checks() {
+		if !c.Undeclared {
+			cs = append(cs, c)
+		}
+	}
 	if len(cs) == 0 {
 		return Check{}, false
 	}
 	return slices.MinFunc(cs, func(a, b Check) int {
-		if a.Undeclared != b.Undeclared {
-			if a.Undeclared {
-				return -1
-			}
-			return 1
-		}
 		if a.Margin != b.Margin {
 			if a.Margin < b.Margin {
 				return -1
@@ -298,6 +298,18 @@ func (s System) Weakest() (Check, bool) {
 		}
 		return 0
 	}), true
+}
+
+// Undeclared returns the checks that cannot be made because one side is
+// not declared.
+func (s System) Undeclared() []Check {
+	var out []Check
+	for _, c := range s.Checks() {
+		if c.Undeclared {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Format writes d for people: "unlimited", "not declared", or days, hours,
