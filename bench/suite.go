@@ -36,6 +36,9 @@ func (e *Env) Pairs() []Pair {
 		ns := func(ctx context.Context) (store.Driver[*sql.Tx], error) { return e.sqliteNS(ctx) }
 		ps = append(ps, outboxRelay(e, ns, "sqlite"), pipeline(e, ns, "sqlite"))
 	}
+	if p, ok := e.proxyPair(); ok {
+		ps = append(ps, p)
+	}
 	if e.cfg.Peer == "watermill" {
 		ps = append(ps, peerProduce(e), peerConsume(e))
 	}
