@@ -237,7 +237,15 @@ func (s System) Checks() []Check {
 	for _, c := range s.Consumers {
 		guard := link(InboxRetention, c.Name, c.InboxRetention)
 		if st, ok := streams[c.Stream]; ok {
-			out = append(out, newCheck(link(BrokerMaxAge, st.Name, st.MaxAge), guard, Breaks, "consumer refuses to start"))
+			// consumer.Run refuses a finite max age its retention does not
+			// cover; a stream read without max age is not refused (acked
+			// messages come back only when a durable is reset or created
+			// anew under the same consumer name).
+			enforced := "consumer refuses to start"
+			if st.MaxAge == Unlimited {
+				enforced = ""
+			}
+			out = append(out, newCheck(link(BrokerMaxAge, st.Name, st.MaxAge), guard, Breaks, enforced))
 		}
 		out = append(out, newCheck(redrive, guard, Breaks, "idem dlq redrive refuses"))
 	}
@@ -269,8 +277,8 @@ func newCheck(replay, guard Link, sev Severity, enforced string) Check {
 
 const maxDuration = time.Duration(1<<63 - 1)
 
-// Weakest returns the declared check with the smallest margin (breaking
-// before degrading ones of equal margin), and false when no check is
+// Weakest returns the declared check with the smallest margin (of equal
+// margins: breaking before degrading, unenforced before enforced), and false when no check is
 // declared on both sides. Checks with an undeclared side are not ranked:
 // see [System.Undeclared].
 func (s System) Weakest() (Check, bool) {
@@ -292,6 +300,12 @@ func (s System) Weakest() (Check, bool) {
 		}
 		if a.Severity != b.Severity {
 			if a.Severity == Breaks {
+				return -1
+			}
+			return 1
+		}
+		if (a.Enforced == "") != (b.Enforced == "") {
+			if a.Enforced == "" {
 				return -1
 			}
 			return 1
