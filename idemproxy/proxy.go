@@ -42,6 +42,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -288,6 +289,12 @@ func (a *attempt) wasSent() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.se
 
 type attemptKey struct{}
 
+// forwarded records that a request reached the upstream (for the outcome
+// label of requests the middleware let through).
+type forwarded struct{ atomic.Bool }
+
+type forwardedKey struct{}
+
 // forward sends the request upstream. A keyed request's upstream call does
 // not follow the client's cancellation (a client that gives up must not
 // leave an unknown outcome behind: the answer is recorded for its retry);
@@ -296,6 +303,9 @@ func (p *Proxy) forward(policy idemhttp.ExpiredPolicy) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		at := &attempt{policy: policy}
 		ctx := r.Context()
+		if fw, ok := ctx.Value(forwardedKey{}).(*forwarded); ok {
+			fw.Store(true)
+		}
 		var cancel context.CancelFunc
 		if idemhttp.Key(ctx) != "" {
 			if dl, ok := ctx.Deadline(); ok {
@@ -395,6 +405,8 @@ func (p *Proxy) instrument(label string, h http.Handler) http.Handler {
 		p.inflightG.Inc()
 		defer func() { p.inflightG.Dec(); p.inflight.Done() }()
 		ctx, info := idemhttp.WithInfo(r.Context())
+		fw := new(forwarded)
+		ctx = context.WithValue(ctx, forwardedKey{}, fw)
 		sw := &statusWriter{ResponseWriter: w}
 		h.ServeHTTP(sw, r.WithContext(ctx))
 		outcome := "rejected"
@@ -404,8 +416,8 @@ func (p *Proxy) instrument(label string, h http.Handler) http.Handler {
 			p.metrics.DuplicateContext(ctx, "proxy", label)
 		case info.Executed:
 			outcome = "executed"
-		case info.Key == "" && sw.status < 400:
-			outcome = "passthrough"
+		case fw.Load():
+			outcome = "passthrough" // forwarded without the contract (no key where none is needed)
 		case sw.status == http.StatusUnprocessableEntity:
 			if p.metrics != nil {
 				p.metrics.FingerprintConflict("proxy", label)

@@ -145,12 +145,23 @@ func TestProxyCommandHoldVisibleInKeysShow(t *testing.T) {
 func TestProxyCommandWarnsAndReplays(t *testing.T) {
 	up := nodeUpstream(t, 0)
 	db := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
-	base, stderr, stop := startProxyCmd(t, "--upstream", up.URL, "--db", db, "--route", "POST /orders")
+	metrics := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	base, stderr, stop := startProxyCmd(t, "--upstream", up.URL, "--db", db, "--route", "POST /orders", "--metrics-addr", metrics)
 	hdr := map[string]string{"Idempotency-Key": `"w-1"`, "Content-Type": "application/json"}
 	first := call(t, "POST", base+"/orders", hdr, `{"a":1}`)
 	again := call(t, "POST", base+"/orders", hdr, `{"a":1}`)
 	if first.status != 201 || again.status != 201 || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(first.body) {
 		t.Fatalf("first %d %s, retry %d %s (replayed %q)", first.status, first.body, again.status, again.body, again.header.Get("Idempotent-Replayed"))
+	}
+	m := call(t, "GET", "http://"+metrics+"/metrics", nil, "")
+	for _, want := range []string{
+		`idem_proxy_requests_total{operation="POST /orders",outcome="replayed"} 1`,
+		`idem_duplicates_suppressed_total{component="proxy",consumer="POST /orders"} 1`,
+		`idem_table_rows{table="idempotency_keys"} 1`,
+	} {
+		if !strings.Contains(string(m.body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
