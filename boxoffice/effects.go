@@ -19,7 +19,7 @@ func (s *System) effectWorker() (*effect.Worker[*sql.Tx], error) {
 	w, err := effect.NewWorker(s.ledger, effect.WorkerConfig[*sql.Tx]{
 		Concurrency:  8,
 		PollInterval: s.cfg.PollInterval,
-		MaxAttempts:  20,
+		MaxAttempts:  effectMaxAttempts,
 		Backoff:      effect.FullJitter(s.cfg.RetryBase, s.cfg.RetryMax),
 		Logger:       s.cfg.Logger,
 	})

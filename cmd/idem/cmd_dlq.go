@@ -25,6 +25,9 @@ type dlqFlags struct {
 	db, consumer, since, until, class, state, by, nats string
 	all, asJSON                                        bool
 	limit                                              int
+	force                                              bool
+	reason                                             string
+	retention                                          time.Duration
 }
 
 func runDLQ(ctx context.Context, env *Env, args []string) error {
@@ -41,6 +44,9 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	fs.StringVar(&f.by, "by", "", "operator name recorded on redrive/discard (default $USER)")
 	fs.StringVar(&f.nats, "nats", "", "redrive: NATS JetStream URL to republish to (default $IDEM_NATS_URL)")
 	fs.IntVar(&f.limit, "limit", 100, "list: at most this many letters (0 = no limit)")
+	fs.BoolVar(&f.force, "force", false, "redrive: redrive letters refused because their message id may have been processed and forgotten (needs --reason)")
+	fs.StringVar(&f.reason, "reason", "", "redrive --force: why it is safe (recorded with the letter)")
+	fs.DurationVar(&f.retention, "inbox-retention", dlq.DefaultInboxRetention, "redrive: the consumers' inbox retention; older letters are refused unless --force")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -74,6 +80,15 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 		if len(ids) > 0 && f.all {
 			return fmt.Errorf("%w: give ids or --all, not both", errUsage)
 		}
+		if (f.force || f.reason != "") && action == "discard" {
+			return fmt.Errorf("%w: --force and --reason are for redrive", errUsage)
+		}
+		if f.force != (strings.TrimSpace(f.reason) != "") {
+			return fmt.Errorf("%w: --force needs --reason \"why it is safe\", and --reason needs --force", errUsage)
+		}
+		if f.retention <= 0 {
+			return fmt.Errorf("%w: --inbox-retention must be positive", errUsage)
+		}
 	default:
 		return fmt.Errorf("%w: unknown action %q (want list, show, redrive or discard)", errUsage, action)
 	}
@@ -91,7 +106,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	} else if !ok {
 		return errors.New("the dead_letters table does not exist: run 'idem migrate up' first")
 	}
-	store, err := dlq.New(d, dlq.Config{})
+	store, err := dlq.New(d, dlq.Config{InboxRetention: func(string) time.Duration { return f.retention }})
 	if err != nil {
 		return err
 	}
@@ -150,10 +165,11 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer pub.Close()
+	opt := dlq.RedriveOptions{Force: f.force, Reason: f.reason}
 	if !f.all {
 		n := 0
 		for _, id := range ids {
-			if _, err := store.Redrive(ctx, id, f.by, pub); err != nil {
+			if _, err := store.RedriveWith(ctx, id, f.by, pub, opt); err != nil {
 				return fmt.Errorf("redrove %d, then: %w", n, err)
 			}
 			n++
@@ -170,7 +186,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 			_ = bar.Set(done)
 		}
 	}
-	n, err := store.RedriveAll(ctx, filter, f.by, pub, progress)
+	n, err := store.RedriveAllWith(ctx, filter, f.by, pub, opt, progress)
 	if bar != nil {
 		_ = bar.Finish()
 	}

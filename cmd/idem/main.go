@@ -48,6 +48,7 @@ func commands() []command {
 		{name: "audit", summary: "list the operator actions the console recorded", run: runAudit},
 		{name: "saga", summary: "list sagas or show one with its steps, compensations and effects (list|show)", run: runSaga},
 		{name: "stats", summary: "print idem's counters for a database", run: runStats},
+		{name: "horizon", summary: "print the reference system's replay horizons, their checks and the weakest link", run: runHorizon},
 		{name: "webhook", summary: "sign a webhook body (Standard Webhooks headers or a ready curl command)", run: runWebhook},
 		{name: "bench", summary: "measure idem's cost as ratios against a plain baseline", run: runBench},
 		{name: "version", summary: "print the version", run: runVersion},

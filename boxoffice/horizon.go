@@ -1,0 +1,66 @@
+package boxoffice
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker/jetstream"
+	"github.com/idemkit/idem/horizon"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/webhook"
+)
+
+// effectMaxAttempts is the e-mail worker's MaxAttempts (effects.go).
+const effectMaxAttempts = 20
+
+// Horizons returns the system's replay horizons as configured: the
+// Idempotency-Key retention of POST /orders, the relay's retry span, the
+// JetStream stream's max age and duplicate window (read from the server
+// when the broker is JetStream), every consumer's inbox retention, the
+// webhook sender's documented retry span against the receiver's retention,
+// and the e-mail effect's retry span against the provider's key lifetime.
+// The client retry window is not the system's to declare (0). Dead letters
+// stay parked until an operator resolves them, so the redrive window is
+// unlimited: `idem dlq redrive` refuses the letters it could no longer
+// deduplicate.
+func (s *System) Horizons(ctx context.Context) (horizon.System, error) {
+	h := horizon.System{Name: "boxoffice", RedriveWindow: horizon.Unlimited,
+		HTTPOperations: []horizon.HTTPOperation{{Name: "POST /orders", KeyRetention: s.cfg.KeyRetention}}}
+	r, err := outbox.NewRelay(s.db, nopPublisher{}, outbox.RelayConfig{ClaimTTL: s.cfg.RelayClaimTTL})
+	if err != nil {
+		return h, err
+	}
+	h.OutboxRetry = r.RetrySpan()
+	stream := "order-events"
+	if b, ok := s.cfg.Broker.(*JetStreamBroker); ok {
+		st, err := jetstream.StreamHorizon(ctx, b.js, b.cfg.Stream)
+		if err != nil {
+			return h, err
+		}
+		h.Streams = append(h.Streams, st)
+		stream = st.Name
+	}
+	for _, c := range []string{ConsumerNotification, ConsumerBilling, ConsumerSearch} {
+		h.Consumers = append(h.Consumers, horizon.Consumer{Name: c, Stream: stream, InboxRetention: s.inbox.RetentionOf(c)})
+	}
+	h.Webhooks = []horizon.WebhookSource{{Name: WebhookSource + " (Standard Webhooks)", SenderRetry: webhook.StandardWebhooksRetrySpan,
+		Retention: s.inbox.RetentionOf("webhook:" + WebhookSource)}}
+	// The worker's span: every backoff ceiling (FullJitter(RetryBase,
+	// RetryMax)) plus one lease per attempt (a crashed call is re-sent after
+	// its lease). The fake provider keeps every key for its life.
+	span := time.Duration(effectMaxAttempts) * s.cfg.EffectLease
+	ceil := s.cfg.RetryBase
+	for n := 1; n < effectMaxAttempts; n++ {
+		span += min(ceil, s.cfg.RetryMax)
+		ceil *= 2
+	}
+	h.Effects = []horizon.EffectKind{{Kind: EffectKindEmail, RetrySpan: span, KeyLifetime: horizon.Unlimited}}
+	return h, nil
+}
+
+// nopPublisher lets Horizons build a relay to read its retry span.
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(context.Context, ...idem.Message) error { return nil }
+func (nopPublisher) Close() error                                   { return nil }
