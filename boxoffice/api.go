@@ -103,19 +103,8 @@ func (s *System) createOrder(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", "no request transaction")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxOrderBody))
-	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
-			fmt.Sprintf("an order body is at most %d bytes", MaxOrderBody))
-		return
-	}
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "Invalid order", "unreadable body")
-		return
-	}
-	req, err := DecodeOrderRequest(body)
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "Invalid order", err.Error())
+	req, ok := readOrderRequest(w, r)
+	if !ok {
 		return
 	}
 	oc, err := s.CreateOrderTx(ctx, tx, tenantOf(r), req)
@@ -130,6 +119,27 @@ func (s *System) createOrder(w http.ResponseWriter, r *http.Request) {
 	idemhttp.SetResource(ctx, "order", oc.OrderID)
 	w.Header().Set("Location", "/orders/"+oc.OrderID)
 	s.writeJSON(w, r, http.StatusCreated, oc.Order)
+}
+
+// readOrderRequest reads and validates an order body, answering 413 or 400
+// problem+json (and false) when it is not one.
+func readOrderRequest(w http.ResponseWriter, r *http.Request) (OrderRequest, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxOrderBody))
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
+			fmt.Sprintf("an order body is at most %d bytes", MaxOrderBody))
+		return OrderRequest{}, false
+	}
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "Invalid order", "unreadable body")
+		return OrderRequest{}, false
+	}
+	req, err := DecodeOrderRequest(body)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "Invalid order", err.Error())
+		return OrderRequest{}, false
+	}
+	return req, true
 }
 
 // CreateOrderTx takes the seats, inserts the order and enqueues its

@@ -14,6 +14,7 @@
 //	order-events ──(inbox "search" + versionguard)──▶ event_availability (seats left per event)
 //	invalid events ──▶ dead-letter store (dlq), redriven with their original id
 //	POST /webhooks/payments ──(webhook: Standard Webhooks signature + receipt dedup)──▶ payments, orders.status = paid
+//	POST /paid-orders ──(saga "paid-order" on the effect ledger)──▶ reserve seats → charge (payment provider) → confirm; compensated: release, refund
 //
 // A [System] runs any subset of the components ([Role]) in one process, on
 // one database (database/sql: SQLite or PostgreSQL) and one [Broker]; many
@@ -57,6 +58,7 @@ import (
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/saga"
 	"github.com/idemkit/idem/store/sqlstore"
 )
 
@@ -103,6 +105,10 @@ type Hooks struct {
 	// Fault runs first in every consumer handler, inside its transaction;
 	// an error fails the delivery (transient, or idem.Permanent → DLQ).
 	Fault func(consumer string, oc OrderConfirmed, msg idem.Message) error
+	// WrapSagaStep wraps the external halves of the paid-order saga's
+	// steps ("charge" do and undo): crashes after the provider call,
+	// time-outs.
+	WrapSagaStep func(step string, op saga.Op, f SagaStep) SagaStep
 }
 
 // Config configures a System.
@@ -192,6 +198,7 @@ type System struct {
 	inbox    *inbox.Inbox[*sql.Tx]
 	dlq      *dlq.Store[*sql.Tx]
 	ledger   *effect.Ledger[*sql.Tx]
+	sagas    *saga.Sagas[*sql.Tx] // the paid-order saga (paid.go)
 	hs       *Handlers
 	reg      *prometheus.Registry
 	metrics  *idemmetrics.Metrics
@@ -288,6 +295,9 @@ func New(ctx context.Context, cfg Config) (*System, error) {
 		TracerProvider: cfg.TracerProvider}); err != nil {
 		return nil, err
 	}
+	if s.sagas, err = s.newSagas(); err != nil {
+		return nil, err
+	}
 	s.hs = &Handlers{db: s.db, t: s.t, ledger: s.ledger, now: cfg.Now, Fault: cfg.Hooks.Fault, stale: &s.counts.guardStale}
 	if roles[RoleAPI] {
 		if s.handler, err = s.routes(); err != nil {
@@ -319,6 +329,9 @@ func (s *System) routes() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", withTenant(s.countReplays(mw.Handler(http.HandlerFunc(s.createOrder)))))
 	mux.Handle("GET /orders/{id}", withTenant(http.HandlerFunc(s.getOrder)))
+	mux.Handle("POST /paid-orders", withTenant(http.HandlerFunc(s.createPaidOrder)))
+	mux.Handle("GET /paid-orders/{id}", withTenant(http.HandlerFunc(s.getPaidOrderHandler)))
+	mux.Handle("POST /paid-orders/{id}/cancel", withTenant(http.HandlerFunc(s.cancelPaidOrder)))
 	mux.Handle("POST /webhooks/payments", wh)
 	mux.HandleFunc("GET /stats", s.statsHandler)
 	mux.HandleFunc("GET /healthz", s.healthz)
@@ -452,6 +465,11 @@ func (s *System) Run(ctx context.Context) error {
 			return err
 		}
 		runners = append(runners, w.Run)
+		sw, err := s.sagaWorker()
+		if err != nil {
+			return err
+		}
+		runners = append(runners, sw.Run)
 	}
 	if len(runners) == 0 {
 		<-ctx.Done()

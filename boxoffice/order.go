@@ -179,22 +179,9 @@ func createOrderTx(ctx context.Context, q store.Querier, t tables, seats int64, 
 	if err != nil {
 		return oc, err
 	}
-	// The inventory row exists from the first order on; the conditional
-	// increment is the whole sold-out decision (row lock on PostgreSQL,
-	// the write lock on SQLite).
-	if _, err := q.Exec(ctx, `INSERT INTO `+t.inventory+` (event_id, capacity, sold, version)
-		VALUES ($1, $2, 0, 0) ON CONFLICT (event_id) DO NOTHING`, req.EventID, seats); err != nil {
-		return oc, fmt.Errorf("boxoffice: inventory: %w", err)
-	}
-	var capacity, sold, version int64
-	err = q.QueryRow(ctx, `UPDATE `+t.inventory+` SET sold = sold + $2, version = version + 1
-		WHERE event_id = $1 AND sold + $2 <= capacity
-		RETURNING capacity, sold, version`, req.EventID, req.Seats).Scan(&capacity, &sold, &version)
-	if errors.Is(err, store.ErrNoRows) {
-		return oc, ErrSoldOut
-	}
+	capacity, sold, version, err := takeSeats(ctx, q, t, seats, req.EventID, int64(req.Seats))
 	if err != nil {
-		return oc, fmt.Errorf("boxoffice: inventory: %w", err)
+		return oc, err
 	}
 	o := Order{
 		OrderID:       "ord_" + id.String(),
@@ -213,6 +200,27 @@ func createOrderTx(ctx context.Context, q store.Querier, t tables, seats int64, 
 		return oc, fmt.Errorf("boxoffice: insert order: %w", err)
 	}
 	return OrderConfirmed{Order: o, SeatsLeft: capacity - sold, EventVersion: version}, nil
+}
+
+// takeSeats takes n seats of event (capacity seats, the inventory row
+// created on first use) inside the caller's transaction, or returns
+// ErrSoldOut changing nothing. The conditional increment is the whole
+// sold-out decision (row lock on PostgreSQL, the write lock on SQLite).
+func takeSeats(ctx context.Context, q store.Querier, t tables, seats int64, event string, n int64) (capacity, sold, version int64, err error) {
+	if _, err := q.Exec(ctx, `INSERT INTO `+t.inventory+` (event_id, capacity, sold, version)
+		VALUES ($1, $2, 0, 0) ON CONFLICT (event_id) DO NOTHING`, event, seats); err != nil {
+		return 0, 0, 0, fmt.Errorf("boxoffice: inventory: %w", err)
+	}
+	err = q.QueryRow(ctx, `UPDATE `+t.inventory+` SET sold = sold + $2, version = version + 1
+		WHERE event_id = $1 AND sold + $2 <= capacity
+		RETURNING capacity, sold, version`, event, n).Scan(&capacity, &sold, &version)
+	if errors.Is(err, store.ErrNoRows) {
+		return 0, 0, 0, ErrSoldOut
+	}
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("boxoffice: inventory: %w", err)
+	}
+	return capacity, sold, version, nil
 }
 
 const orderColumns = `order_id, tenant, event_id, customer_email, seats, total_cents, currency, status, created_at`

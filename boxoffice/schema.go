@@ -37,6 +37,8 @@ import (
 //   - invoices: UNIQUE (order_id), business key invoice:<orderId>.
 //   - outgoing_emails: UNIQUE (order_id, kind).
 //   - payments: one row per paid order.
+//   - paid_orders: one row per paid-order saga (UNIQUE saga_id);
+//     seat_holds: one row per paid order that reserved seats.
 type tables struct {
 	schema string // PostgreSQL schema, "" on SQLite
 
@@ -128,6 +130,31 @@ var businessTables = []businessTable{
 		order_id   text PRIMARY KEY,
 		webhook_id text NOT NULL,
 		created_at %[2]s NOT NULL
+	)`},
+	// The paid-order saga (paid.go): one row per order, one seat hold per
+	// order that reserved seats.
+	{"paid_orders", []string{"order_id", "tenant", "saga_id", "event_id", "customer_email", "seats", "total_cents", "currency", "status", "charge_id", "created_at"},
+		`CREATE TABLE IF NOT EXISTS %[1]s (
+		order_id       text PRIMARY KEY,
+		tenant         text NOT NULL,
+		saga_id        text NOT NULL UNIQUE,
+		event_id       text NOT NULL,
+		customer_email text NOT NULL,
+		seats          integer NOT NULL,
+		total_cents    %[2]s NOT NULL,
+		currency       text NOT NULL,
+		status         text NOT NULL,
+		charge_id      text NOT NULL DEFAULT '',
+		created_at     %[2]s NOT NULL
+	)`},
+	{"seat_holds", []string{"order_id", "event_id", "seats", "released", "created_at", "released_at"},
+		`CREATE TABLE IF NOT EXISTS %[1]s (
+		order_id    text PRIMARY KEY,
+		event_id    text NOT NULL,
+		seats       integer NOT NULL,
+		released    integer NOT NULL DEFAULT 0,
+		created_at  %[2]s NOT NULL,
+		released_at %[2]s NOT NULL DEFAULT 0
 	)`},
 }
 
