@@ -1,5 +1,0 @@
-//go:build !race
-
-package idemproxy_test
-
-const raceEnabled = false
