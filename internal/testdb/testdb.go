@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -40,6 +41,46 @@ func randomName(prefix string) string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	return prefix + hex.EncodeToString(b)
+}
+
+// PostgresDatabase creates a fresh database on the test server, dropped
+// (with FORCE) when t ends, and returns its URL: for code under test that
+// owns a whole database (migrations into the default schema, commands
+// given a --db URL). It skips t when the variable is unset and fails it
+// when the server is unreachable.
+func PostgresDatabase(t testing.TB) string {
+	t.Helper()
+	base := PostgresURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := randomName("t_db_") // generated here, never input
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("testdb: %s is set but PostgreSQL is unreachable: %v", EnvPostgres, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("testdb: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Logf("testdb: drop database %s: %v", name, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("testdb: drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("testdb: %s: %v", EnvPostgres, err)
+	}
+	u.Path = "/" + name
+	return u.String()
 }
 
 // PostgresSchema creates a fresh schema on the test server, dropped when t
