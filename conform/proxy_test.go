@@ -2,7 +2,6 @@ package conform_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,14 +16,7 @@ import (
 // Every check passes against idem proxy in front of the Node.js upstream,
 // the 5xx check through the upstream's X-Upstream-Fail header.
 func TestConformPassesAgainstIdemProxy(t *testing.T) {
-	up, err := upstreamnode.Start(context.Background(), 0)
-	if errors.Is(err, upstreamnode.ErrNoNode) {
-		t.Skip("node is not on PATH: skipping the Node.js upstream")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Stop()
+	up := upstreamnode.StartTest(t, 0)
 	u, _ := url.Parse(up.URL)
 	p, err := idemproxy.New(testdb.SQLite(t), idemproxy.Config{Upstream: u, Routes: []idemproxy.Route{{
 		Method: "POST", Path: "/orders", Operation: "orders.create", Tenant: idemproxy.TenantSource{Header: "X-Tenant-ID"}}}})

@@ -2,7 +2,6 @@ package idemproxy_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -19,30 +18,11 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
-// nodeUpstream starts the example Node.js service on port (0: any), or
-// skips t when node is missing.
 func nodeUpstream(t *testing.T, port int) *upstreamnode.Upstream {
-	t.Helper()
-	u, err := upstreamnode.Start(context.Background(), port)
-	if errors.Is(err, upstreamnode.ErrNoNode) {
-		t.Skip("node is not on PATH: skipping the tests against the Node.js upstream (install Node.js 18+ to run them)")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(u.Stop)
-	return u
+	return upstreamnode.StartTest(t, port)
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return upstreamnode.FreePort(t) }
 
 type clock struct {
 	mu  sync.Mutex

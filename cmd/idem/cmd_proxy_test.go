@@ -3,9 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,18 +15,8 @@ import (
 	upstreamnode "github.com/idemkit/idem/examples/upstream-node"
 )
 
-// nodeUpstream starts the example Node.js service, or skips t.
 func nodeUpstream(t *testing.T, port int) *upstreamnode.Upstream {
-	t.Helper()
-	u, err := upstreamnode.Start(context.Background(), port)
-	if errors.Is(err, upstreamnode.ErrNoNode) {
-		t.Skip("node is not on PATH: skipping the tests against the Node.js upstream")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(u.Stop)
-	return u
+	return upstreamnode.StartTest(t, port)
 }
 
 // startProxyCmd runs "idem proxy" in-process and returns its URL, its
@@ -75,15 +63,7 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return upstreamnode.FreePort(t) }
 
 // idem proxy with --expired-lease hold: the upstream is SIGKILLed while it
 // holds a request; after the lease the key is held for reconciliation and

@@ -2,7 +2,6 @@ package upstreamnode_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,14 +12,7 @@ import (
 // The service counts every POST /orders it receives, per key.
 func TestUpstreamCountsExecutions(t *testing.T) {
 	ctx := context.Background()
-	u, err := upstreamnode.Start(ctx, 0)
-	if errors.Is(err, upstreamnode.ErrNoNode) {
-		t.Skip("node is not on PATH: skipping the Node.js upstream")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer u.Stop()
+	u := upstreamnode.StartTest(t, 0)
 	for range 2 {
 		req, _ := http.NewRequest(http.MethodPost, u.URL+"/orders", strings.NewReader(`{"sku":"a"}`))
 		req.Header.Set("Idempotency-Key", "k1")

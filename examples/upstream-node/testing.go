@@ -1,0 +1,35 @@
+package upstreamnode
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+)
+
+// StartTest starts the service for t on port (0: any free one), stopped
+// when t ends; it skips t with a message when node is not on PATH.
+func StartTest(t testing.TB, port int) *Upstream {
+	t.Helper()
+	u, err := Start(context.Background(), port)
+	if errors.Is(err, ErrNoNode) {
+		t.Skip("node is not on PATH: skipping the tests against the Node.js upstream (install Node.js 18+ to run them)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Stop)
+	return u
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago, for a
+// service that must come back on the same port after a crash.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
