@@ -240,3 +240,30 @@ func TestProxyDefaultRouteWarns(t *testing.T) {
 		t.Fatalf("record under the default operation: %v", err)
 	}
 }
+
+// An upstream that does not answer within the lease: 504 problem+json,
+// nothing stored; the lease is over, so under re-execute the retry
+// executes again.
+func TestProxyUpstreamTimeout(t *testing.T) {
+	up := nodeUpstream(t, 0)
+	d := testdb.SQLite(t)
+	rt := ordersRoute(idemhttp.ReExecute)
+	rt.Lease = 500 * time.Millisecond
+	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{rt}})
+	a := send(t, p.URL, call{key: "slow", tenant: "acme", body: `{}`, headers: map[string]string{"X-Upstream-Delay-Ms": "5000"}})
+	wantStatus(t, a, 504)
+	if !strings.Contains(a.body, idemproxy.TypeUpstreamTimeout) {
+		t.Fatalf("body %q, want %s", a.body, idemproxy.TypeUpstreamTimeout)
+	}
+	if rec, err := idemhttp.Lookup(context.Background(), d, "acme", "orders.create", "slow"); err != nil || rec.State != idemhttp.StatePending || rec.Status != 0 {
+		t.Fatalf("record after the timeout: %+v, %v; want pending with no response", rec, err)
+	}
+	retry := send(t, p.URL, call{key: "slow", tenant: "acme", body: `{}`})
+	wantStatus(t, retry, 201)
+	if retry.header.Get("Idempotent-Replayed") != "" {
+		t.Fatal("the retry after a timeout was a replay")
+	}
+	if c := executions(t, up); c.ByKey[`"slow"`] != 2 {
+		t.Fatalf("counts %+v, want the key executed twice (timed out, then re-executed)", c)
+	}
+}

@@ -173,3 +173,36 @@ func TestProxyCommandBadLines(t *testing.T) {
 		assertOneLine(t, strconv.Quote(strings.Join(args, " ")), errOut)
 	}
 }
+
+// On shutdown idem proxy lets an in-flight request finish: its answer
+// reaches the client and is recorded.
+func TestProxyCommandShutdownFinishesInFlight(t *testing.T) {
+	up := nodeUpstream(t, 0)
+	db := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
+	base, _, stop := startProxyCmd(t, "--upstream", up.URL, "--db", db, "--route", "POST /orders=orders.create", "--shutdown-timeout", "30s")
+	hdr := map[string]string{"Idempotency-Key": `"late"`, "Content-Type": "application/json", "X-Upstream-Delay-Ms": "500"}
+	res := make(chan httpReply, 1)
+	go func() { res <- call(t, "POST", base+"/orders", hdr, `{}`) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c, err := up.Count(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Executions == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream never received the request")
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-res; r.status != 201 {
+		t.Fatalf("in-flight request during shutdown: %d %s, want 201", r.status, r.body)
+	}
+	code, out, errOut := runCmd(t, nil, "keys", "show", "--db", db, "--operation", "orders.create", "late")
+	if code != 0 || !strings.Contains(out, "completed") {
+		t.Fatalf("idem keys show: exit %d, %q %q; want the completed record", code, out, errOut)
+	}
+}
