@@ -85,6 +85,15 @@
 // handler runs and completed afterwards; see [ExpiredPolicy] for recovery
 // of an abandoned lease, and the fencing token that rejects a zombie's late
 // finalisation.
+//
+// Tracing: every request that carries a key (or lacks a required one) runs
+// in an OpenTelemetry span idem.http, a child of the span in its context or
+// of the client's traceparent, with idem.decision (executed, replayed,
+// mismatch, in_flight, rejected), idem.tenant, idem.operation and
+// idem.key_hash (never the raw key); see Config.TracerProvider. The handler
+// runs under that span, so the outbox rows it writes continue the trace.
+// [Transport] carries the request's key ([DownstreamKey]) and traceparent to
+// the services the handler calls.
 package idemhttp
 
 import (

@@ -30,6 +30,15 @@
 //
 // Consumers dedup on CloudEvents source + id. Brokers dedup on the message
 // id alone, so an event id must be unique by itself: the default UUIDv7 is.
+//
+// # Tracing
+//
+// Enqueue runs in an OpenTelemetry span idem.outbox.enqueue and stores its
+// W3C context with each row (traceparent, tracestate: migration 0007); the
+// relay publishes each event in an idem.relay.publish span that is a child
+// of it and injects that span into the message's traceparent/tracestate
+// headers, where the consumer's idem.consume span picks it up. So one
+// request is one trace across the transaction, the relay and the broker.
 package outbox
 
 import (
