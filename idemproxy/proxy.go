@@ -268,7 +268,7 @@ func buildRoute[TTx any](p *Proxy, d store.Driver[TTx], cfg Config, rt Route) (h
 		MaxResponseMemory:  cfg.MaxResponseMemory,
 		ExpiredPolicy:      rt.ExpiredPolicy,
 		Now:                cfg.Now,
-		Logger:             p.log,
+		Logger:             cfg.Logger,
 		TracerProvider:     cfg.TracerProvider,
 	}
 	mw, err := idemhttp.New(d, hc)
