@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/broker/jetstream/embedded"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/fakeprovider"
 	"github.com/idemkit/idem/saga"
@@ -236,6 +239,9 @@ func sagaResult(res *Result, c sagaCheck, n int, extraExpected, extraObserved st
 // takes the step over, as after a crash) and its late result is fenced
 // off. The charge is re-sent with the same key and happens once.
 func sagaCrashAfterStep(ctx context.Context, r *runner, res *Result) error {
+	if r.cfg.Processes {
+		return sagaCrashProcess(ctx, r, res)
+	}
 	m := r.small()
 	g := newRNG(r.cfg.Seed, 14)
 	var crashed atomic.Int64
@@ -435,4 +441,112 @@ func sagaDuplicateStart(ctx context.Context, r *runner, res *Result) error {
 		len(errs) == 0 && created.Load() == int64(m) && replays.Load() == int64((racers-1)*m) && mismatches.Load() == int64(m) &&
 			other.Load() == 0 && c.f.Confirmed == int64(m) && c.charges == m)
 	return errors.Join(serr, errors.Join(errs...))
+}
+
+// sagaCrashProcess is saga-crash-after-step with --processes: the saga
+// worker runs in an "idem worker --role effects" child process, and each of
+// the first charges is made by the provider and then held (no answer) while
+// the drill SIGKILLs the child: killed after the provider call, before
+// recording it, for real. The restarted child claims the step once the
+// lease ran out and re-sends the same key.
+func sagaCrashProcess(ctx context.Context, r *runner, res *Result) error {
+	exe := r.cfg.Executable
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	m := r.small()
+	kills := min(m, max(r.cfg.Kills/4, 3))
+	dir := filepath.Join(r.tmp, "saga-crash-process")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	natsURL := r.cfg.NATSURL
+	if natsURL == "" {
+		srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "jetstream")})
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		natsURL = srv.ClientURL()
+	}
+	e, err := r.newEnv(ctx, "saga-crash-after-step", false, func(o *boxoffice.Options) {
+		o.Roles = []boxoffice.Role{boxoffice.RoleAPI}
+		o.NATSURL = natsURL
+		o.DataDir = dir
+	})
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	dbURL := e.opts.DatabaseURL
+	if dbURL == "" {
+		dbURL = "sqlite://" + filepath.Join(dir, "idem.db")
+	}
+	args := []string{"--role", "effects", "-v", "--provider", e.sys.Config().ProviderURL, "--effect-lease", "2s", "--poll", "20ms"}
+	if e.opts.Schema != "" {
+		args = append(args, "--schema", e.opts.Schema)
+	}
+	if e.opts.Stream != "" {
+		args = append(args, "--stream", e.opts.Stream, "--subject", e.sys.Config().Subject)
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "effects-0.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	c := &child{name: "effects-0", args: args, env: []string{"IDEM_NATS_URL=" + natsURL, "IDEM_DATABASE_URL=" + dbURL}, log: logf}
+	if err := c.start(exe); err != nil {
+		return err
+	}
+	defer c.stop()
+
+	p := e.sys.Provider()
+	p.Inject(fakeprovider.Fault{On: fakeprovider.Charges, Times: kills, After: fakeprovider.Hang, Hang: time.Minute})
+	// The killer: each new charge the provider made while its answer is
+	// held is a child to SIGKILL before it can record the step.
+	var killed atomic.Int64
+	stop := make(chan struct{})
+	killErr := make(chan error, 1)
+	go func() {
+		seen := map[string]bool{}
+		for killed.Load() < int64(kills) {
+			select {
+			case <-stop:
+				killErr <- nil
+				return
+			case <-ctx.Done():
+				killErr <- ctx.Err()
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			fresh := false
+			for k := range p.Charges() {
+				if !seen[k] {
+					seen[k], fresh = true, true
+				}
+			}
+			if !fresh {
+				continue
+			}
+			c.kill()
+			killed.Add(1)
+			if err := c.start(exe); err != nil {
+				killErr <- err
+				return
+			}
+		}
+		killErr <- nil
+	}()
+	_, cerr := r.createPaid(ctx, e, m, "crashp", nil)
+	ch, serr := e.settleSagas(ctx, m)
+	close(stop)
+	kerr := <-killErr
+	sagaResult(res, ch, m, fmt.Sprintf(" confirmed=%d charges=%d sigkills_after_charge=%d", m, m, kills),
+		fmt.Sprintf(" sigkills_after_charge=%d charge_calls=%d", killed.Load(), ch.chargeCalls),
+		cerr == nil && kerr == nil && ch.f.Confirmed == int64(m) && ch.charges == m && killed.Load() == int64(kills) &&
+			ch.chargeCalls >= m+int(killed.Load()))
+	return errors.Join(cerr, serr, kerr)
 }

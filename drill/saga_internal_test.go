@@ -3,6 +3,8 @@ package drill
 import (
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -34,5 +36,35 @@ func TestSagaScenarios(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSagaCrashProcess runs saga-crash-after-step with --processes: the
+// saga worker is an idem worker child SIGKILLed right after the provider
+// made each of the first charges, before it could record them.
+func TestSagaCrashProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the idem binary")
+	}
+	exe := filepath.Join(t.TempDir(), "idem")
+	if out, err := exec.Command("go", "build", "-o", exe, "github.com/idemkit/idem/cmd/idem").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cfg := Config{Orders: 120, Workers: 4, TempDir: t.TempDir(), Seed: 7, Timeout: 60 * time.Second, Processes: true, Executable: exe}
+	if pg, nats := os.Getenv("IDEM_TEST_POSTGRES_URL"), os.Getenv("IDEM_TEST_NATS_URL"); pg != "" && nats != "" {
+		cfg.DatabaseURL, cfg.NATSURL = pg, nats
+	}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := newRunner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	res := r.runScenario(context.Background(), sagaScenarios()[0])
+	t.Logf("%s: pass=%v %v\n  expected: %s\n  observed: %s", res.Name, res.Pass, res.Duration.Round(time.Millisecond), res.Expected, res.Observed)
+	if !res.Pass {
+		t.Fatalf("%s failed: %s", res.Name, res.Error)
 	}
 }
