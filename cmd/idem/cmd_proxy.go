@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -123,11 +124,11 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 		close func() error
 	)
 	if target.Dialect == store.Postgres {
-		d, err := pgxstore.Open(ctx, target.Conn, pgxstore.Config{})
+		d, closePool, err := openProxyPool(ctx, target.Conn)
 		if err != nil {
 			return hideURL(err, u)
 		}
-		close = d.Close
+		close = closePool
 		p, err = startProxyStore(ctx, d, cfg, reg)
 		if err != nil {
 			_ = close()
@@ -229,6 +230,35 @@ func startProxyStore[TTx any](ctx context.Context, d store.Driver[TTx], cfg idem
 		return nil, fmt.Errorf("%w: %s", errUsage, strings.TrimPrefix(err.Error(), idem.ErrInvalidOption.Error()+": "))
 	}
 	return p, nil
+}
+
+// proxyPoolConns is the default size of idem proxy's PostgreSQL pool
+// (pgx's own default is four connections on a small machine, which
+// serialises a busy proxy); pool_max_conns in the URL overrides it.
+const proxyPoolConns = 32
+
+func openProxyPool(ctx context.Context, conn string) (*pgxstore.Driver, func() error, error) {
+	cfg, err := pgxpool.ParseConfig(conn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: the PostgreSQL URL does not parse", errUsage)
+	}
+	if !strings.Contains(conn, "pool_max_conns") {
+		cfg.MaxConns = proxyPoolConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	d, err := pgxstore.New(pool, pgxstore.Config{})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return d, func() error { err := d.Close(); pool.Close(); return err }, nil
 }
 
 func describeRoute(r idemproxy.Route) string {

@@ -206,3 +206,27 @@ func TestProxyCommandShutdownFinishesInFlight(t *testing.T) {
 		t.Fatalf("idem keys show: exit %d, %q %q; want the completed record", code, out, errOut)
 	}
 }
+
+// Two idem proxy processes on one PostgreSQL database: a key executed
+// through one is replayed through the other, and idem conform passes
+// against both.
+func TestProxyCommandTwoInstancesPostgres(t *testing.T) {
+	db := pgDatabase(t)
+	up := nodeUpstream(t, 0)
+	args := []string{"--upstream", up.URL, "--db", db, "--route", "POST /orders=orders.create", "--tenant-header", "X-Tenant-ID"}
+	a, _, _ := startProxyCmd(t, args...)
+	b, _, _ := startProxyCmd(t, args...)
+	hdr := map[string]string{"Idempotency-Key": `"pg-1"`, "X-Tenant-ID": "acme", "Content-Type": "application/json"}
+	first := call(t, "POST", a+"/orders", hdr, `{"sku":"a"}`)
+	again := call(t, "POST", b+"/orders", hdr, `{"sku":"a"}`)
+	if first.status != 201 || again.status != 201 || again.header.Get("Idempotent-Replayed") != "true" || string(first.body) != string(again.body) {
+		t.Fatalf("through A %d %s; through B %d %s (replayed %q)", first.status, first.body, again.status, again.body, again.header.Get("Idempotent-Replayed"))
+	}
+	for _, base := range []string{a, b} {
+		code, out, errOut := runCmd(t, nil, "conform", base, "--tenant-header", "X-Tenant-ID", "--tenants", "acme,globex",
+			"--fail-header", "X-Upstream-Fail:500")
+		if code != 0 || !strings.Contains(out, "10 passed, 0 failed, 0 skipped") {
+			t.Fatalf("conform against %s: exit %d\n%s%s", base, code, out, errOut)
+		}
+	}
+}
