@@ -33,7 +33,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -354,72 +353,15 @@ func (p *Provider) nextFault(on Endpoint) (*Fault, time.Duration) {
 }
 
 func (p *Provider) serveSend(w http.ResponseWriter, r *http.Request) {
-	at := time.Now()
-	key := r.Header.Get("Idempotency-Key")
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
-	if err != nil {
-		status := http.StatusBadRequest
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			status = http.StatusRequestEntityTooLarge
-		}
-		p.record(Call{Key: key, Body: body, Status: status, At: at})
-		problem(w, status, "cannot read body")
-		return
-	}
-	f, latency := p.nextFault(Emails)
-	if f != nil {
-		latency += f.Delay
-	}
-	if latency > 0 {
-		select {
-		case <-time.After(latency):
-		case <-p.closing:
-		}
-	}
-	if f != nil && f.Status != 0 {
-		p.record(Call{Key: key, Body: body, Status: f.Status, Fault: true, At: at})
-		problem(w, f.Status, "injected failure")
-		return
-	}
-	if key == "" && p.cfg.RequireKey {
-		p.record(Call{Body: body, Status: http.StatusBadRequest, At: at})
-		problem(w, http.StatusBadRequest, "Idempotency-Key header is required")
-		return
-	}
-	status, result, replayed := p.perform(key, body, at, f != nil)
-	p.log.Debug("call", "key", key, "status", status, "replayed", replayed)
-	if f != nil && status == http.StatusOK {
-		switch f.After {
-		case Hang:
-			select {
-			case <-r.Context().Done():
-			case <-time.After(f.Hang):
-			case <-p.closing:
-			}
-			panic(http.ErrAbortHandler)
-		case Drop:
-			panic(http.ErrAbortHandler)
-		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-	}
-	if status != http.StatusOK {
-		problem(w, status, string(result))
-		return
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write(result)
+	p.serve(w, r, Emails, p.cfg.RequireKey, p.perform)
 }
 
-// perform records the call and performs or replays the effect atomically.
-func (p *Provider) perform(key string, body []byte, at time.Time, faulted bool) (status int, result []byte, replayed bool) {
+// perform performs or replays an e-mail effect atomically; call is
+// appended to the call log under the same lock.
+func (p *Provider) perform(key string, body []byte, call Call) (status int, result []byte, replayed bool) {
 	fp := sha256.Sum256(body)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	call := Call{Key: key, Body: bytes.Clone(body), At: at, Fault: faulted}
 	defer func() {
 		call.Status, call.Replayed = status, replayed
 		p.calls = append(p.calls, call)
@@ -436,7 +378,7 @@ func (p *Provider) perform(key string, body []byte, at time.Time, faulted bool) 
 	p.seq++
 	id := fmt.Sprintf("em_%d", p.seq)
 	res, _ := json.Marshal(map[string]string{"id": id, "key": key, "status": "sent"})
-	e := &effect{Effect: Effect{ID: id, Key: key, Body: bytes.Clone(body), Result: res, Calls: 1, At: at}, fp: fp}
+	e := &effect{Effect: Effect{ID: id, Key: key, Body: bytes.Clone(body), Result: res, Calls: 1, At: call.At}, fp: fp}
 	if key == "" {
 		p.keyless = append(p.keyless, e)
 	} else {
@@ -445,10 +387,14 @@ func (p *Provider) perform(key string, body []byte, at time.Time, faulted bool) 
 	return http.StatusOK, bytes.Clone(res), false
 }
 
-func (p *Provider) record(c Call) {
+func (p *Provider) record(on Endpoint, c Call) {
 	c.Body = bytes.Clone(c.Body)
 	p.mu.Lock()
-	p.calls = append(p.calls, c)
+	if on == Emails {
+		p.calls = append(p.calls, c)
+	} else {
+		p.pay.calls = append(p.pay.calls, c)
+	}
 	p.mu.Unlock()
 }
 

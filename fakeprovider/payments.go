@@ -148,18 +148,32 @@ func (p *Provider) PaymentCalls() int {
 }
 
 func (p *Provider) serveCharge(w http.ResponseWriter, r *http.Request) {
-	p.servePayment(w, r, Charges, p.charge)
+	p.serve(w, r, Charges, true, p.payment(Charges, p.charge))
 }
 
 func (p *Provider) serveRefund(w http.ResponseWriter, r *http.Request) {
-	p.servePayment(w, r, Refunds, p.refund)
+	p.serve(w, r, Refunds, true, p.payment(Refunds, p.refund))
 }
 
-type payFunc func(key string, body []byte, at time.Time) (status int, result []byte, replayed bool)
+// performFunc performs or replays the effect of one call and logs call
+// (its Status and Replayed filled in).
+type performFunc func(key string, body []byte, call Call) (status int, result []byte, replayed bool)
 
-// servePayment is serveSend for the payment API: the same fault semantics
-// (Delay, Status without effect, Hang or Drop after the effect).
-func (p *Provider) servePayment(w http.ResponseWriter, r *http.Request, on Endpoint, perform payFunc) {
+// payment adapts a payment operation to a performFunc logging to the
+// payment call log.
+func (p *Provider) payment(on Endpoint, op func(key string, body []byte, at time.Time) (int, []byte, bool)) performFunc {
+	return func(key string, body []byte, call Call) (int, []byte, bool) {
+		status, result, replayed := op(key, body, call.At)
+		call.Status, call.Replayed = status, replayed
+		p.record(on, call)
+		return status, result, replayed
+	}
+}
+
+// serve handles one call of endpoint on: read the body, apply the next
+// fault of on (Delay; Status without the effect; Hang or Drop after it),
+// require a key if requireKey, perform and answer.
+func (p *Provider) serve(w http.ResponseWriter, r *http.Request, on Endpoint, requireKey bool, perform performFunc) {
 	at := time.Now()
 	key := r.Header.Get("Idempotency-Key")
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
@@ -169,7 +183,7 @@ func (p *Provider) servePayment(w http.ResponseWriter, r *http.Request, on Endpo
 		if errors.As(err, &mbe) {
 			status = http.StatusRequestEntityTooLarge
 		}
-		p.recordPayment(Call{Key: key, Body: body, Status: status, At: at})
+		p.record(on, Call{Key: key, Body: body, Status: status, At: at})
 		problem(w, status, "cannot read body")
 		return
 	}
@@ -184,20 +198,17 @@ func (p *Provider) servePayment(w http.ResponseWriter, r *http.Request, on Endpo
 		}
 	}
 	if f != nil && f.Status != 0 {
-		p.recordPayment(Call{Key: key, Body: body, Status: f.Status, Fault: true, At: at})
+		p.record(on, Call{Key: key, Body: body, Status: f.Status, Fault: true, At: at})
 		problem(w, f.Status, "injected failure")
 		return
 	}
-	if key == "" {
-		p.recordPayment(Call{Body: body, Status: http.StatusBadRequest, At: at})
+	if key == "" && requireKey {
+		p.record(on, Call{Body: body, Status: http.StatusBadRequest, At: at})
 		problem(w, http.StatusBadRequest, "Idempotency-Key header is required")
 		return
 	}
-	status, result, replayed := perform(key, body, at)
-	p.mu.Lock()
-	p.pay.calls = append(p.pay.calls, Call{Key: key, Body: bytes.Clone(body), Status: status, Replayed: replayed, Fault: f != nil, At: at})
-	p.mu.Unlock()
-	p.log.Debug("payment call", "endpoint", string(on), "key", key, "status", status, "replayed", replayed)
+	status, result, replayed := perform(key, body, Call{Key: key, Body: bytes.Clone(body), At: at, Fault: f != nil})
+	p.log.Debug("call", "endpoint", string(on), "key", key, "status", status, "replayed", replayed)
 	if f != nil && status == http.StatusOK {
 		switch f.After {
 		case Hang:
@@ -211,23 +222,16 @@ func (p *Provider) servePayment(w http.ResponseWriter, r *http.Request, on Endpo
 			panic(http.ErrAbortHandler)
 		}
 	}
-	if status != http.StatusOK {
-		problem(w, status, string(result))
-		return
-	}
 	w.Header().Set("Content-Type", "application/json")
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
+	if status != http.StatusOK {
+		problem(w, status, string(result))
+		return
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(result)
-}
-
-func (p *Provider) recordPayment(c Call) {
-	c.Body = bytes.Clone(c.Body)
-	p.mu.Lock()
-	p.pay.calls = append(p.pay.calls, c)
-	p.mu.Unlock()
 }
 
 func decodeStrict(body []byte, v any) error {
