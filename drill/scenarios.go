@@ -34,6 +34,7 @@ func scenarios() []scenario {
 		{"out-of-order", "11", "versions applied out of order leave the newest", outOfOrder},
 		{"provider-timeout", "12", "provider times out after sending: retried with its key, sent once", providerTimeout},
 		{"replay-equivalence", "13", "replayed response = original (status, body, Location) = stored order", replayEquivalence},
+		{"horizon-late-redrive", "8,10", "late redrive after the original expired: refused, one effect per id (forced: two)", horizonLateRedrive},
 		{"processes", "4,6,7,9", "worker processes SIGKILLed at random: nothing lost, nothing doubled", processes},
 	}
 }
