@@ -197,4 +197,3 @@ func ledgerRows(ctx context.Context, e *env, table, id string) (int64, error) {
 	err := e.sys.DB().Pool().QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE message_id = $1`, id).Scan(&n)
 	return n, err
 }
-
