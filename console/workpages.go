@@ -36,7 +36,10 @@ func (c *Console[TTx]) heldEffects(r *http.Request) ([]heldEffect, error) {
 		return nil, err
 	}
 	for _, e := range inProgress {
-		if !e.LeaseUntil.After(now) {
+		switch {
+		case !e.HeldAt.IsZero(): // effect.WithKeyLifetime: never re-called with an expired key
+			out = append(out, heldEffect{e, "held: " + e.LastError})
+		case !e.LeaseUntil.After(now):
 			out = append(out, heldEffect{e, "lease expired while in progress: the call may or may not have reached the provider"})
 		}
 	}
