@@ -73,6 +73,10 @@ func TestKeyLifetimeHoldsInsteadOfCalling(t *testing.T) {
 		if n := counterValue(t, reg, "idem_effects_held_total"); n != 1 {
 			t.Fatalf("idem_effects_held_total = %v, want 1", n)
 		}
+		reg.MustRegister(idemmetrics.NewDBCollector(d, idemmetrics.DBConfig{}))
+		if n := counterValue(t, reg, "idem_effects_held"); n != 1 {
+			t.Fatalf("idem_effects_held = %v, want 1", n)
+		}
 		st, err := idemmetrics.Snapshot(ctx, d, clock.Now())
 		if err != nil || st.Effects.By["held"] != 1 {
 			t.Fatalf("stats effects = %+v, %v", st.Effects, err)
@@ -153,7 +157,7 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}
