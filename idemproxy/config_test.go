@@ -107,3 +107,15 @@ func TestParseRoute(t *testing.T) {
 		}
 	}
 }
+
+// The sample routes file of the example stays valid.
+func TestSampleConfigLoads(t *testing.T) {
+	fc, routes, err := idemproxy.LoadConfig("../examples/upstream-node/proxy.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fc.Upstream == "" || len(routes) != 2 || routes[0].Operation != "orders.create" || routes[0].ExpiredPolicy != idemhttp.Hold ||
+		routes[0].Tenant.Header != "X-Tenant-ID" || routes[1].Path != "/orders/{id}/refund" {
+		t.Fatalf("sample config: %+v %+v", fc, routes)
+	}
+}

@@ -11,9 +11,17 @@ import (
 // when t ends; it skips t with a message when node is not on PATH.
 func StartTest(t testing.TB, port int) *Upstream {
 	t.Helper()
-	u, err := Start(context.Background(), port)
-	if errors.Is(err, ErrNoNode) {
-		t.Skip("node is not on PATH: skipping the tests against the Node.js upstream (install Node.js 18+ to run them)")
+	return Skipping(t, func() (*Upstream, error) { return Start(context.Background(), port) })
+}
+
+// Skipping runs start for t: it skips t with a message when the
+// interpreter is not on PATH, fails t on any other error, and stops the
+// service when t ends.
+func Skipping(t testing.TB, start func() (*Upstream, error)) *Upstream {
+	t.Helper()
+	u, err := start()
+	if errors.Is(err, ErrNotInstalled) {
+		t.Skipf("%v: skipping the tests against this example upstream", err)
 	}
 	if err != nil {
 		t.Fatal(err)

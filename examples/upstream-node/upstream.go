@@ -24,8 +24,12 @@ import (
 //go:embed server.js
 var Script []byte
 
-// ErrNoNode reports that the node executable is not on PATH.
-var ErrNoNode = errors.New("upstreamnode: node is not on PATH")
+// ErrNotInstalled reports that a script's interpreter is not on PATH.
+var ErrNotInstalled = errors.New("upstreamnode: interpreter is not on PATH")
+
+// ErrNoNode reports that the node executable is not on PATH; it wraps
+// ErrNotInstalled.
+var ErrNoNode = fmt.Errorf("%w: node", ErrNotInstalled)
 
 // Upstream is one running service.
 type Upstream struct {
@@ -49,20 +53,31 @@ func Node() (string, error) {
 // Start runs the service on 127.0.0.1 at port (0 picks a free one) and
 // waits until it listens. The process ends with ctx or with Stop.
 func Start(ctx context.Context, port int) (*Upstream, error) {
-	node, err := Node()
+	if _, err := Node(); err != nil {
+		return nil, err
+	}
+	return StartScript(ctx, "node", Script, "server.js", port)
+}
+
+// StartScript runs script (saved as name in a private temporary
+// directory) with interpreter, passing port as its argument, and waits for
+// its first output line "listening on http://HOST:PORT". The other
+// examples' services (examples/upstream-python) start through it.
+func StartScript(ctx context.Context, interpreter string, script []byte, name string, port int) (*Upstream, error) {
+	bin, err := exec.LookPath(interpreter)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotInstalled, interpreter)
+	}
+	dir, err := os.MkdirTemp("", "idem-upstream-")
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "idem-upstream-node-")
-	if err != nil {
-		return nil, err
-	}
-	script := filepath.Join(dir, "server.js")
-	if err := os.WriteFile(script, Script, 0o600); err != nil {
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, script, 0o600); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, node, script, fmt.Sprint(port))
+	cmd := exec.CommandContext(ctx, bin, path, fmt.Sprint(port))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
