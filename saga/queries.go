@@ -7,8 +7,6 @@ import (
 const sagaCols = `saga_id, name, state, step, steps, current_key, abort_requested, version, last_error, input, created_at, updated_at`
 
 type queries struct {
-	sagas, steps_, effects string
-
 	insert  string // $1 id, $2 name, $3 fingerprint, $4 input, $5 steps, $6 current_key, $7 now
 	get     string // $1 id
 	getFP   string // $1 id (sagaCols + fingerprint)
@@ -30,7 +28,6 @@ type queries struct {
 func newQueries[TTx any](d store.Driver[TTx]) queries {
 	sg, st, ef := d.Table("sagas"), d.Table("saga_steps"), d.Table("effects")
 	return queries{
-		sagas: sg, steps_: st, effects: ef,
 		insert: `INSERT INTO ` + sg + ` (saga_id, name, fingerprint, input, state, step, steps, current_key, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, 'running', 0, $5, $6, $7, $7)
 			ON CONFLICT (saga_id) DO NOTHING
