@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -165,6 +166,9 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&upstream)
 			pr.SetXForwarded()
+			if idemhttp.Key(pr.In.Context()) != "" {
+				notReplayable(pr.Out)
+			}
 		},
 		Transport:    cfg.Transport,
 		ErrorHandler: p.upstreamError,
@@ -276,6 +280,21 @@ func buildRoute[TTx any](p *Proxy, d store.Driver[TTx], cfg Config, rt Route) (h
 		return nil, fmt.Errorf("idemproxy: route %q: %w", rt.pattern(), err)
 	}
 	return p.instrument(label, mw.Handler(p.forward(rt.ExpiredPolicy))), nil
+}
+
+// notReplayable stops http.Transport from silently sending a keyed request
+// a second time. The transport treats a request with an Idempotency-Key
+// header and a re-readable body as safe to retry when a reused connection
+// breaks after the request was written — but the upstream may have
+// executed it before breaking, and that outcome is for the route's
+// expired-lease policy to decide (a held key must not be re-executed). A
+// body without GetBody (an empty one made non-nil) is not re-sent.
+func notReplayable(out *http.Request) {
+	out.GetBody = nil
+	if out.Body == nil || out.Body == http.NoBody {
+		out.Body = io.NopCloser(strings.NewReader(""))
+		out.ContentLength = 0
+	}
 }
 
 // attempt is what the proxy learns about one upstream call.
