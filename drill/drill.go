@@ -28,6 +28,22 @@
 //  12. provider-timeout: the provider times out after performing the call.
 //  13. replay-equivalence: a replayed response must equal the original and
 //     stay within its tenant.
+//  14. saga-crash-after-step: the saga worker dies after the payment
+//     provider made a charge and before the step is recorded (with
+//     --processes, a real SIGKILL of the worker process).
+//  15. saga-compensation-race: a compensation is scheduled while its action
+//     is in flight, or before the action started.
+//  16. saga-compensation-timeout: charges and refunds time out at the
+//     provider after they happened.
+//  17. saga-duplicate-start: the same saga is started by racing duplicate
+//     requests.
+//
+// The saga scenarios (14–17) drive the box office's paid orders (the
+// "paid-order" saga: reserve seats, charge, confirm; release and refund
+// when compensated) and check in the database and at the payment provider:
+// no order charged without seats reserved, every reservation of a failed
+// order released, each charge and each refund at most once, and charged −
+// refunded = the confirmed orders' totals.
 //
 // The "processes" scenario (--processes) combines 4, 6, 7 and 9 for real:
 // relays, consumers and the effect worker run as child processes that are

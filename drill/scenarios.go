@@ -35,6 +35,10 @@ func scenarios() []scenario {
 		{"provider-timeout", "12", "provider times out after sending: retried with its key, sent once", providerTimeout},
 		{"replay-equivalence", "13", "replayed response = original (status, body, Location) = stored order", replayEquivalence},
 		{"horizon-late-redrive", "8,10", "late redrive after the original expired: refused, one effect per id (forced: two)", horizonLateRedrive},
+		{"saga-crash-after-step", "14", "saga worker dies after the charge, before recording it: same key resent, charged once", sagaCrashAfterStep},
+		{"saga-compensation-race", "15", "compensation while its action is in flight: never overtakes it; late action refused", sagaCompensationRace},
+		{"saga-compensation-timeout", "16", "charges and refunds time out after happening: each refunded once", sagaCompensationTimeout},
+		{"saga-duplicate-start", "17", "racing duplicate requests start one saga: one order, one charge; other body 422", sagaDuplicateStart},
 		{"processes", "4,6,7,9", "worker processes SIGKILLed at random: nothing lost, nothing doubled", processes},
 	}
 }
