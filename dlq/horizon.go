@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/horizon"
 	"github.com/idemkit/idem/store"
 )
 
@@ -77,7 +78,7 @@ func (e *RefusedError) Error() string {
 		return fmt.Sprintf("%v: dead letter %d (consumer %q, message %q) is %s old, longer than the consumer's inbox "+
 			"retention %s: had the id been processed meanwhile its record is gone and the redrive would apply it again; "+
 			"check, then redrive with --force --reason or discard",
-			ErrRedriveRefused, e.LetterID, e.Consumer, e.MessageID, e.Age.Round(time.Second), e.Retention)
+			ErrRedriveRefused, e.LetterID, e.Consumer, e.MessageID, horizon.Format(e.Age.Round(time.Second)), horizon.Format(e.Retention))
 	}
 }
 

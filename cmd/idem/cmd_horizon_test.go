@@ -98,6 +98,7 @@ func TestDLQRedriveForce(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "redrive refused") || !strings.Contains(stderr, "inbox retention") || !strings.Contains(stderr, "--force") {
 		t.Fatalf("redrive of a 10-day-old letter: %d %s", code, stderr)
 	}
+	t.Logf("refusal: %s", stderr)
 	if code, _, stderr = runCmd(t, vars, "dlq", "redrive", sid, "--nats", nats, "--force"); code != 2 || !strings.Contains(stderr, "--reason") {
 		t.Fatalf("--force without --reason: %d %s", code, stderr)
 	}
