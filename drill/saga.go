@@ -442,6 +442,7 @@ func sagaDuplicateStart(ctx context.Context, r *runner, res *Result) error {
 		fmt.Sprintf(" created=%d duplicates=%d mismatch_422=%d other=%d", created.Load(), replays.Load(), mismatches.Load(), other.Load()),
 		len(errs) == 0 && created.Load() == int64(m) && replays.Load() == int64((racers-1)*m) && mismatches.Load() == int64(m) &&
 			other.Load() == 0 && c.f.Confirmed == int64(m) && c.charges == m)
+	res.DuplicatesSuppressed += replays.Load() // duplicate starts answered by the one saga
 	return errors.Join(serr, errors.Join(errs...))
 }
 
