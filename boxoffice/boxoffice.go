@@ -288,7 +288,7 @@ func New(ctx context.Context, cfg Config) (*System, error) {
 	if s.inbox, err = inbox.New(s.db, inbox.Config{Retention: cfg.InboxRetention, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
-	if s.dlq, err = dlq.New(s.db, dlq.Config{Now: cfg.Now, Logger: cfg.Logger}); err != nil {
+	if s.dlq, err = dlq.New(s.db, dlq.Config{Now: cfg.Now, Logger: cfg.Logger, InboxRetention: s.inbox.RetentionOf}); err != nil {
 		return nil, err
 	}
 	if s.ledger, err = effect.New(s.db, effect.Config{Lease: cfg.EffectLease, CallTimeout: cfg.EffectCallTimeout, Now: cfg.Now, Logger: cfg.Logger,
@@ -418,12 +418,13 @@ func (s *System) Run(ctx context.Context) error {
 				pub = s.cfg.Hooks.WrapPublisher(pub)
 			}
 			r, err := outbox.NewRelay(s.db, pub, outbox.RelayConfig{
-				Name:           fmt.Sprintf("boxoffice-relay-%d-%d", i, time.Now().UnixNano()),
-				PollInterval:   s.cfg.PollInterval,
-				ClaimTTL:       s.cfg.RelayClaimTTL,
-				Now:            s.cfg.Now,
-				Logger:         s.cfg.Logger,
-				TracerProvider: s.cfg.TracerProvider,
+				Name:            fmt.Sprintf("boxoffice-relay-%d-%d", i, time.Now().UnixNano()),
+				PollInterval:    s.cfg.PollInterval,
+				ClaimTTL:        s.cfg.RelayClaimTTL,
+				DuplicateWindow: s.duplicateWindow(),
+				Now:             s.cfg.Now,
+				Logger:          s.cfg.Logger,
+				TracerProvider:  s.cfg.TracerProvider,
 			})
 			if err != nil {
 				return err

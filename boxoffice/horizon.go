@@ -59,6 +59,15 @@ func (s *System) Horizons(ctx context.Context) (horizon.System, error) {
 	return h, nil
 }
 
+// duplicateWindow is the broker's duplicate window (0 when it has none or
+// it is unknown): the relay warns when its retry span outlives it.
+func (s *System) duplicateWindow() time.Duration {
+	if b, ok := s.cfg.Broker.(*JetStreamBroker); ok {
+		return b.cfg.Duplicates
+	}
+	return 0
+}
+
 // nopPublisher lets Horizons build a relay to read its retry span.
 type nopPublisher struct{}
 
