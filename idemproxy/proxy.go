@@ -465,3 +465,31 @@ func (p *Proxy) Close(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// Shutdown stops srv, which serves p, gracefully: in-flight requests get
+// grace to finish (their answers are recorded as usual). Requests still
+// running then have their upstream calls cancelled — a keyed call's key is
+// released under the re-execute policy and left pending under hold — and
+// their 503 answers get up to drain to reach the clients before srv
+// closes. It returns an error only when something was still running after
+// drain (its key is then recovered after its lease).
+func (p *Proxy) Shutdown(srv *http.Server, grace, drain time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	err := srv.Shutdown(ctx)
+	cancel()
+	if err == nil {
+		p.closedOnce.Do(p.cancel)
+		return nil
+	}
+	dctx, dcancel := context.WithTimeout(context.Background(), drain)
+	defer dcancel()
+	cerr := p.Close(dctx)
+	// A second Shutdown waits for the cancelled requests' connections to
+	// finish writing their answers and go idle.
+	serr := srv.Shutdown(dctx)
+	_ = srv.Close()
+	if cerr != nil || serr != nil {
+		return fmt.Errorf("idemproxy: requests still running %s after their upstream calls were cancelled", drain)
+	}
+	return nil
+}

@@ -51,16 +51,8 @@ func TestProxyShutdown(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), c.grace)
-			err := p.srv.Shutdown(ctx)
-			cancel()
-			if err != nil { // grace over: cancel the upstream calls
-				cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-				if err := p.Proxy.Close(cctx); err != nil {
-					t.Fatal(err)
-				}
-				ccancel()
-				_ = p.srv.Close()
+			if err := p.Proxy.Shutdown(p.srv, c.grace, 10*time.Second); err != nil {
+				t.Fatal(err)
 			}
 			a := <-res
 			if a.status != c.status {

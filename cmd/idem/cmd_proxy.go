@@ -198,21 +198,11 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 		}
 	}
 	fmt.Fprintf(w, "shutting down: in-flight requests have %s to finish\n", *grace)
-	bg := context.WithoutCancel(ctx)
-	sctx, cancel := context.WithTimeout(bg, *grace)
-	err = srv.Shutdown(sctx)
-	cancel()
-	if err != nil {
-		// Grace over: cancel the remaining upstream calls. Their keys are
-		// released (re-execute) or left pending for the hold policy.
-		cctx, ccancel := context.WithTimeout(bg, 10*time.Second)
-		if cerr := p.Close(cctx); cerr != nil {
-			fmt.Fprintf(env.Stderr, "idem proxy: %d s after cancelling, requests were still running; their keys are recovered after their lease\n", 10)
-		}
-		ccancel()
-		_ = srv.Close()
-	} else {
-		_ = p.Close(bg)
+	// Requests still running after the grace have their upstream calls
+	// cancelled: their keys are released (re-execute) or left pending for
+	// the hold policy.
+	if err := p.Shutdown(srv, *grace, 10*time.Second); err != nil {
+		fmt.Fprintf(env.Stderr, "idem proxy: %s; their keys are recovered after their lease\n", termSafe(err.Error()))
 	}
 	if msrv != nil {
 		_ = msrv.Close()
