@@ -210,7 +210,7 @@ func (s *System) sagaWorker() (*saga.Worker[*sql.Tx], error) {
 				return err
 			},
 		},
-		UndoMaxAttempts: 4 * s.cfg.MaxAttempts,
+		UndoMaxAttempts: max(4*s.cfg.MaxAttempts, 10),
 	})
 }
 

@@ -245,6 +245,8 @@ func sagaCrashAfterStep(ctx context.Context, r *runner, res *Result) error {
 		return sagaCrashProcess(ctx, r, res)
 	}
 	m := r.small()
+	// Each crash holds a worker slot for a lease: a few are enough.
+	maxCrashes := int64(min(m/2, 10))
 	g := newRNG(r.cfg.Seed, 14)
 	var crashed atomic.Int64
 	seen := sync.Map{}
@@ -257,7 +259,7 @@ func sagaCrashAfterStep(ctx context.Context, r *runner, res *Result) error {
 			}
 			return func(ctx context.Context, c saga.Call) ([]byte, error) {
 				out, err := f(ctx, c)
-				if err == nil && g.chance(max(r.cfg.Crash, 0.3)) {
+				if err == nil && crashed.Load() < maxCrashes && g.chance(max(r.cfg.Crash, 0.3)) {
 					if _, again := seen.LoadOrStore(c.Key, true); !again {
 						crashed.Add(1)
 						time.Sleep(lease + lease/4) // dead to the ledger: the lease runs out, the step is claimed again
@@ -291,7 +293,7 @@ func sagaCompensationRace(ctx context.Context, r *runner, res *Result) error {
 		return err
 	}
 	defer e.close()
-	e.sys.Provider().Inject(fakeprovider.Fault{On: fakeprovider.Charges, Times: -1, Delay: 300 * time.Millisecond})
+	e.sys.Provider().Inject(fakeprovider.Fault{On: fakeprovider.Charges, Times: -1, Delay: 250 * time.Millisecond})
 	var inFlight, immediate, accepted, tooLate atomic.Int64
 	var cancelErrs []error
 	var mu sync.Mutex
@@ -347,16 +349,23 @@ func sagaCompensationRace(ctx context.Context, r *runner, res *Result) error {
 // are made and then time out too, and are retried with their keys.
 func sagaCompensationTimeout(ctx context.Context, r *runner, res *Result) error {
 	m := r.small()
-	e, err := r.newEnv(ctx, "saga-compensation-timeout", true, func(o *boxoffice.Options) { o.Config.MaxAttempts = 2 })
+	// Short provider calls: each time-out costs a call timeout.
+	e, err := r.newEnv(ctx, "saga-compensation-timeout", true, func(o *boxoffice.Options) {
+		o.Config.MaxAttempts, o.Config.EffectCallTimeout = 1, 400*time.Millisecond
+	})
 	if err != nil {
 		return err
 	}
 	defer e.close()
 	p := e.sys.Provider()
-	declines := max(m/5, 1)
-	p.Inject(fakeprovider.Fault{On: fakeprovider.Charges, Times: declines, Status: http.StatusPaymentRequired})
-	p.Inject(fakeprovider.Fault{On: fakeprovider.Charges, Times: 2 * m, After: fakeprovider.Hang, Hang: 3 * time.Second})
-	p.Inject(fakeprovider.Fault{On: fakeprovider.Refunds, Times: m, After: fakeprovider.Hang, Hang: 3 * time.Second})
+	// One attempt per charge: the first charges are declined, the next k
+	// hang after charging (the client times out, the saga gives up on the
+	// charge although it happened), the first k refunds hang after
+	// refunding and are retried.
+	k := min(m, 24)
+	p.Inject(fakeprovider.Fault{On: fakeprovider.Charges, Times: max(k/4, 1), Status: http.StatusPaymentRequired})
+	p.Inject(fakeprovider.Fault{On: fakeprovider.Charges, Times: k, After: fakeprovider.Hang, Hang: 3 * time.Second})
+	p.Inject(fakeprovider.Fault{On: fakeprovider.Refunds, Times: k, After: fakeprovider.Hang, Hang: 3 * time.Second})
 	_, cerr := r.createPaid(ctx, e, m, "timeout", nil)
 	c, serr := e.settleSagas(ctx, m)
 	retriedRefunds := 0
