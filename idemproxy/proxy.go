@@ -47,11 +47,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
 
@@ -168,6 +170,11 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
 			pr.SetXForwarded()
 			if idemhttp.Key(pr.In.Context()) != "" {
 				notReplayable(pr.Out)
+			}
+			// The upstream call continues the request's trace (the
+			// idem.http span) when there is one.
+			if sc := trace.SpanContextFromContext(pr.In.Context()); sc.IsValid() {
+				obs.Propagator.Inject(pr.In.Context(), propagation.HeaderCarrier(pr.Out.Header))
 			}
 		},
 		Transport:    cfg.Transport,

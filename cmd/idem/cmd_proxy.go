@@ -51,6 +51,7 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	maxStored := fs.Int("max-stored-body", 0, "largest response body stored for replay; larger ones are sent in full and stored as omitted (default 1 MiB)")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (default: off)")
 	grace := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may finish before their upstream calls are cancelled")
+	tracing := addTraceFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -111,6 +112,12 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 
 	log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cfg.Logger = log
+	tp, stopTracing, err := tracing.setup(ctx, "idem-proxy")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stopTracing() }()
+	cfg.TracerProvider = tp
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := idemmetrics.New(reg, idemmetrics.Options{})
@@ -177,6 +184,9 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintf(w, "  database: %s\n", describeDB(u, ""))
 	if msrv != nil {
 		fmt.Fprintf(w, "  metrics:  http://%s/metrics\n", *metricsAddr)
+	}
+	if d := tracing.describe(); d != "" {
+		fmt.Fprintf(w, "  traces:   %s\n", d)
 	}
 	for _, r := range cfg.Routes {
 		fmt.Fprintf(w, "  route %s\n", describeRoute(r))
