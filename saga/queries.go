@@ -15,7 +15,7 @@ type queries struct {
 	steps   string // $1 id
 	abort   string // $1 id, $2 last_error, $3 now
 	advance string // $1 id, $2 observed version, $3 state, $4 step, $5 current_key, $6 last_error, $7 now
-	due     string // $1 limit: sagas whose awaited effect settled, or asked to abort
+	due     string // $1 limit: sagas whose awaited effect settled, or asked to abort (the active-state predicate matches sagas_active_idx)
 
 	insertBarrier string // $1 id, $2 step, $3 op, $4 step name, $5 origin, $6 outcome, $7 now
 	getBarrier    string // $1 id, $2 step, $3 op → origin, outcome, result
@@ -46,9 +46,10 @@ func newQueries[TTx any](d store.Driver[TTx]) queries {
 		due: `SELECT s.saga_id, s.name, s.state, s.step, s.steps, s.current_key, s.abort_requested, s.version, s.last_error,
 				s.input, s.created_at, s.updated_at, COALESCE(e.state, ''), e.result, COALESCE(e.last_error, '')
 			FROM ` + sg + ` s LEFT JOIN ` + ef + ` e ON e.effect_key = s.current_key
-			WHERE (s.state IN ('running', 'compensating') AND e.state IN ('completed', 'failed'))
+			WHERE s.state IN ('running', 'compensating', 'held') AND (
+				(s.state IN ('running', 'compensating') AND e.state IN ('completed', 'failed'))
 				OR (s.state = 'running' AND s.abort_requested = 1)
-				OR (s.state = 'held' AND e.state = 'completed')
+				OR (s.state = 'held' AND e.state = 'completed'))
 			ORDER BY s.updated_at LIMIT $1`,
 		insertBarrier: `INSERT INTO ` + st + ` (saga_id, step, op, step_name, origin, outcome, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
