@@ -335,24 +335,38 @@ func (w *Worker[TTx]) setBarrier(ctx context.Context, q store.Querier, c Call, o
 	return n == 1, nil
 }
 
-// do runs an action behind the barrier.
-func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call) ([]byte, error) {
-	var res []byte
-	done := false
-	err := store.InTx(ctx, w.s.d, func(tx TTx) error {
+// fenced runs fn in a transaction that first proves the step's effect is
+// still claimed under token.
+func (w *Worker[TTx]) fenced(ctx context.Context, c Call, token int64, fn func(tx TTx, q store.Querier) error) error {
+	return store.InTx(ctx, w.s.d, func(tx TTx) error {
 		q := w.s.d.Tx(tx)
 		if err := w.fence(ctx, q, c.Key, token); err != nil {
 			return err
 		}
-		inserted, err := w.insertBarrier(ctx, q, c, Do, Do, OutcomeStarted)
+		return fn(tx, q)
+	})
+}
+
+// enter inserts the barrier row of op (origin op, outcome started); when it
+// exists already it returns the stored row instead (inserted false).
+func (w *Worker[TTx]) enter(ctx context.Context, q store.Querier, c Call, op Op) (inserted bool, origin Op, outcome string, stored []byte, err error) {
+	if inserted, err = w.insertBarrier(ctx, q, c, op, op, OutcomeStarted); err != nil || inserted {
+		return inserted, op, OutcomeStarted, nil, err
+	}
+	origin, outcome, stored, _, err = w.barrier(ctx, q, c, op)
+	return false, origin, outcome, stored, err
+}
+
+// do runs an action behind the barrier.
+func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call) ([]byte, error) {
+	var res []byte
+	done := false
+	err := w.fenced(ctx, c, token, func(tx TTx, q store.Querier) error {
+		inserted, origin, outcome, stored, err := w.enter(ctx, q, c, Do)
 		if err != nil {
 			return err
 		}
 		if !inserted {
-			origin, outcome, stored, _, err := w.barrier(ctx, q, c, Do)
-			if err != nil {
-				return err
-			}
 			switch {
 			case origin == Undo: // the compensation came first: refused
 				res, done = RefusedResult, true
@@ -394,20 +408,12 @@ func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call)
 func (w *Worker[TTx]) undo(ctx context.Context, st Step[TTx], token int64, c Call) ([]byte, error) {
 	var res []byte
 	done := false
-	err := store.InTx(ctx, w.s.d, func(tx TTx) error {
-		q := w.s.d.Tx(tx)
-		if err := w.fence(ctx, q, c.Key, token); err != nil {
-			return err
-		}
-		inserted, err := w.insertBarrier(ctx, q, c, Undo, Undo, OutcomeStarted)
+	err := w.fenced(ctx, c, token, func(tx TTx, q store.Querier) error {
+		inserted, _, outcome, stored, err := w.enter(ctx, q, c, Undo)
 		if err != nil {
 			return err
 		}
 		if !inserted {
-			_, outcome, stored, _, err := w.barrier(ctx, q, c, Undo)
-			if err != nil {
-				return err
-			}
 			if outcome == OutcomeNull || outcome == OutcomeApplied {
 				res, done = stored, true
 				return nil
@@ -452,11 +458,7 @@ func (w *Worker[TTx]) undo(ctx context.Context, st Step[TTx], token int64, c Cal
 	if st.UndoTx == nil {
 		return st.Undo(ctx, c)
 	}
-	err = store.InTx(ctx, w.s.d, func(tx TTx) error {
-		q := w.s.d.Tx(tx)
-		if err := w.fence(ctx, q, c.Key, token); err != nil {
-			return err
-		}
+	err = w.fenced(ctx, c, token, func(tx TTx, q store.Querier) error {
 		mine, err := w.setBarrier(ctx, q, c, Undo, OutcomeApplied, nil, OutcomeStarted)
 		if err != nil {
 			return err
