@@ -41,6 +41,7 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,6 +119,8 @@ type Config struct {
 // Proxy is the reverse proxy. It is an http.Handler, safe for concurrent use.
 type Proxy struct {
 	mux      *http.ServeMux
+	patterns map[string]bool // the routes' patterns in mux
+	pass     http.Handler    // requests no route matches
 	rp       *httputil.ReverseProxy
 	log      *slog.Logger
 	metrics  *idemmetrics.Metrics
@@ -186,11 +189,8 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
 		routes = []Route{{Path: "/"}}
 		p.warn("no routes configured: every POST and PATCH needs an Idempotency-Key, and keys are scoped by method and path (give --route or --config with stable operation names)")
 	}
-	catchAll := true
+	p.patterns = map[string]bool{}
 	for _, rt := range routes {
-		if rt.pattern() == "/" {
-			catchAll = false
-		}
 		h, err := buildRoute(p, d, cfg, rt)
 		if err != nil {
 			return nil, err
@@ -198,10 +198,9 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
 		if err := register(p.mux, rt.pattern(), h); err != nil {
 			return nil, err
 		}
+		p.patterns[rt.pattern()] = true
 	}
-	if catchAll {
-		p.mux.Handle("/", p.instrument("passthrough", p.forward(idemhttp.ReExecute)))
-	}
+	p.pass = p.instrument("passthrough", p.forward(idemhttp.ReExecute))
 	return p, nil
 }
 
@@ -453,8 +452,46 @@ func (p *Proxy) instrument(label string, h http.Handler) http.Handler {
 	})
 }
 
-// ServeHTTP implements http.Handler.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A request that matches a route goes
+// through its contract; every other one is forwarded as it came (no 405
+// for another method on a route's path, no redirect of an unclean path).
+// An unclean path that would match a route once cleaned ("//orders",
+// "/x/../orders") is redirected to the clean one, as http.ServeMux does,
+// so it cannot slip past the route's contract.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, pattern := p.mux.Handler(r)
+	if p.patterns[pattern] {
+		h.ServeHTTP(w, r)
+		return
+	}
+	if c := cleanPath(r.URL.Path); c != r.URL.Path {
+		r2 := *r
+		u := *r.URL
+		u.Path, u.RawPath = c, ""
+		r2.URL = &u
+		if _, pat := p.mux.Handler(&r2); p.patterns[pat] {
+			h.ServeHTTP(w, r) // the mux's redirect to the clean path
+			return
+		}
+	}
+	p.pass.ServeHTTP(w, r)
+}
+
+// cleanPath is http.ServeMux's canonical path: path.Clean, keeping a
+// trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
 
 // Close cancels every upstream call still in flight and waits (bounded by
 // ctx) until their requests are answered: a keyed call cancelled this way
