@@ -126,14 +126,7 @@ func TestProxyUpstreamKilledMidRequest(t *testing.T) {
 				}
 				res <- a
 			}()
-			// Wait until the upstream has the request (it counts on arrival).
-			deadline := time.Now().Add(30 * time.Second)
-			for executions(t, up).Executions == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the upstream never received the request")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			up.WaitExecutions(t, 1)
 			up.Kill()
 			a := <-res
 			wantStatus(t, a, 502)

@@ -44,13 +44,7 @@ func TestProxyShutdown(t *testing.T) {
 				}
 				res <- a
 			}()
-			deadline := time.Now().Add(30 * time.Second)
-			for executions(t, up).Executions == before {
-				if time.Now().After(deadline) {
-					t.Fatal("the upstream never received the request")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			up.WaitExecutions(t, before+1)
 			if err := p.Proxy.Shutdown(p.srv, c.grace, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}

@@ -81,20 +81,7 @@ func TestProxyCommandHoldVisibleInKeysShow(t *testing.T) {
 	}
 	res := make(chan httpReply, 1)
 	go func() { res <- call(t, "POST", base+"/orders", slow, `{"sku":"a"}`) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := up.Count(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.Executions == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the upstream never received the request")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	up.WaitExecutions(t, 1)
 	up.Kill()
 	if r := <-res; r.status != 502 {
 		t.Fatalf("status %d after the upstream crashed, want 502: %s", r.status, r.body)
@@ -183,18 +170,7 @@ func TestProxyCommandShutdownFinishesInFlight(t *testing.T) {
 	hdr := map[string]string{"Idempotency-Key": `"late"`, "Content-Type": "application/json", "X-Upstream-Delay-Ms": "500"}
 	res := make(chan httpReply, 1)
 	go func() { res <- call(t, "POST", base+"/orders", hdr, `{}`) }()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		c, err := up.Count(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.Executions == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the upstream never received the request")
-		}
-	}
+	up.WaitExecutions(t, 1)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"testing"
+	"time"
 )
 
 // StartTest starts the service for t on port (0: any free one), stopped
@@ -40,4 +41,25 @@ func FreePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// WaitExecutions waits until the service has counted at least n
+// executions (a request is counted on arrival, so this is how a test
+// knows the upstream holds it); it fails t after 30s.
+func (u *Upstream) WaitExecutions(t testing.TB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := u.Count(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Executions >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the upstream counted %d executions in 30s, want %d", c.Executions, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
