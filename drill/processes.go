@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -73,56 +74,87 @@ func (c *child) stop() {
 	}
 }
 
-func processes(ctx context.Context, r *runner, res *Result) error {
-	exe := r.cfg.Executable
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return err
+// parent is what a scenario with "idem worker" children runs in the drill
+// process: the API (and the fake provider) in-process on dir, the embedded
+// JetStream unless --nats, and what the children need to join them.
+type parent struct {
+	e    *env
+	exe  string   // the idem binary of the children
+	env  []string // the children's environment (secrets: not in argv, which ps shows)
+	args []string // the children's --provider, --schema, --stream and --subject
+	srv  *embedded.Server
+}
+
+func (r *runner) newParent(ctx context.Context, name, dir string) (_ *parent, err error) {
+	p := &parent{exe: r.cfg.Executable}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	if p.exe == "" {
+		if p.exe, err = os.Executable(); err != nil {
+			return nil, err
 		}
 	}
-	n := r.cfg.Orders
-	dir := filepath.Join(r.tmp, "processes")
 	// Private: the directory holds the children's logs (and, by default,
 	// the database with customer e-mails and stored responses).
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+		return nil, err
 	}
 	// The embedded default: the parent serves JetStream on loopback and the
 	// children share its SQLite file.
 	natsURL := r.cfg.NATSURL
 	if natsURL == "" {
-		srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "jetstream")})
-		if err != nil {
-			return err
+		if p.srv, err = embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "jetstream")}); err != nil {
+			return nil, err
 		}
-		defer srv.Close()
-		natsURL = srv.ClientURL()
+		natsURL = p.srv.ClientURL()
 	}
-	e, err := r.newEnv(ctx, "processes", false, func(o *boxoffice.Options) {
+	if p.e, err = r.newEnv(ctx, name, false, func(o *boxoffice.Options) {
 		o.Roles = []boxoffice.Role{boxoffice.RoleAPI}
 		o.NATSURL = natsURL
 		o.DataDir = dir
-	})
-	if err != nil {
-		return err
+	}); err != nil {
+		return nil, err
 	}
-	defer e.close()
-	dbURL := e.opts.DatabaseURL
+	dbURL := p.e.opts.DatabaseURL
 	if dbURL == "" {
 		dbURL = "sqlite://" + filepath.Join(dir, "idem.db")
 	}
 	// The NATS URL carries the embedded server's password, and --db may
 	// carry one: hand both over in the environment, not on the command line.
-	childEnv := []string{"IDEM_NATS_URL=" + natsURL, "IDEM_DATABASE_URL=" + dbURL}
-	common := []string{"--provider", e.sys.Config().ProviderURL,
-		"--ack-wait", "1s", "--duplicates", duplicateWindow.String(), "--effect-lease", "2s", "--claim-ttl", "2s", "--poll", "20ms"}
-	if e.opts.Schema != "" {
-		common = append(common, "--schema", e.opts.Schema)
+	p.env = []string{"IDEM_NATS_URL=" + natsURL, "IDEM_DATABASE_URL=" + dbURL}
+	p.args = []string{"--provider", p.e.sys.Config().ProviderURL}
+	if p.e.opts.Schema != "" {
+		p.args = append(p.args, "--schema", p.e.opts.Schema)
 	}
-	if e.opts.Stream != "" {
-		common = append(common, "--stream", e.opts.Stream, "--subject", e.sys.Config().Subject)
+	if p.e.opts.Stream != "" {
+		p.args = append(p.args, "--stream", p.e.opts.Stream, "--subject", p.e.sys.Config().Subject)
 	}
+	return p, nil
+}
+
+func (p *parent) close() {
+	if p.e != nil {
+		p.e.close()
+	}
+	if p.srv != nil {
+		p.srv.Close()
+	}
+}
+
+func processes(ctx context.Context, r *runner, res *Result) error {
+	n := r.cfg.Orders
+	dir := filepath.Join(r.tmp, "processes")
+	pa, err := r.newParent(ctx, "processes", dir)
+	if err != nil {
+		return err
+	}
+	defer pa.close()
+	e, exe, childEnv := pa.e, pa.exe, pa.env
+	common := append(slices.Clone(pa.args),
+		"--ack-wait", "1s", "--duplicates", duplicateWindow.String(), "--effect-lease", "2s", "--claim-ttl", "2s", "--poll", "20ms")
 	relays, consumers := 1, 2
 	if r.cfg.DatabaseURL != "" {
 		relays, consumers = 2, 3

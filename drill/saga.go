@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/boxoffice"
-	"github.com/idemkit/idem/broker/jetstream/embedded"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/fakeprovider"
 	"github.com/idemkit/idem/saga"
@@ -462,87 +461,58 @@ func sagaDuplicateStart(ctx context.Context, r *runner, res *Result) error {
 // recording it, for real. The restarted child claims the step once the
 // lease ran out and re-sends the same key.
 func sagaCrashProcess(ctx context.Context, r *runner, res *Result) error {
-	exe := r.cfg.Executable
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return err
-		}
-	}
 	m := r.small()
 	kills := min(m, max(r.cfg.Kills/4, 3))
 	dir := filepath.Join(r.tmp, "saga-crash-process")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	natsURL := r.cfg.NATSURL
-	if natsURL == "" {
-		srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "jetstream")})
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		natsURL = srv.ClientURL()
-	}
-	e, err := r.newEnv(ctx, "saga-crash-after-step", false, func(o *boxoffice.Options) {
-		o.Roles = []boxoffice.Role{boxoffice.RoleAPI}
-		o.NATSURL = natsURL
-		o.DataDir = dir
-	})
+	pa, err := r.newParent(ctx, "saga-crash-after-step", dir)
 	if err != nil {
 		return err
 	}
-	defer e.close()
-	dbURL := e.opts.DatabaseURL
-	if dbURL == "" {
-		dbURL = "sqlite://" + filepath.Join(dir, "idem.db")
-	}
-	args := []string{"--role", "effects", "-v", "--provider", e.sys.Config().ProviderURL, "--effect-lease", "2s", "--poll", "20ms"}
-	if e.opts.Schema != "" {
-		args = append(args, "--schema", e.opts.Schema)
-	}
-	if e.opts.Stream != "" {
-		args = append(args, "--stream", e.opts.Stream, "--subject", e.sys.Config().Subject)
-	}
+	defer pa.close()
+	e, exe := pa.e, pa.exe
 	logf, err := os.OpenFile(filepath.Join(dir, "effects-0.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	c := &child{name: "effects-0", args: args, env: []string{"IDEM_NATS_URL=" + natsURL, "IDEM_DATABASE_URL=" + dbURL}, log: logf}
+	args := append([]string{"--role", "effects", "-v", "--effect-lease", "2s", "--poll", "20ms"}, pa.args...)
+	c := &child{name: "effects-0", args: args, env: pa.env, log: logf}
 	if err := c.start(exe); err != nil {
 		return err
 	}
 	defer c.stop()
 
 	p := e.sys.Provider()
-	p.Inject(fakeprovider.Fault{On: fakeprovider.Charges, Times: kills, After: fakeprovider.Hang, Hang: time.Minute})
-	// The killer: each new charge the provider made while its answer is
-	// held is a child to SIGKILL before it can record the step.
-	var killed atomic.Int64
+	// The killer: one charge at a time is performed and its answer held by
+	// the provider (an injected Hang): the child has made the call and not
+	// recorded it. SIGKILL it then and restart it; the next held call is
+	// usually the restarted child re-sending an abandoned step's key.
+	var killed, caught atomic.Int64
 	stop := make(chan struct{})
 	killErr := make(chan error, 1)
-	go func() {
-		seen := map[string]bool{}
-		for killed.Load() < int64(kills) {
-			select {
-			case <-stop:
-				killErr <- nil
-				return
-			case <-ctx.Done():
-				killErr <- ctx.Err()
-				return
-			case <-time.After(2 * time.Millisecond):
+	heldCalls := func() (n int64) {
+		for _, call := range p.PaymentCallLog() {
+			if call.Fault && call.Status == http.StatusOK {
+				n++
 			}
-			fresh := false
-			for k := range p.Charges() {
-				if !seen[k] {
-					seen[k], fresh = true, true
+		}
+		return n
+	}
+	go func() {
+		for killed.Load() < int64(kills) {
+			p.Inject(fakeprovider.Fault{On: fakeprovider.Charges, After: fakeprovider.Hang, Hang: time.Minute})
+			for heldCalls() == caught.Load() {
+				select {
+				case <-stop:
+					killErr <- nil
+					return
+				case <-ctx.Done():
+					killErr <- ctx.Err()
+					return
+				case <-time.After(2 * time.Millisecond):
 				}
 			}
-			if !fresh {
-				continue
-			}
+			caught.Store(heldCalls())
 			c.kill()
 			killed.Add(1)
 			if err := c.start(exe); err != nil {
@@ -557,8 +527,8 @@ func sagaCrashProcess(ctx context.Context, r *runner, res *Result) error {
 	close(stop)
 	kerr := <-killErr
 	sagaResult(res, ch, m, fmt.Sprintf(" confirmed=%d charges=%d sigkills_after_charge=%d", m, m, kills),
-		fmt.Sprintf(" sigkills_after_charge=%d charge_calls=%d", killed.Load(), ch.chargeCalls),
+		fmt.Sprintf(" sigkills_after_charge=%d held_calls=%d charge_calls=%d", killed.Load(), caught.Load(), ch.chargeCalls),
 		cerr == nil && kerr == nil && ch.f.Confirmed == int64(m) && ch.charges == m && killed.Load() == int64(kills) &&
-			ch.chargeCalls >= m+int(killed.Load()))
+			ch.chargeCalls >= m+int(caught.Load()))
 	return errors.Join(cerr, serr, kerr)
 }

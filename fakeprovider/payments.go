@@ -140,6 +140,20 @@ func (p *Provider) PaymentTotals() (charges, refunds int, charged, refunded int6
 	return charges, refunds, charged, refunded
 }
 
+// PaymentCallLog returns a copy of every raw call of the payment API, in
+// arrival order (a call shaped by a fault has Fault set; a performed call
+// whose answer is held by a Hang fault is already logged with status 200).
+func (p *Provider) PaymentCallLog() []Call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Call, len(p.pay.calls))
+	for i, c := range p.pay.calls {
+		c.Body = bytes.Clone(c.Body)
+		out[i] = c
+	}
+	return out
+}
+
 // PaymentCalls returns the number of raw calls received by the payment API.
 func (p *Provider) PaymentCalls() int {
 	p.mu.Lock()
