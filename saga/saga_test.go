@@ -297,6 +297,14 @@ func TestSagaRunsStepsInOrderAndHandsResultsOn(t *testing.T) {
 		if status != "confirmed" || !ok || chargeID != ch.ID || ch.Amount != 900 {
 			t.Fatalf("order %s charge %q, provider charge %+v %v", status, chargeID, ch, ok)
 		}
+		all, err := f.s.List(ctx, "", 10)
+		done, err2 := f.s.List(ctx, saga.Completed, 10)
+		running, err3 := f.s.List(ctx, saga.Running, 10)
+		counts, err4 := f.s.Counts(ctx)
+		if err := errors.Join(err, err2, err3, err4); err != nil || len(all) != 1 || len(done) != 1 || len(running) != 0 ||
+			counts[saga.Completed] != 1 || all[0].ID != "o-1" {
+			t.Fatalf("list %+v %+v %+v counts %v: %v", all, done, running, counts, err)
+		}
 		recs, err := f.s.Steps(ctx, "o-1")
 		if err != nil || len(recs) != 3 {
 			t.Fatalf("steps %+v %v", recs, err)
