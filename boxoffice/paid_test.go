@@ -153,3 +153,34 @@ func testPaidOrders(t *testing.T, d *sqlstore.Driver) {
 		t.Fatalf("cancel of a finished order: %d", resp.StatusCode)
 	}
 }
+
+// TestPaidOrdersHostileInput: a bad key, tenant, body or order id answers
+// 4xx problem+json and records nothing.
+func TestPaidOrdersHostileInput(t *testing.T) {
+	t.Parallel()
+	d := testdb.SQLite(t)
+	sys, srv := apiServer(t, d)
+	for _, c := range []struct {
+		method, path string
+		hdr          map[string]string
+		body         []byte
+		want         int
+	}{
+		{"POST", "/paid-orders", map[string]string{"Idempotency-Key": "k\xff"}, []byte(paidBody(1)), http.StatusBadRequest},
+		{"POST", "/paid-orders", map[string]string{"Idempotency-Key": string(bytes.Repeat([]byte("k"), 129))}, []byte(paidBody(1)), http.StatusBadRequest},
+		{"POST", "/paid-orders", map[string]string{"Idempotency-Key": "k", "X-Tenant-ID": "bad tenant"}, []byte(paidBody(1)), http.StatusBadRequest},
+		{"POST", "/paid-orders", map[string]string{"Idempotency-Key": "k"}, []byte(`{"event_id":"e"}`), http.StatusBadRequest},
+		{"POST", "/paid-orders", map[string]string{"Idempotency-Key": "k"}, bytes.Repeat([]byte(" "), boxoffice.MaxOrderBody+1), http.StatusRequestEntityTooLarge},
+		{"GET", "/paid-orders/%00", nil, nil, http.StatusNotFound},
+		{"GET", "/paid-orders/ord_00000000-0000-0000-0000-000000000000", nil, nil, http.StatusNotFound},
+		{"POST", "/paid-orders/nope/cancel", nil, nil, http.StatusNotFound},
+	} {
+		a := call(t, c.method, srv.URL+c.path, c.hdr, c.body)
+		if a.status != c.want || a.ctype != "application/problem+json" {
+			t.Errorf("%s %s: %d %q, want %d problem+json", c.method, c.path, a.status, a.ctype, c.want)
+		}
+	}
+	if f, err := sys.PaidFacts(context.Background()); err != nil || f.Orders != 0 {
+		t.Fatalf("facts %+v %v after hostile input", f, err)
+	}
+}
