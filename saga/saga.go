@@ -42,6 +42,12 @@
 // A compensation whose action's row exists may have something to undo; if
 // that action is still in flight under a live lease, the compensation waits
 // for it (retrying) so it never overtakes a call that is still running.
+// A call still running after its lease ran out cannot be waited for: the
+// ledger's CallTimeout (at most the Lease) bounds the client side of it, but
+// a provider may still perform a request after the client gave up. An undo
+// should therefore name what it undoes by the action's key ([Call.DoKey]),
+// so the provider can refuse the late action (fakeprovider's refund cancels
+// an unknown charge key).
 //
 // Steps are external ([Step.Do], [Step.Undo]: a call given [Call.Key]) or
 // local ([Step.DoTx], [Step.UndoTx]: a change in the business database run
@@ -146,7 +152,8 @@ type Step[TTx any] struct {
 	// fails the step, others are retried with backoff.
 	Do func(ctx context.Context, c Call) ([]byte, error)
 	// DoTx is a local action run inside the barrier transaction tx (commit
-	// together, exactly once).
+	// together, exactly once). Keep it short: the transaction holds the row
+	// lock of the step's effect (PostgreSQL) or the write lock (SQLite).
 	DoTx func(ctx context.Context, tx TTx, c Call) ([]byte, error)
 	// Undo is an external compensation, called with c.Key (the undo key).
 	// It must succeed when there is nothing to undo.
