@@ -37,6 +37,11 @@
 //     provider after they happened.
 //  17. saga-duplicate-start: the same saga is started by racing duplicate
 //     requests.
+//  18. horizon-late-redrive: a message is processed, a second delivery
+//     with the same id and another payload is parked for a fingerprint
+//     mismatch, the original's inbox record expires and is collected, and
+//     the operator then redrives the letter: the redrive must be refused,
+//     or the second payload would be applied as a new message.
 //
 // The saga scenarios (14–17) drive the box office's paid orders (the
 // "paid-order" saga: reserve seats, charge, confirm; release and refund
