@@ -45,7 +45,16 @@ type JetStreamConfig struct {
 	AckWait time.Duration
 	// Storage is file (the default) or memory.
 	Storage natsjs.StorageType
+	// MaxAge is how long the stream keeps, and so may redeliver, a
+	// message. Defaults to [DefaultStreamMaxAge], inside the consumers'
+	// default 7-day inbox retention, so no redelivery can outlive the
+	// record that recognises it (the consumers refuse to start otherwise).
+	MaxAge time.Duration
 }
+
+// DefaultStreamMaxAge is the reference system's stream max age: a day
+// inside its consumers' default inbox retention (7 days).
+const DefaultStreamMaxAge = 6 * 24 * time.Hour
 
 // JetStreamBroker is a [Broker] on NATS JetStream. Safe for concurrent use.
 type JetStreamBroker struct {
@@ -72,6 +81,9 @@ func DialJetStream(ctx context.Context, cfg JetStreamConfig) (*JetStreamBroker, 
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 30 * time.Second
 	}
+	if cfg.MaxAge == 0 {
+		cfg.MaxAge = DefaultStreamMaxAge
+	}
 	nc, js, err := jetstream.Dial(cfg.URL)
 	if err != nil {
 		return nil, err
@@ -81,6 +93,7 @@ func DialJetStream(ctx context.Context, cfg JetStreamConfig) (*JetStreamBroker, 
 		Subjects:   []string{cfg.Subject},
 		Duplicates: cfg.Duplicates,
 		Storage:    cfg.Storage,
+		MaxAge:     cfg.MaxAge,
 	}); err != nil {
 		nc.Close()
 		return nil, err
