@@ -223,7 +223,12 @@ func TestBrowser(t *testing.T) {
 	do("filter", chromedp.Navigate(base+"/dlq"), chromedp.WaitVisible(css(`[data-testid="dlq-filter"]`)),
 		chromedp.SendKeys(css(`[data-testid="dlq-filter"] input[name="consumer"]`), "legacy-import"),
 		chromedp.SendKeys(css(`[data-testid="dlq-filter"] input[name="subject"]`), "imports"),
-		chromedp.Click(css(`[data-testid="dlq-filter-apply"]`)), chromedp.WaitVisible(css(`[data-testid="dlq-bulk-discard"]`)))
+		chromedp.Click(css(`[data-testid="dlq-filter-apply"]`)),
+		// The unfiltered page has a bulk button too: wait for the page the
+		// server rendered for this filter (typing sets only the property,
+		// the server sets the value attribute).
+		chromedp.WaitVisible(css(`[data-testid="dlq-filter"] input[name="subject"][value="imports"]`)),
+		chromedp.WaitVisible(css(`[data-testid="dlq-bulk-discard"]`)))
 	if n := countSel(`[data-testid="dlq-row"]`); n != 10 {
 		t.Fatalf("%d rows match the filter, want 10", n)
 	}
