@@ -7,15 +7,20 @@ import (
 const sagaCols = `saga_id, name, state, step, steps, current_key, abort_requested, version, last_error, input, created_at, updated_at`
 
 type queries struct {
-	insert  string // $1 id, $2 name, $3 fingerprint, $4 input, $5 steps, $6 current_key, $7 now
-	get     string // $1 id
-	getFP   string // $1 id (sagaCols + fingerprint)
-	list    string // $1 state ('' = all), $2 limit
-	counts  string
-	steps   string // $1 id
-	abort   string // $1 id, $2 last_error, $3 now
-	advance string // $1 id, $2 observed version, $3 state, $4 step, $5 current_key, $6 last_error, $7 now
-	due     string // $1 limit: sagas whose awaited effect settled, or asked to abort (the active-state predicate matches sagas_active_idx)
+	insert string // $1 id, $2 name, $3 fingerprint, $4 input, $5 steps, $6 current_key, $7 now
+	get    string // $1 id
+	getFP  string // $1 id (sagaCols + fingerprint)
+	list   string // $1 state ('' = all), $2 limit
+	counts string
+	steps  string // $1 id
+	abort  string // $1 id, $2 last_error, $3 now
+	// lockSaga and lockEffect read a row and lock it (PostgreSQL FOR UPDATE;
+	// SQLite's write transactions hold the database lock already).
+	lockSaga   string // $1 id → state, step, steps, current_key, abort_requested
+	lockEffect string // $1 effect key → state
+	aborting   string // $1 id → state, abort_requested
+	advance    string // $1 id, $2 observed version, $3 state, $4 step, $5 current_key, $6 last_error, $7 now
+	due        string // $1 limit: sagas whose awaited effect settled, or asked to abort (the active-state predicate matches sagas_active_idx)
 
 	insertBarrier string // $1 id, $2 step, $3 op, $4 step name, $5 origin, $6 outcome, $7 now
 	getBarrier    string // $1 id, $2 step, $3 op → origin, outcome, result
@@ -27,7 +32,14 @@ type queries struct {
 
 func newQueries[TTx any](d store.Driver[TTx]) queries {
 	sg, st, ef := d.Table("sagas"), d.Table("saga_steps"), d.Table("effects")
+	forUpdate := ""
+	if d.Dialect() == store.Postgres {
+		forUpdate = " FOR UPDATE"
+	}
 	return queries{
+		lockSaga:   `SELECT state, step, steps, current_key, abort_requested FROM ` + sg + ` WHERE saga_id = $1` + forUpdate,
+		lockEffect: `SELECT state FROM ` + ef + ` WHERE effect_key = $1` + forUpdate,
+		aborting:   `SELECT state, abort_requested FROM ` + sg + ` WHERE saga_id = $1`,
 		insert: `INSERT INTO ` + sg + ` (saga_id, name, fingerprint, input, state, step, steps, current_key, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, 'running', 0, $5, $6, $7, $7)
 			ON CONFLICT (saga_id) DO NOTHING

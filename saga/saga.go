@@ -116,6 +116,10 @@ var (
 	ErrUnknownDefinition = errors.New("saga: unknown definition")
 	// ErrNotRunning reports an Abort of a saga that no longer runs forward.
 	ErrNotRunning = errors.New("saga: not running")
+	// ErrLastStepApplied reports an Abort refused because the action of the
+	// saga's last step applied: it completes, it is not compensated. The
+	// error also matches [ErrNotRunning].
+	ErrLastStepApplied = fmt.Errorf("%w: its last step applied", ErrNotRunning)
 	// ErrActionInFlight is the transient error of a compensation that waits
 	// for its action, still in flight under a live lease.
 	ErrActionInFlight = errors.New("saga: action still in flight")
@@ -390,21 +394,71 @@ func (s *Sagas[TTx]) Start(ctx context.Context, name, id string, input []byte) (
 // Abort asks a running saga to compensate: the advancer turns it to
 // compensating from the step it is at (that step's action may be pending,
 // in flight or done; the barrier sorts it out). It fails with
-// [ErrNotRunning] once the saga finished or compensates, and
-// [idem.ErrNotFound] for an unknown id.
+// [ErrNotRunning] once the saga finished or compensates, with
+// [ErrLastStepApplied] (which also matches ErrNotRunning) once the action of
+// its last step applied (the saga succeeded; only the advancer has not
+// recorded it yet), and [idem.ErrNotFound] for an unknown id.
+//
+// Serialisation: Abort runs in one transaction that locks the saga row and
+// then the row of the effect the saga awaits (PostgreSQL FOR UPDATE; SQLite
+// write transactions are serial). A step holds that effect row's lock too:
+// a local action (DoTx) from its fence to its commit, the ledger while it
+// records an external action's result. So exactly one of them goes first,
+// decided by the lock, never by timing:
+//
+//   - the step first: Abort waits for its commit, then reads the committed
+//     outcome; when that is the last step's action applied (its barrier
+//     row) or completed (its effect), Abort is refused. An intermediate
+//     step's applied action is compensated.
+//   - Abort first: the abort request commits before the step's transaction
+//     gets the lock; a local action then reads it and is refused (nothing
+//     applied, a null compensation follows), and an external action's
+//     result is compensated.
 func (s *Sagas[TTx]) Abort(ctx context.Context, id, reason string) error {
-	n, err := s.d.Pool().Exec(ctx, s.q.abort, id, "aborted: "+reason, store.Micros(s.cfg.Now()))
-	if err != nil {
-		return fmt.Errorf("saga: abort %q: %w", id, err)
-	}
-	if n == 0 {
-		sg, err := s.Get(ctx, id)
-		if err != nil {
-			return err
+	return store.InTx(ctx, s.d, func(tx TTx) error {
+		q := s.d.Tx(tx)
+		var (
+			state, key          string
+			step, steps, abortq int64
+		)
+		err := q.QueryRow(ctx, s.q.lockSaga, id).Scan(&state, &step, &steps, &key, &abortq)
+		if errors.Is(err, store.ErrNoRows) {
+			return fmt.Errorf("saga %q: %w", id, idem.ErrNotFound)
 		}
-		return fmt.Errorf("saga %q is %s: %w", id, sg.State, ErrNotRunning)
-	}
-	return nil
+		if err != nil {
+			return fmt.Errorf("saga: abort %q: %w", id, err)
+		}
+		if State(state) != Running {
+			return fmt.Errorf("saga %q is %s: %w", id, state, ErrNotRunning)
+		}
+		// Wait for (or keep out) the step that holds the awaited effect.
+		var eState string
+		if err := q.QueryRow(ctx, s.q.lockEffect, key).Scan(&eState); err != nil && !errors.Is(err, store.ErrNoRows) {
+			return fmt.Errorf("saga: abort %q: lock %q: %w", id, key, err)
+		}
+		if abortq == 0 && step == steps-1 {
+			if effect.State(eState) == effect.Completed {
+				return fmt.Errorf("saga %q: %w", id, ErrLastStepApplied)
+			}
+			var origin, outcome string
+			var res []byte
+			err := q.QueryRow(ctx, s.q.getBarrier, id, step, string(Do)).Scan(&origin, &outcome, &res)
+			if err != nil && !errors.Is(err, store.ErrNoRows) {
+				return fmt.Errorf("saga: abort %q: barrier: %w", id, err)
+			}
+			if err == nil && Op(origin) == Do && outcome == OutcomeApplied {
+				return fmt.Errorf("saga %q: %w", id, ErrLastStepApplied)
+			}
+		}
+		n, err := q.Exec(ctx, s.q.abort, id, "aborted: "+reason, store.Micros(s.cfg.Now()))
+		if err != nil {
+			return fmt.Errorf("saga: abort %q: %w", id, err)
+		}
+		if n == 0 { // unreachable under the row lock; kept as a guard
+			return fmt.Errorf("saga %q: %w", id, ErrNotRunning)
+		}
+		return nil
+	})
 }
 
 // Get returns saga id, or an error wrapping [idem.ErrNotFound].

@@ -63,8 +63,11 @@ type fixture struct {
 	// afterCharge runs after the provider answered a charge, before the
 	// result is returned (a crash or hang between call and record).
 	afterCharge atomic.Pointer[func()]
-	failed      atomic.Int64 // OnFailed calls
-	failedKinds sync.Map
+	// afterConfirm runs inside the confirm step's transaction, after its
+	// update and before the commit (an Abort racing the last step).
+	afterConfirm atomic.Pointer[func()]
+	failed       atomic.Int64 // OnFailed calls
+	failedKinds  sync.Map
 }
 
 type orderInput struct {
@@ -171,6 +174,9 @@ func (f *fixture) definition() saga.Definition[any] {
 					return nil, idem.Permanent(fmt.Errorf("no charge result to confirm: %q", c.Results["charge"]))
 				}
 				_, err := f.d.Tx(tx).Exec(ctx, `UPDATE orders SET status = 'confirmed', charge_id = $2 WHERE id = $1`, in.Order, ch.ID)
+				if h := f.afterConfirm.Load(); h != nil {
+					(*h)()
+				}
 				return nil, err
 			},
 		},
@@ -667,4 +673,59 @@ func TestExamplePgx(t *testing.T) {
 	if want := "started: true\ncharge do applied\n"; string(out) != want {
 		t.Fatalf("Example_pgx printed %q, want %q", out, want)
 	}
+}
+
+// An Abort that arrives while the last step (confirm, a local action with no
+// compensation) commits must be decided by the database, not by timing:
+// here confirm's transaction is open when Abort is called, so confirm wins
+// and Abort is refused (ErrLastStepApplied or ErrNotRunning); the saga
+// completes and nothing is refunded or released. Before the fix, PostgreSQL
+// accepted the abort, refunded and released a confirmed order.
+func TestSagaAbortRacingTheLastStepCommitIsRefused(t *testing.T) {
+	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+		f := newFixture(t, d, 5*time.Second)
+		ctx := context.Background()
+		abortErr := make(chan error, 1)
+		h := func() {
+			go func() { abortErr <- f.s.Abort(ctx, "o-late", "cancel while confirm commits") }()
+			time.Sleep(200 * time.Millisecond) // Abort runs while this transaction is open
+		}
+		f.afterConfirm.Store(&h)
+		if _, _, err := f.start(ctx, f.s, "o-late", 700); err != nil {
+			t.Fatal(err)
+		}
+		f.run(f.worker(f.s, 3))
+		sg := f.wait("o-late", saga.Completed, saga.Compensated)
+		var aerr error
+		select {
+		case aerr = <-abortErr:
+		case <-time.After(30 * time.Second):
+			t.Fatal("Abort did not return")
+		}
+		// Refused: ErrLastStepApplied (matching ErrNotRunning) when Abort
+		// reads the applied step before the advancer completes the saga,
+		// plain ErrNotRunning after it (SQLite may hand the write lock to the
+		// advancer first).
+		if !errors.Is(aerr, saga.ErrNotRunning) {
+			t.Errorf("Abort while the last step commits: %v, want a refusal (ErrLastStepApplied or ErrNotRunning)", aerr)
+		}
+		if sg.State != saga.Completed {
+			t.Errorf("saga %s, want completed (the abort was refused)", sg.State)
+		}
+		var status string
+		var released int64
+		if err := d.Pool().QueryRow(ctx, `SELECT status FROM orders WHERE id = 'o-late'`).Scan(&status); err != nil || status != "confirmed" {
+			t.Errorf("order %q %v, want confirmed", status, err)
+		}
+		if err := d.Pool().QueryRow(ctx, `SELECT released FROM reservations WHERE order_id = 'o-late'`).Scan(&released); err != nil || released != 0 {
+			t.Errorf("reservation released=%d %v, want 0", released, err)
+		}
+		if _, _, charged, refunded := f.p.PaymentTotals(); charged != 700 || refunded != 0 {
+			t.Errorf("charged %d refunded %d, want 700 and 0", charged, refunded)
+		}
+		f.invariants()
+		if err := f.s.Abort(ctx, "o-late", "again"); !errors.Is(err, saga.ErrNotRunning) {
+			t.Errorf("abort of a completed saga: %v", err)
+		}
+	})
 }

@@ -362,6 +362,29 @@ func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call)
 	var res []byte
 	done := false
 	err := w.fenced(ctx, c, token, func(tx TTx, q store.Querier) error {
+		if st.DoTx != nil {
+			// The fence locked the effect row, which Abort locks too: an
+			// abort committed before it is seen here, and one after it waits
+			// for this commit (see [Sagas.Abort]). An aborting saga's local
+			// action is not applied; nothing is written to the barrier, so
+			// its compensation is a null one.
+			var state string
+			var abortq int64
+			if err := q.QueryRow(ctx, w.s.q.aborting, c.SagaID).Scan(&state, &abortq); err != nil {
+				return fmt.Errorf("saga: read %q: %w", c.SagaID, err)
+			}
+			if State(state) != Running || abortq != 0 {
+				if origin, outcome, stored, found, err := w.barrier(ctx, q, c, Do); err != nil {
+					return err
+				} else if found && origin == Do && outcome == OutcomeApplied {
+					res = stored // applied before the abort: compensated
+				} else {
+					res = RefusedResult
+				}
+				done = true
+				return nil
+			}
+		}
 		inserted, origin, outcome, stored, err := w.enter(ctx, q, c, Do)
 		if err != nil {
 			return err
