@@ -7,14 +7,18 @@
 //
 //	/console/          overview: counts per table and state, outbox lag,
 //	                   parked events, dead letters per consumer, held keys
-//	                   and effects, duplicates and fingerprint conflicts,
+//	                   and effects, held sagas, duplicates and fingerprint conflicts,
 //	                   with charts of the last hour sampled by the console
 //	/console/dlq       dead letters, filterable; redrive, discard, and both
 //	                   for every letter matching the filter
 //	/console/dlq/{id}  one letter's full context; redrive, discard, edit and
 //	                   redrive as a new revision ([dlq.Store.Revise])
-//	/console/held      HTTP keys and effects held for reconciliation;
-//	                   resolve as completed or release, with a reason
+//	/console/held      HTTP keys, effects and sagas held for
+//	                   reconciliation; resolve as completed or release,
+//	                   with a reason (a held saga: its failed
+//	                   compensation, through the effect ledger; the saga
+//	                   resumes). Without the sagas table (0008_sagas) the
+//	                   saga section is omitted
 //	/console/keys      look up an HTTP idempotency key; forget it
 //	/console/outbox    parked outbox events per ordering key and what is
 //	                   blocked behind them; retry or discard
@@ -60,6 +64,7 @@ import (
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/saga"
 	"github.com/idemkit/idem/store"
 )
 
@@ -116,6 +121,7 @@ type Console[TTx any] struct {
 	dlq     *dlq.Store[TTx]
 	ledger  *effect.Ledger[TTx]
 	outbox  *outbox.Outbox[TTx]
+	sagas   *saga.Sagas[TTx] // read only (no definitions); used when the sagas table exists
 	pages   map[string]*template.Template
 	assets  fs.FS
 	log     *slog.Logger
@@ -154,6 +160,9 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Console[TTx], error) {
 		return nil, err
 	}
 	if c.outbox, err = outbox.New(d, outbox.Config{Now: cfg.Now, Logger: cfg.Logger}); err != nil {
+		return nil, err
+	}
+	if c.sagas, err = saga.New(d, c.ledger, saga.Config{Now: cfg.Now, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	if c.pages, err = parsePages(); err != nil {
@@ -212,7 +221,7 @@ func statusOf(err error) int {
 	case errors.Is(err, idem.ErrInvalidInput), errors.Is(err, errBadForm):
 		return http.StatusBadRequest
 	case errors.Is(err, dlq.ErrNotParked), errors.Is(err, effect.ErrNotRetryable), errors.Is(err, outbox.ErrNotParkedEvent),
-		errors.Is(err, errNotHeld):
+		errors.Is(err, errNotHeld), errors.Is(err, errSagaNotHeld):
 		return http.StatusConflict
 	case errors.Is(err, errNoPublisher), errors.Is(err, dlq.ErrDroppedAsDuplicate):
 		return http.StatusServiceUnavailable

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/saga"
 )
 
 // sample is one point of the overview's charts.
@@ -30,6 +31,10 @@ type Overview struct {
 	Stats       idemmetrics.Stats
 	HeldKeys    int64
 	HeldEffects int64
+	// HeldSagas counts sagas in state held (a compensation failed);
+	// SagasKnown is false without the sagas table (0008_sagas).
+	HeldSagas  int64
+	SagasKnown bool
 	// Duplicates and Conflicts are the sums of
 	// idem_duplicates_suppressed_total and idem_fingerprint_conflicts_total
 	// in Config.Gatherer; CountersKnown is false without one.
@@ -70,6 +75,13 @@ func (c *Console[TTx]) Sample(ctx context.Context) (Overview, error) {
 			}
 		}
 		o.HeldEffects += o.Stats.Effects.By[string(effect.Failed)]
+	}
+	if ok, _ := c.sagasOn(ctx); ok {
+		n, err := c.sagas.Counts(ctx)
+		if err != nil {
+			return o, err
+		}
+		o.HeldSagas, o.SagasKnown = n[saga.Held], true
 	}
 	if ok, _ := tableExists(ctx, c.d, "inbox"); ok {
 		if o.InboxStates, err = countInboxStates(ctx, c.d); err != nil {

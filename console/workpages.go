@@ -64,10 +64,16 @@ func (c *Console[TTx]) heldList(w http.ResponseWriter, r *http.Request) {
 		c.renderError(w, r, http.StatusInternalServerError, "Held work", err.Error())
 		return
 	}
-	c.render(w, r, http.StatusOK, "held", "Held work", map[string]any{"Effects": effects, "Keys": keys, "Now": c.now()})
+	sagas, sagasOn, err := c.heldSagas(r.Context())
+	if err != nil {
+		c.renderError(w, r, http.StatusInternalServerError, "Held work", err.Error())
+		return
+	}
+	c.render(w, r, http.StatusOK, "held", "Held work", map[string]any{"Effects": effects, "Keys": keys,
+		"Sagas": sagas, "SagasOn": sagasOn, "Now": c.now()})
 }
 
-// heldAct serves POST /held/{effect|key}/{resolve|release}.
+// heldAct serves POST /held/{effect|key|saga}/{resolve|release}.
 func (c *Console[TTx]) heldAct(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	what, verb := r.PathValue("what"), r.PathValue("verb")
@@ -80,6 +86,8 @@ func (c *Console[TTx]) heldAct(w http.ResponseWriter, r *http.Request) error {
 	}
 	key := r.PostForm.Get("key")
 	switch what {
+	case "saga":
+		err = c.heldSagaAct(r, verb, why)
 	case "effect":
 		if key == "" {
 			return badForm("the effect key is missing")
