@@ -45,3 +45,31 @@ const (
 	// than the DLQ retention. Parked letters are never deleted.
 	condDeadLetters = `state IN ('redriven', 'discarded') AND resolved_at > 0 AND resolved_at < $1`
 )
+
+// The saga conditions name the other saga table, so they are built from
+// the driver's qualified table names (idem's own constants, never input).
+// $1 is the horizon in microseconds. A saga is finished when its state is
+// completed or compensated: the saga package's terminal states (saga.Completed,
+// saga.Compensated; there is no failed state, a failing compensation holds
+// the saga). Running, compensating and held sagas are never touched, nor
+// their steps, however old. updated_at is the finish time of a finished
+// saga: the advancer sets it in the transition to the terminal state, and
+// nothing updates a finished saga again (Abort needs state running, the
+// advancer selects only running, compensating and held sagas and
+// compare-and-sets on the version).
+
+// condSagaSteps selects the barrier rows of finished sagas that finished
+// before $1.
+func condSagaSteps(sagas string) string {
+	return `saga_id IN (SELECT saga_id FROM ` + sagas + ` WHERE ` + sagaFinished + `)`
+}
+
+// condSagas selects finished sagas that finished before $1 and have no
+// barrier rows left: the steps are deleted first, and a saga whose steps
+// remain (a pass stopped between the two tables) waits for the next pass,
+// so no step row is ever left without its saga.
+func condSagas(sagas, steps string) string {
+	return sagaFinished + ` AND NOT EXISTS (SELECT 1 FROM ` + steps + ` st WHERE st.saga_id = ` + sagas + `.saga_id)`
+}
+
+const sagaFinished = `state IN ('completed', 'compensated') AND updated_at < $1`

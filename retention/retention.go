@@ -8,10 +8,14 @@
 //   - published outbox events older than Config.OutboxRetention;
 //   - completed effects past their expires_at (0 keeps them);
 //   - dead letters resolved (redriven or discarded) longer ago than
-//     Config.DLQRetention.
+//     Config.DLQRetention;
+//   - finished sagas (completed or compensated) that finished longer ago
+//     than Config.SagaRetention, with their barrier rows (saga_steps):
+//     the steps first, then the sagas.
 //
 // Pending work is never deleted: pending or parked outbox events, parked
-// dead letters, effects not completed. Each batch is its own short
+// dead letters, effects not completed, sagas running, compensating or held
+// (and their steps). Each batch is its own short
 // statement (at most Config.BatchSize rows), so consumers, relays and HTTP
 // handlers keep running while the GC works. Running several GCs at once is
 // safe (each row is deleted once; the others find fewer rows). A crash
@@ -22,6 +26,19 @@
 // replay horizon (client retry, broker redelivery / stream max age, webhook
 // replay, operator redrive); [CheckRetention] warns at start-up when they
 // do not.
+//
+// Sagas: the barrier rows (saga_steps) are what refuse a late action (one
+// redriven, or a zombie's, arriving after its compensation). They are
+// deleted only for sagas that finished longer ago than SagaRetention, far
+// longer than any in-flight action can live: by then the saga's effects
+// are all settled, their leases and retries long over, and the effects
+// themselves expire through the ledger's retention. An effect an operator
+// redrives (effect.Ledger.Retry) after that finds its saga finished or
+// gone and is refused without a call: the saga worker checks, in the
+// fenced transaction that would insert the barrier row, that the saga
+// still exists and is not finished (saga.Completed and saga.Compensated
+// are final: nothing changes a finished saga again), so deleting the steps
+// before the saga, concurrently with the worker, never lets an action run.
 package retention
 
 import (
@@ -52,6 +69,13 @@ type Config struct {
 	// DLQRetention is how long resolved dead letters are kept. Defaults to
 	// 30 days.
 	DLQRetention time.Duration
+	// SagaRetention is how long finished (completed or compensated) sagas
+	// and their steps are kept after they finished. Defaults to 30 days,
+	// like DLQRetention: a saga's record is an operator's view of what
+	// happened (idem sagas, the console) and its barrier rows refuse late
+	// actions, so it is kept as long as a resolved dead letter, well past
+	// any lease, retry or redrive of its effects.
+	SagaRetention time.Duration
 	// InboxMinAge keeps the inbox rows of the named consumers at least this
 	// long after they were received, even past their expires_at: use it to
 	// lengthen a consumer's retention after the fact (e.g. after a
@@ -69,7 +93,7 @@ type Config struct {
 // Report summarises one pass.
 type Report struct {
 	// Deleted counts rows deleted per table (inbox, idempotency_keys,
-	// outbox, effects, dead_letters).
+	// outbox, effects, dead_letters, saga_steps, sagas).
 	Deleted map[string]int64 `json:"deleted"`
 	// Batches is the number of DELETE statements run.
 	Batches int `json:"batches"`
@@ -115,7 +139,10 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*GC[TTx], error) {
 	if cfg.DLQRetention == 0 {
 		cfg.DLQRetention = 30 * 24 * time.Hour
 	}
-	if cfg.BatchSize < 0 || cfg.Interval < 0 || cfg.OutboxRetention < 0 || cfg.DLQRetention < 0 {
+	if cfg.SagaRetention == 0 {
+		cfg.SagaRetention = 30 * 24 * time.Hour
+	}
+	if cfg.BatchSize < 0 || cfg.Interval < 0 || cfg.OutboxRetention < 0 || cfg.DLQRetention < 0 || cfg.SagaRetention < 0 {
 		return nil, idem.InvalidOptionf("retention: negative BatchSize, Interval or retention")
 	}
 	for c, a := range cfg.InboxMinAge {
@@ -145,12 +172,16 @@ func (g *GC[TTx]) jobs(now time.Time) []job {
 		inboxArgs = append(inboxArgs, c, store.Micros(now.Add(-g.cfg.InboxMinAge[c])))
 		inboxCond += fmt.Sprintf(` AND NOT (consumer = $%d AND received_at >= $%d)`, len(inboxArgs)-1, len(inboxArgs))
 	}
+	sagas, sagaArgs := g.d.Table("sagas"), []any{store.Micros(now.Add(-g.cfg.SagaRetention))}
 	return []job{
 		{"inbox", inboxCond, inboxArgs},
 		{"idempotency_keys", condHTTPKeys, []any{store.Micros(now)}},
 		{"outbox", condOutbox, []any{store.Micros(now.Add(-g.cfg.OutboxRetention))}},
 		{"effects", condEffects, []any{store.Micros(now)}},
 		{"dead_letters", condDeadLetters, []any{store.Micros(now.Add(-g.cfg.DLQRetention))}},
+		// Steps before their sagas (see condSagas).
+		{"saga_steps", condSagaSteps(sagas), sagaArgs},
+		{"sagas", condSagas(sagas, g.d.Table("saga_steps")), sagaArgs},
 	}
 }
 

@@ -174,3 +174,106 @@ func TestCheckRetention(t *testing.T) {
 		t.Fatalf("no warning logged: %q", buf.String())
 	}
 }
+
+func TestSagaRetention(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testSagaRetention(t, testdb.SQLite(t)) })
+	t.Run("pgx", func(t *testing.T) { t.Parallel(); testSagaRetention(t, testdb.Pgx(t)) })
+	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); testSagaRetention(t, testdb.SQLPostgres(t)) })
+}
+
+// Finished sagas older than SagaRetention go with their steps; younger
+// finished ones and every running, compensating or held saga (however old)
+// stay with all their steps.
+func testSagaRetention[TTx any](t *testing.T, d store.Driver[TTx]) {
+	ctx := context.Background()
+	now := time.Now()
+	old, young, ancient := now.Add(-40*24*time.Hour), now.Add(-time.Hour), now.Add(-400*24*time.Hour)
+	sg := `INSERT INTO ` + d.Table("sagas") + ` (saga_id, name, fingerprint, input, state, step, steps, current_key, created_at, updated_at)
+ VALUES ($1, 'order', $2, $2, $3, 0, 3, 'k', $4, $4)`
+	st := `INSERT INTO ` + d.Table("saga_steps") + ` (saga_id, step, op, step_name, origin, outcome, created_at, updated_at)
+ VALUES ($1, $2, $3, 's', $3, 'applied', 0, 0)`
+	seed := func(id, state string, at time.Time, steps int) {
+		testdb.Exec(t, d, sg, id, []byte("x"), state, store.Micros(at))
+		for i := range steps {
+			testdb.Exec(t, d, st, id, i, "do")
+			testdb.Exec(t, d, st, id, i, "undo")
+		}
+	}
+	seed("completed-old", "completed", old, 2)         // 4 steps, deleted
+	seed("compensated-old", "compensated", old, 3)     // 6 steps, deleted
+	seed("completed-nosteps", "completed", old, 0)     // deleted
+	seed("completed-young", "completed", young, 2)     // kept
+	seed("compensated-young", "compensated", young, 1) // kept
+	seed("running-ancient", "running", ancient, 2)
+	seed("compensating-ancient", "compensating", ancient, 2)
+	seed("held-ancient", "held", ancient, 2)
+
+	gc, err := retention.New(d, retention.Config{BatchSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := gc.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Deleted["saga_steps"] != 10 || rep.Deleted["sagas"] != 3 || len(rep.Skipped) != 0 {
+		t.Fatalf("report %+v, want saga_steps=10 sagas=3", rep)
+	}
+	count := func(table, where string) int {
+		return testdb.Count(t, d, `SELECT count(*) FROM `+d.Table(table)+` WHERE `+where)
+	}
+	if n := count("sagas", `saga_id IN ('completed-old', 'compensated-old', 'completed-nosteps')`); n != 0 {
+		t.Errorf("%d expired finished sagas kept", n)
+	}
+	if n := count("saga_steps", `saga_id IN ('completed-old', 'compensated-old')`); n != 0 {
+		t.Errorf("%d steps of expired sagas kept", n)
+	}
+	kept := map[string]int{"completed-young": 4, "compensated-young": 2, "running-ancient": 4, "compensating-ancient": 4, "held-ancient": 4}
+	for id, steps := range kept {
+		if n := count("sagas", `saga_id = '`+id+`'`); n != 1 {
+			t.Errorf("saga %s deleted", id)
+		}
+		if n := count("saga_steps", `saga_id = '`+id+`'`); n != steps {
+			t.Errorf("saga %s has %d steps, want %d", id, n, steps)
+		}
+	}
+	if n := count("saga_steps", `saga_id NOT IN (SELECT saga_id FROM `+d.Table("sagas")+`)`); n != 0 {
+		t.Errorf("%d orphan steps", n)
+	}
+	// A second pass finds nothing.
+	if rep, err = gc.RunOnce(ctx); err != nil || rep.Total() != 0 {
+		t.Fatalf("second pass: %+v, %v", rep, err)
+	}
+	// A shorter retention reaches the young finished sagas, never the live ones.
+	gc, _ = retention.New(d, retention.Config{SagaRetention: time.Minute})
+	if rep, err = gc.RunOnce(ctx); err != nil || rep.Deleted["sagas"] != 2 || rep.Deleted["saga_steps"] != 6 {
+		t.Fatalf("pass with a 1m retention: %+v, %v", rep, err)
+	}
+	if n := count("sagas", `state IN ('running', 'compensating', 'held')`); n != 3 {
+		t.Errorf("live sagas kept: %d of 3", n)
+	}
+	if n := count("saga_steps", `1 = 1`); n != 12 {
+		t.Errorf("live saga steps kept: %d of 12", n)
+	}
+}
+
+func TestSagaRetentionValidated(t *testing.T) {
+	t.Parallel()
+	d := testdb.SQLite(t)
+	if _, err := retention.New(d, retention.Config{SagaRetention: -time.Hour}); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Fatalf("negative SagaRetention: %v", err)
+	}
+}
+
+func TestMissingSagaTablesSkipped(t *testing.T) {
+	t.Parallel()
+	d := testdb.SQLite(t)
+	testdb.Exec(t, d, `DROP TABLE `+d.Table("saga_steps"))
+	testdb.Exec(t, d, `DROP TABLE `+d.Table("sagas"))
+	gc, _ := retention.New(d, retention.Config{})
+	rep, err := gc.RunOnce(context.Background())
+	if err != nil || len(rep.Skipped) != 2 || rep.Skipped[0] != "saga_steps" || rep.Skipped[1] != "sagas" {
+		t.Fatalf("report %+v, %v", rep, err)
+	}
+}

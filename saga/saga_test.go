@@ -729,3 +729,51 @@ func TestSagaAbortRacingTheLastStepCommitIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// The garbage collector (package retention) deletes a finished saga's
+// barrier rows, then the saga. An action redriven in between (or after)
+// finds no barrier row: it is refused because the saga finished, and never
+// reaches the provider.
+func TestSagaRedrivenActionOfAGarbageCollectedSagaIsRefused(t *testing.T) {
+	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+		f := newFixture(t, d, 5*time.Second)
+		ctx := context.Background()
+		f.p.Inject(fakeprovider.Fault{On: fakeprovider.Charges, Status: http.StatusPaymentRequired})
+		if _, _, err := f.start(ctx, f.s, "o-gc", 700); err != nil {
+			t.Fatal(err)
+		}
+		stop := f.run(f.worker(f.s, 3))
+		f.wait("o-gc", saga.Compensated)
+		stop()
+		calls := f.p.Charges()["saga/o-gc/charge/do"].Calls
+		// The steps are gone (the GC's first table), the saga not yet.
+		testdb.Exec(t, d, `DELETE FROM `+d.Table("saga_steps")+` WHERE saga_id = 'o-gc'`)
+		if err := f.l.Retry(ctx, "saga/o-gc/charge/do"); err != nil {
+			t.Fatal(err)
+		}
+		f.run(f.worker(f.s, 3))
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			e, err := f.l.Get(ctx, "saga/o-gc/charge/do")
+			if err == nil && e.State == effect.Completed {
+				if string(e.Result) != string(saga.RefusedResult) {
+					t.Fatalf("redriven action result %s, want refused", e.Result)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redriven action not settled: %+v %v", e, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if c := f.p.Charges()["saga/o-gc/charge/do"].Calls; c != calls {
+			t.Fatalf("the redriven action of a finished saga called the provider (%d calls, was %d)", c, calls)
+		}
+		if n := testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("saga_steps")+` WHERE saga_id = 'o-gc'`); n != 0 {
+			t.Fatalf("the refused action wrote %d barrier rows", n)
+		}
+		if sg, err := f.s.Get(ctx, "o-gc"); err != nil || sg.State != saga.Compensated {
+			t.Fatalf("saga after the refused action: %+v %v", sg, err)
+		}
+	})
+}

@@ -347,6 +347,33 @@ func (w *Worker[TTx]) fenced(ctx context.Context, c Call, token int64, fn func(t
 	})
 }
 
+// errFinished reports a step of a saga that finished (completed or
+// compensated) or whose finished record the garbage collector deleted.
+var errFinished = fmt.Errorf("saga finished: %w", ErrNotRunning)
+
+// live checks, inside the step's fenced transaction and before its barrier
+// row is inserted, that the saga still exists and has not finished, and
+// returns an error wrapping errFinished otherwise. A finished saga never
+// changes state again, and package retention deletes the barrier rows
+// (steps first, then the saga) only of sagas finished long ago: an effect
+// redriven after that sees the saga finished, or gone, here and is refused,
+// instead of finding no barrier row and running.
+func (w *Worker[TTx]) live(ctx context.Context, q store.Querier, id string) error {
+	var state string
+	var abortq int64
+	err := q.QueryRow(ctx, w.s.q.aborting, id).Scan(&state, &abortq)
+	if errors.Is(err, store.ErrNoRows) {
+		return fmt.Errorf("saga %q: %w (%w)", id, errFinished, idem.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("saga: read %q: %w", id, err)
+	}
+	if st := State(state); st == Completed || st == Compensated {
+		return fmt.Errorf("saga %q is %s: %w", id, st, errFinished)
+	}
+	return nil
+}
+
 // enter inserts the barrier row of op (origin op, outcome started); when it
 // exists already it returns the stored row instead (inserted false).
 func (w *Worker[TTx]) enter(ctx context.Context, q store.Querier, c Call, op Op) (inserted bool, origin Op, outcome string, stored []byte, err error) {
@@ -383,6 +410,14 @@ func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call)
 				}
 				done = true
 				return nil
+			}
+		}
+		if st.DoTx == nil { // a local action checked the saga's state above
+			if err := w.live(ctx, q, c.SagaID); errors.Is(err, errFinished) {
+				res, done = RefusedResult, true
+				return nil
+			} else if err != nil {
+				return err
 			}
 		}
 		inserted, origin, outcome, stored, err := w.enter(ctx, q, c, Do)
@@ -432,6 +467,11 @@ func (w *Worker[TTx]) undo(ctx context.Context, st Step[TTx], token int64, c Cal
 	var res []byte
 	done := false
 	err := w.fenced(ctx, c, token, func(tx TTx, q store.Querier) error {
+		if err := w.live(ctx, q, c.SagaID); errors.Is(err, errFinished) {
+			return idem.Permanent(err)
+		} else if err != nil {
+			return err
+		}
 		inserted, _, outcome, stored, err := w.enter(ctx, q, c, Undo)
 		if err != nil {
 			return err
