@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -23,6 +24,7 @@ func runGC(ctx context.Context, env *Env, args []string) error {
 	interval := fs.Duration("interval", time.Minute, "pause between passes")
 	outboxRet := fs.Duration("outbox-retention", 7*24*time.Hour, "keep published outbox events this long")
 	dlqRet := fs.Duration("dlq-retention", 30*24*time.Hour, "keep redriven/discarded dead letters this long")
+	sagaRet := fs.Duration("saga-retention", 30*24*time.Hour, "keep finished (completed or compensated) sagas and their steps this long")
 	asJSON := fs.Bool("json", false, "print each pass's report as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -30,7 +32,7 @@ func runGC(ctx context.Context, env *Env, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	if *batch <= 0 || *interval <= 0 || *outboxRet <= 0 || *dlqRet <= 0 {
+	if *batch <= 0 || *interval <= 0 || *outboxRet <= 0 || *dlqRet <= 0 || *sagaRet <= 0 {
 		return fmt.Errorf("%w: --batch, --interval and retentions must be positive", errUsage)
 	}
 	u := databaseURL(env, *dbURL)
@@ -44,7 +46,7 @@ func runGC(ctx context.Context, env *Env, args []string) error {
 			redact.URL(u), *interval)
 	}
 	gc, err := retention.New(d, retention.Config{BatchSize: *batch, Interval: *interval, OutboxRetention: *outboxRet,
-		DLQRetention: *dlqRet, Logger: slog.New(slog.NewTextHandler(env.Stderr, nil))})
+		DLQRetention: *dlqRet, SagaRetention: *sagaRet, Logger: slog.New(slog.NewTextHandler(env.Stderr, nil))})
 	if err != nil {
 		return err
 	}
@@ -77,7 +79,7 @@ func printGCReport(env *Env, rep retention.Report, asJSON bool) error {
 		return json.NewEncoder(env.Stdout).Encode(rep)
 	}
 	fmt.Fprintf(env.Stdout, "deleted %d row(s) in %d batch(es) in %s", rep.Total(), rep.Batches, rep.Took.Round(time.Millisecond))
-	for _, t := range []string{"inbox", "idempotency_keys", "outbox", "effects", "dead_letters"} {
+	for _, t := range slices.Sorted(maps.Keys(rep.Deleted)) {
 		if n := rep.Deleted[t]; n > 0 {
 			fmt.Fprintf(env.Stdout, " %s=%d", t, n)
 		}
