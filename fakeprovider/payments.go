@@ -306,23 +306,21 @@ func (p *Provider) refund(key string, body []byte, at time.Time) (int, []byte, b
 		res, _ := json.Marshal(r.RefundResult)
 		return http.StatusOK, res, true
 	}
-	p.pay.seq++
-	r := &Refund{RefundResult: RefundResult{ID: fmt.Sprintf("re_%d", p.pay.seq), Key: key, ChargeKey: req.ChargeKey}, Calls: 1, At: at}
+	r := &Refund{RefundResult: RefundResult{Key: key, ChargeKey: req.ChargeKey}, Calls: 1, At: at}
 	if c, ok := p.pay.charges[req.ChargeKey]; ok {
 		if c.RefundKey != "" {
-			p.pay.seq--
 			return http.StatusUnprocessableEntity, []byte("charge already refunded by " + c.RefundKey), false
 		}
 		c.RefundKey = key
 		r.ChargeID, r.Amount, r.Status = c.ID, c.Amount, "refunded"
+	} else if by, ok := p.pay.cancelled[req.ChargeKey]; ok {
+		return http.StatusUnprocessableEntity, []byte("charge key already cancelled by " + by), false
 	} else {
-		if by, ok := p.pay.cancelled[req.ChargeKey]; ok {
-			p.pay.seq--
-			return http.StatusUnprocessableEntity, []byte("charge key already cancelled by " + by), false
-		}
 		p.pay.cancelled[req.ChargeKey] = key
 		r.Status = "cancelled"
 	}
+	p.pay.seq++
+	r.ID = fmt.Sprintf("re_%d", p.pay.seq)
 	p.pay.refunds[key] = r
 	p.pay.refundFP[key] = fp
 	res, _ := json.Marshal(r.RefundResult)

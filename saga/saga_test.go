@@ -255,6 +255,26 @@ func (f *fixture) wait(id string, want ...saga.State) saga.Saga {
 	}
 }
 
+// waitRefused waits for the effect key to complete and fails unless its
+// result is saga.RefusedResult (an action the saga's barrier refused).
+func (f *fixture) waitRefused(key string) {
+	f.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		e, err := f.l.Get(context.Background(), key)
+		if err == nil && e.State == effect.Completed {
+			if string(e.Result) != string(saga.RefusedResult) {
+				f.t.Fatalf("%s: result %s, want refused", key, e.Result)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s not settled: %+v %v", key, e, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // invariants checks, in the database and at the provider: no order charged
 // without seats reserved; every reservation of a failed order released
 // exactly once; each charge and each refund at most once; charged −
@@ -487,20 +507,7 @@ func TestSagaNullCompensationRefusesTheLateAction(t *testing.T) {
 		// The late action arrives now: refused, nothing reserved.
 		testdb.Exec(t, d, `UPDATE `+d.Table("effects")+` SET next_attempt_at = 0 WHERE effect_key = 'saga/o-null/reserve/do'`)
 		f.run(f.worker(f.s, 3))
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			e, err := f.l.Get(ctx, "saga/o-null/reserve/do")
-			if err == nil && e.State == effect.Completed {
-				if string(e.Result) != string(saga.RefusedResult) {
-					t.Fatalf("late action result %s, want refused", e.Result)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("late action not settled: %+v %v", e, err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		f.waitRefused("saga/o-null/reserve/do")
 		if n := testdb.Count(t, d, `SELECT count(*) FROM reservations`); n != 0 {
 			t.Fatalf("the late action reserved seats after its compensation")
 		}
@@ -752,20 +759,7 @@ func TestSagaRedrivenActionOfAGarbageCollectedSagaIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.run(f.worker(f.s, 3))
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			e, err := f.l.Get(ctx, "saga/o-gc/charge/do")
-			if err == nil && e.State == effect.Completed {
-				if string(e.Result) != string(saga.RefusedResult) {
-					t.Fatalf("redriven action result %s, want refused", e.Result)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("redriven action not settled: %+v %v", e, err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		f.waitRefused("saga/o-gc/charge/do")
 		if c := f.p.Charges()["saga/o-gc/charge/do"].Calls; c != calls {
 			t.Fatalf("the redriven action of a finished saga called the provider (%d calls, was %d)", c, calls)
 		}
