@@ -364,6 +364,9 @@ func (m *Middleware[TTx]) fingerprint(r *http.Request, op string, body []byte) i
 // are two. A query that does not parse (a bad escape, a semicolon) is
 // compared byte for byte, tagged apart so it never equals a parsed one.
 func canonicalQuery(raw string, exclude []string) (tag, q string) {
+	if raw == "" {
+		return "query", "" // what ParseQuery+Encode give, without the map
+	}
 	vals, err := url.ParseQuery(raw)
 	if err != nil {
 		return "rawquery", raw
