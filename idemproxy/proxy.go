@@ -306,11 +306,8 @@ func notReplayable(out *http.Request) {
 // attempt is what the proxy learns about one upstream call.
 type attempt struct {
 	policy idemhttp.ExpiredPolicy
-	mu     sync.Mutex
-	sent   bool // the request headers reached the connection
+	sent   atomic.Bool // the request headers reached the connection
 }
-
-func (a *attempt) wasSent() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.sent }
 
 type attemptKey struct{}
 
@@ -345,7 +342,7 @@ func (p *Proxy) forward(policy idemhttp.ExpiredPolicy) http.Handler {
 		stop := context.AfterFunc(p.abort, cancel)
 		defer stop()
 		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-			WroteHeaders: func() { at.mu.Lock(); at.sent = true; at.mu.Unlock() },
+			WroteHeaders: func() { at.sent.Store(true) },
 		})
 		ctx = context.WithValue(ctx, attemptKey{}, at)
 		defer func() {
@@ -367,7 +364,7 @@ func (p *Proxy) forward(policy idemhttp.ExpiredPolicy) http.Handler {
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	ctx := r.Context()
 	at, _ := ctx.Value(attemptKey{}).(*attempt)
-	sent := at != nil && at.wasSent()
+	sent := at != nil && at.sent.Load()
 	prob := &idemhttp.Problem{Key: idemhttp.Key(ctx), Err: err}
 	kind := "unavailable"
 	var ne net.Error
