@@ -411,14 +411,11 @@ func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call)
 				done = true
 				return nil
 			}
-		}
-		if st.DoTx == nil { // a local action checked the saga's state above
-			if err := w.live(ctx, q, c.SagaID); errors.Is(err, errFinished) {
-				res, done = RefusedResult, true
-				return nil
-			} else if err != nil {
-				return err
-			}
+		} else if err := w.live(ctx, q, c.SagaID); errors.Is(err, errFinished) {
+			res, done = RefusedResult, true
+			return nil
+		} else if err != nil {
+			return err
 		}
 		inserted, origin, outcome, stored, err := w.enter(ctx, q, c, Do)
 		if err != nil {
