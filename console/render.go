@@ -8,6 +8,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,28 +75,31 @@ func (c *Console[TTx]) renderError(w http.ResponseWriter, r *http.Request, statu
 	c.render(w, r, status, "error", title, map[string]any{"Status": status, "Detail": detail})
 }
 
+// doneMessages are the fixed messages of the ?done= codes ("bulk" is
+// formatted with ?n= by doneMessage).
+var doneMessages = map[string]string{
+	"redriven":  "Dead letter redriven.",
+	"discarded": "Dead letter discarded.",
+	"revised":   "Edited copy published as a new revision; the original letter is resolved.",
+	"resolved":  "Resolved as completed.",
+	"released":  "Released for re-execution.",
+	"forgotten": "Key forgotten: the next request with it executes as new.",
+	"retried":   "Outbox event back to pending: the relay publishes it next.",
+	"dropped":   "Parked outbox event discarded.",
+}
+
 // doneMessage turns the ?done= code of a redirect after an action into a
 // fixed message, so that a crafted link can never put text on the page.
-func doneMessage(q map[string][]string) string {
-	get := func(k string) string {
-		if v := q[k]; len(v) > 0 {
-			return v[0]
-		}
+func doneMessage(q url.Values) string {
+	switch code := q.Get("done"); code {
+	case "":
 		return ""
+	case "bulk":
+		n, _ := strconv.Atoi(q.Get("n"))
+		return fmt.Sprintf("Bulk action done on %d letter(s).", n)
+	default:
+		return doneMessages[code]
 	}
-	n, _ := strconv.Atoi(get("n"))
-	msgs := map[string]string{
-		"redriven":  "Dead letter redriven.",
-		"discarded": "Dead letter discarded.",
-		"revised":   "Edited copy published as a new revision; the original letter is resolved.",
-		"bulk":      fmt.Sprintf("Bulk action done on %d letter(s).", n),
-		"resolved":  "Resolved as completed.",
-		"released":  "Released for re-execution.",
-		"forgotten": "Key forgotten: the next request with it executes as new.",
-		"retried":   "Outbox event back to pending: the relay publishes it next.",
-		"dropped":   "Parked outbox event discarded.",
-	}
-	return msgs[get("done")]
 }
 
 var funcs = template.FuncMap{
