@@ -63,6 +63,12 @@ func reason(r *http.Request, required bool) (string, error) {
 	return s, nil
 }
 
+// formText is the form's text field name with the browser's CRLF line
+// ends turned into LF.
+func formText(r *http.Request, name string) []byte {
+	return []byte(strings.ReplaceAll(r.PostForm.Get(name), "\r\n", "\n"))
+}
+
 // done redirects (303) to path with the outcome code of the action.
 func (c *Console[TTx]) done(w http.ResponseWriter, r *http.Request, path string, q url.Values) {
 	http.Redirect(w, r, c.path(path)+"?"+q.Encode(), http.StatusSeeOther)

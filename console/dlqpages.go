@@ -245,7 +245,7 @@ func (c *Console[TTx]) dlqRevise(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	payload := []byte(strings.ReplaceAll(r.PostForm.Get("payload"), "\r\n", "\n"))
+	payload := formText(r, "payload")
 	if json.Valid(l.Payload) && !json.Valid(payload) {
 		return badForm("the original payload is JSON and the edited one is not: fix it before redriving")
 	}

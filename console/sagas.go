@@ -93,7 +93,7 @@ func (c *Console[TTx]) heldSagaAct(r *http.Request, verb, why string) error {
 	}
 	target := "saga " + id
 	if verb == "resolve" {
-		result := []byte(strings.ReplaceAll(r.PostForm.Get("result"), "\r\n", "\n"))
+		result := formText(r, "result")
 		return c.audited(r, "held.saga.resolve", target, why, fmt.Sprintf("result %d bytes: %s", len(result), truncate(string(result), 200)),
 			act(func(k string) error { return c.ledger.Resolve(ctx, k, result) }))
 	}

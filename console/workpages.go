@@ -94,7 +94,7 @@ func (c *Console[TTx]) heldAct(w http.ResponseWriter, r *http.Request) error {
 		}
 		target := "effect " + key
 		if verb == "resolve" {
-			result := []byte(strings.ReplaceAll(r.PostForm.Get("result"), "\r\n", "\n"))
+			result := formText(r, "result")
 			err = c.audited(r, "held.effect.resolve", target, why, fmt.Sprintf("result %d bytes: %s", len(result), truncate(string(result), 200)),
 				func() (string, error) { return "", c.ledger.Resolve(ctx, key, result) })
 		} else {
@@ -113,7 +113,7 @@ func (c *Console[TTx]) heldAct(w http.ResponseWriter, r *http.Request) error {
 			if ct := strings.TrimSpace(r.PostForm.Get("content_type")); ct != "" {
 				h.Set("Content-Type", ct)
 			}
-			body := []byte(strings.ReplaceAll(r.PostForm.Get("body"), "\r\n", "\n"))
+			body := formText(r, "body")
 			err = c.audited(r, "held.key.resolve", target, why, fmt.Sprintf("status %d, body %d bytes: %s", status, len(body), truncate(string(body), 200)),
 				func() (string, error) {
 					return "", idemhttp.ResolveHeld(ctx, c.d, tenant, op, key, status, h, body, c.now())
