@@ -85,13 +85,9 @@ func paidOrderID(sagaID string) string {
 	return "ord_" + uuid.NewSHA1(paidNamespace, []byte(sagaID)).String()
 }
 
-func (s *System) paidTables() (orders, holds string) {
-	return s.t.qualify("paid_orders"), s.t.qualify("seat_holds")
-}
-
 // newSagas builds the paid-order saga on the system's ledger.
 func (s *System) newSagas() (*saga.Sagas[*sql.Tx], error) {
-	orders, holds := s.paidTables()
+	orders, holds := s.t.paidOrders, s.t.seatHolds
 	in := func(c saga.Call) (paidInput, error) {
 		var p paidInput
 		if err := json.Unmarshal(c.Input, &p); err != nil {
@@ -233,7 +229,7 @@ func (s *System) StartPaidOrderTx(ctx context.Context, tx *sql.Tx, tenant, key s
 		}
 		return o, false, err
 	}
-	orders, _ := s.paidTables()
+	orders := s.t.paidOrders
 	if _, err := s.db.Tx(tx).Exec(ctx, `INSERT INTO `+orders+` (order_id, tenant, saga_id, event_id, customer_email, seats, total_cents, currency, status, created_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, o.OrderID, o.Tenant, o.SagaID, o.EventID, o.CustomerEmail, o.Seats, o.TotalCents,
 		o.Currency, o.Status, store.Micros(o.CreatedAt)); err != nil {
@@ -243,7 +239,7 @@ func (s *System) StartPaidOrderTx(ctx context.Context, tx *sql.Tx, tenant, key s
 }
 
 func (s *System) getPaidOrder(ctx context.Context, q store.Querier, tenant, id string) (PaidOrder, error) {
-	orders, _ := s.paidTables()
+	orders := s.t.paidOrders
 	var o PaidOrder
 	var created int64
 	err := q.QueryRow(ctx, `SELECT order_id, tenant, saga_id, event_id, customer_email, seats, total_cents, currency, status, charge_id, created_at
@@ -363,7 +359,7 @@ type PaidFacts struct {
 
 // PaidFacts reads the paid orders, their seat holds and their sagas.
 func (s *System) PaidFacts(ctx context.Context) (PaidFacts, error) {
-	orders, holds := s.paidTables()
+	orders, holds := s.t.paidOrders, s.t.seatHolds
 	f := PaidFacts{Holds: map[string]bool{}, Status: map[string]string{}}
 	q := s.db.Pool()
 	rows, err := q.Query(ctx, `SELECT order_id, status, total_cents FROM `+orders)

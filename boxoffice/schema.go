@@ -43,6 +43,7 @@ type tables struct {
 	schema string // PostgreSQL schema, "" on SQLite
 
 	orders, inventory, availability, invoices, emails, payments string
+	paidOrders, seatHolds                                       string
 	// guardAvailability is event_availability as versionguard.Spec.Table
 	// takes it (schema.table, unquoted).
 	guardAvailability string
@@ -56,6 +57,7 @@ func tablesFor(d *sqlDriver) tables {
 	q := t.qualify
 	t.orders, t.inventory, t.availability = q("orders"), q("event_inventory"), q("event_availability")
 	t.invoices, t.emails, t.payments = q("invoices"), q("outgoing_emails"), q("payments")
+	t.paidOrders, t.seatHolds = q("paid_orders"), q("seat_holds")
 	t.guardAvailability = "event_availability"
 	if t.schema != "" {
 		t.guardAvailability = t.schema + ".event_availability"
