@@ -14,10 +14,6 @@ import (
 	"testing"
 	"time"
 
-	js "github.com/nats-io/nats.go/jetstream"
-
-	"github.com/idemkit/idem/broker/jetstream"
-	"github.com/idemkit/idem/broker/jetstream/embedded"
 	"github.com/idemkit/idem/console"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/store/sqlstore"
@@ -56,32 +52,9 @@ func startConsole(t *testing.T, vars map[string]string, args ...string) (base, o
 
 func TestConsoleCommand(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	dbPath := filepath.Join(dir, "idem.db")
-	vars := map[string]string{"IDEM_DATABASE_URL": "sqlite://" + dbPath}
-	if code, _, stderr := runCmd(t, vars, "migrate", "up"); code != 0 {
-		t.Fatalf("migrate: %s", stderr)
-	}
+	vars := map[string]string{}
+	letters, srv, _ := newDLQEnv(t, vars)
 	ctx := context.Background()
-	d, err := sqlstore.OpenSQLite(dbPath, sqlstore.SQLiteOptions{}, sqlstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	letters, _ := dlq.New(d, dlq.Config{})
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, j, err := jetstream.Dial(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	if _, err := jetstream.EnsureStream(ctx, j, js.StreamConfig{Name: "ORDERS", Subjects: []string{"orders"}, Storage: js.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
 	var ids []int64
 	for _, m := range []string{"a", "b"} {
 		id, err := letters.Park(ctx, dlq.Letter{Consumer: "billing", Source: "orders", MessageID: m, Payload: []byte(`{}`)})

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"path/filepath"
@@ -28,35 +29,48 @@ func runCmd(t *testing.T, vars map[string]string, args ...string) (code int, std
 	return code, out.String(), errb.String()
 }
 
-func TestDLQGCStatsCommands(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	url := "sqlite://" + filepath.Join(dir, "idem.db")
-	vars := map[string]string{"IDEM_DATABASE_URL": url, "USER": "tester"}
+// newDLQEnv migrates a fresh SQLite database, sets vars'
+// IDEM_DATABASE_URL to it, and starts an embedded JetStream with an ORDERS
+// stream on subject "orders"; it returns the database's dead-letter store
+// (to park letters in), the server and its JetStream context. Everything
+// is closed when the test ends.
+func newDLQEnv(t *testing.T, vars map[string]string) (*dlq.Store[*sql.Tx], *embedded.Server, js.JetStream) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "idem.db")
+	vars["IDEM_DATABASE_URL"] = "sqlite://" + path
 	if code, _, stderr := runCmd(t, vars, "migrate", "up"); code != 0 {
 		t.Fatalf("migrate: %s", stderr)
 	}
-	ctx := context.Background()
-	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	letters, _ := dlq.New(d, dlq.Config{})
-
+	t.Cleanup(func() { d.Close() })
+	letters, err := dlq.New(d, dlq.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Shutdown()
+	t.Cleanup(srv.Shutdown)
 	nc, j, err := jetstream.Dial(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	if _, err := jetstream.EnsureStream(ctx, j, js.StreamConfig{Name: "ORDERS", Subjects: []string{"orders"}, Storage: js.MemoryStorage}); err != nil {
+	t.Cleanup(nc.Close)
+	if _, err := jetstream.EnsureStream(context.Background(), j, js.StreamConfig{Name: "ORDERS", Subjects: []string{"orders"}, Storage: js.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
+	return letters, srv, j
+}
+
+func TestDLQGCStatsCommands(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"USER": "tester"}
+	letters, srv, j := newDLQEnv(t, vars)
+	ctx := context.Background()
 	for i, id := range []string{"a", "b", "c", "d"} {
 		class := idem.Permanent(errors.New("bad"))
 		if i == 3 {

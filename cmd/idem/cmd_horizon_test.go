@@ -4,20 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	js "github.com/nats-io/nats.go/jetstream"
-
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/broker/jetstream"
-	"github.com/idemkit/idem/broker/jetstream/embedded"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/horizon"
-	"github.com/idemkit/idem/store/sqlstore"
 )
 
 func TestHorizonCommand(t *testing.T) {
@@ -60,32 +54,9 @@ func TestHorizonCommand(t *testing.T) {
 // why, and redrives it with --force and a reason.
 func TestDLQRedriveForce(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	url := "sqlite://" + filepath.Join(dir, "idem.db")
-	vars := map[string]string{"IDEM_DATABASE_URL": url, "USER": "tester"}
-	if code, _, stderr := runCmd(t, vars, "migrate", "up"); code != 0 {
-		t.Fatalf("migrate: %s", stderr)
-	}
+	vars := map[string]string{"USER": "tester"}
+	letters, srv, _ := newDLQEnv(t, vars)
 	ctx := context.Background()
-	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	letters, _ := dlq.New(d, dlq.Config{})
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, j, err := jetstream.Dial(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	if _, err := jetstream.EnsureStream(ctx, j, js.StreamConfig{Name: "ORDERS", Subjects: []string{"orders"}, Storage: js.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
 	l := dlq.FromMessage("billing", idem.Message{ID: "old", Subject: "orders", Payload: []byte(`{}`), Attempt: 1}, idem.Permanent(errors.New("bad")))
 	l.LastFailedAt = time.Now().Add(-10 * 24 * time.Hour)
 	id, err := letters.Park(ctx, l)
