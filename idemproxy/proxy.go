@@ -441,9 +441,7 @@ func (p *Proxy) instrument(label string, h http.Handler) http.Handler {
 		case fw.Load():
 			outcome = "passthrough" // forwarded without the contract (no key where none is needed)
 		case sw.status == http.StatusUnprocessableEntity:
-			if p.metrics != nil {
-				p.metrics.FingerprintConflict("proxy", label)
-			}
+			p.metrics.FingerprintConflict("proxy", label) // nil-safe, like DuplicateContext
 		}
 		p.reqs.WithLabelValues(label, outcome).Inc()
 	})
