@@ -1,8 +1,6 @@
 package webhook
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -41,12 +39,6 @@ func NewGitHub(secrets ...string) (*GitHub, error) {
 	return g, nil
 }
 
-func githubMAC(key, body []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write(body)
-	return m.Sum(nil)
-}
-
 // ParseGitHubSignature parses an X-Hub-Signature-256 value "sha256=<64 hex>"
 // into the raw MAC, or returns an error wrapping ErrMalformedHeader. The hex
 // must be lowercase, as GitHub sends it, so a MAC has exactly one accepted
@@ -81,7 +73,7 @@ func (g *GitHub) Verify(r *http.Request, body []byte, _ time.Time) (Delivery, er
 	if err != nil {
 		return Delivery{}, err
 	}
-	if !anyMatch(g.secrets, [][]byte{raw}, func(k []byte) []byte { return githubMAC(k, body) }) {
+	if !anyMatch(g.secrets, [][]byte{raw}, func(k []byte) []byte { return hmacSHA256(k, body) }) {
 		return Delivery{}, ErrSignatureMismatch
 	}
 	if !hasID || id == "" {
@@ -93,7 +85,7 @@ func (g *GitHub) Verify(r *http.Request, body []byte, _ time.Time) (Delivery, er
 // Sign implements [Signer]: X-Hub-Signature-256 with the first secret,
 // X-GitHub-Delivery = d.ID and X-GitHub-Event = d.Event (when set).
 func (g *GitHub) Sign(h http.Header, d Delivery, body []byte) error {
-	h.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(githubMAC(g.secrets[0], body)))
+	h.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(hmacSHA256(g.secrets[0], body)))
 	if d.ID != "" {
 		h.Set("X-GitHub-Delivery", d.ID)
 	}

@@ -217,13 +217,6 @@ func standardContent(id, ts string, body []byte) []byte {
 	return append(b, body...)
 }
 
-// standardMAC is the v1 signature of content under key.
-func standardMAC(key, content []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write(content)
-	return m.Sum(nil)
-}
-
 // standardHeader returns the value of the Standard Webhooks header
 // "webhook-"+name or of its Svix alias "svix-"+name. Each must appear at
 // most once; when both appear they must be equal, else ErrDuplicateHeader.
@@ -304,7 +297,7 @@ func (s *Standard) matches(candidates []StandardSignature, id, ts string, body [
 		}
 	}
 	content := standardContent(id, ts, body)
-	ok := len(v1) > 0 && anyMatch(s.keys, v1, func(key []byte) []byte { return standardMAC(key, content) })
+	ok := len(v1) > 0 && anyMatch(s.keys, v1, func(key []byte) []byte { return hmacSHA256(key, content) })
 	if len(v1a) > 0 {
 		for _, pk := range s.public {
 			for _, sig := range v1a {
@@ -387,7 +380,7 @@ func (s *Standard) Sign(h http.Header, d Delivery, body []byte) error {
 	content := standardContent(d.ID, tsText, body)
 	sigs := make([]string, 0, len(s.keys)+len(s.private))
 	for _, k := range s.keys {
-		sigs = append(sigs, "v1,"+base64.StdEncoding.EncodeToString(standardMAC(k, content)))
+		sigs = append(sigs, "v1,"+base64.StdEncoding.EncodeToString(hmacSHA256(k, content)))
 	}
 	for _, k := range s.private {
 		sigs = append(sigs, "v1a,"+base64.StdEncoding.EncodeToString(ed25519.Sign(k, content)))

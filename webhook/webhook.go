@@ -37,6 +37,7 @@
 package webhook
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -130,6 +131,14 @@ func checkTolerance(ts, now time.Time, tol time.Duration) error {
 			ts.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), tol)
 	}
 	return nil
+}
+
+// hmacSHA256 is the HMAC-SHA256 of content under key: the GitHub signature
+// of a body, the Standard Webhooks v1 signature of its signed content.
+func hmacSHA256(key, content []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write(content)
+	return m.Sum(nil)
 }
 
 // decodeMAC decodes the hex text of an HMAC-SHA256: exactly 64 lowercase
