@@ -447,6 +447,9 @@ func (s *System) Run(ctx context.Context) error {
 		for range s.cfg.ConsumerInstances {
 			sub, err := s.cfg.Broker.Subscriber(ctx, c.name+s.cfg.DurableSuffix)
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil // stopped while starting: a clean stop, like one after start
+				}
 				return fmt.Errorf("boxoffice: %s subscriber: %w", c.name, err)
 			}
 			closers = append(closers, sub.Close)
