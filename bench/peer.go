@@ -127,7 +127,7 @@ func peerProduce(e *Env) Pair {
 				if _, err := d.Tx(tx).Exec(ctx, insert, id, payload, store.Micros(time.Now())); err != nil {
 					return err
 				}
-				_, err := ob.Enqueue(ctx, tx, outbox.Event{Type: "bench.order.created", Topic: "orders", Payload: payload,
+				_, err := ob.EnqueueTx(ctx, tx, outbox.Event{Type: "bench.order.created", Topic: "orders", Payload: payload,
 					Headers: map[string]string{"order_id": id}})
 				return err
 			})

@@ -80,7 +80,7 @@ func pipeline[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], erro
 				if _, err := d.Tx(tx).Exec(ctx, orders, id, payload, store.Micros(time.Now())); err != nil {
 					return err
 				}
-				_, err := ob.Enqueue(ctx, tx, outbox.Event{Type: "bench.order.created", Topic: topic, Key: id, Payload: payload})
+				_, err := ob.EnqueueTx(ctx, tx, outbox.Event{Type: "bench.order.created", Topic: topic, Key: id, Payload: payload})
 				return err
 			})
 			if err == nil && d.Dialect() == store.SQLite {

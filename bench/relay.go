@@ -25,7 +25,7 @@ func enqueueN[TTx any](ctx context.Context, d store.Driver[TTx], ob *outbox.Outb
 			evs = append(evs, outbox.Event{Type: "bench.order.created", Topic: topic, Payload: payload})
 		}
 		if err := store.InTx(ctx, d, func(tx TTx) error {
-			_, err := ob.Enqueue(ctx, tx, evs...)
+			_, err := ob.EnqueueTx(ctx, tx, evs...)
 			return err
 		}); err != nil {
 			return err
@@ -158,7 +158,7 @@ func outboxRelay[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], e
 					time.Sleep(time.Until(t0.Add(time.Duration(i) * time.Second / latencyRate)))
 					id := "lat-" + e.runID + "-" + strconv.FormatInt(seq.Add(1), 10)
 					err := store.InTx(ctx, d, func(tx TTx) error {
-						_, err := ob.Enqueue(ctx, tx, outbox.Event{ID: id, Type: "bench.order.created", Topic: topic, Payload: payload})
+						_, err := ob.EnqueueTx(ctx, tx, outbox.Event{ID: id, Type: "bench.order.created", Topic: topic, Payload: payload})
 						return err
 					})
 					if err != nil {

@@ -154,7 +154,7 @@ func (s *System) CreateOrderTx(ctx context.Context, tx *sql.Tx, tenant string, r
 		return oc, err
 	}
 	payload, _ := json.Marshal(oc)
-	if _, err := s.outbox.Enqueue(ctx, tx, outbox.Event{
+	if _, err := s.outbox.EnqueueTx(ctx, tx, outbox.Event{
 		Type:            EventTypeOrderConfirmed,
 		Subject:         oc.OrderID,
 		DataContentType: "application/json",

@@ -112,7 +112,7 @@ func (h *Handlers) Notification(ctx context.Context, tx *sql.Tx, msg idem.Messag
 		"event_id": oc.EventID,
 		"seats":    oc.Seats,
 	})
-	if _, _, err := h.ledger.Schedule(ctx, tx, effect.Effect{Key: key, Kind: EffectKindEmail, Payload: body}); err != nil {
+	if _, _, err := h.ledger.ScheduleTx(ctx, tx, effect.Effect{Key: key, Kind: EffectKindEmail, Payload: body}); err != nil {
 		return fmt.Errorf("notification: %w", err)
 	}
 	return nil

@@ -38,7 +38,7 @@ func (s *System) webhookHandler() (http.Handler, error) {
 	rc, err := webhook.NewReceiver(s.db, s.inbox, webhook.ReceiverConfig[*sql.Tx]{
 		Source:         WebhookSource,
 		Verifier:       v,
-		Enqueue:        s.markPaid,
+		EnqueueTx:      s.markPaid,
 		Now:            s.cfg.Now,
 		Logger:         s.cfg.Logger,
 		TracerProvider: s.cfg.TracerProvider,

@@ -124,7 +124,7 @@ func newHarness[TTx any](t *testing.T, d store.Driver[TTx], cfg console.Config) 
 			var out []outbox.Event
 			err := store.InTx(ctx, d, func(tx TTx) error {
 				var err error
-				out, err = ob.Enqueue(ctx, tx, evs...)
+				out, err = ob.EnqueueTx(ctx, tx, evs...)
 				return err
 			})
 			if err != nil {

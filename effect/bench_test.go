@@ -25,7 +25,7 @@ func BenchmarkWorkerDrain(b *testing.B) {
 		for start := 0; start < b.N; start += 500 {
 			_ = store.InTx(ctx, d, func(tx any) error {
 				for i := start; i < min(start+500, b.N); i++ {
-					if _, _, err := l.Schedule(ctx, tx, effect.Effect{Key: fmt.Sprintf("k%d", i), Kind: "noop", Payload: []byte(`{}`)}); err != nil {
+					if _, _, err := l.ScheduleTx(ctx, tx, effect.Effect{Key: fmt.Sprintf("k%d", i), Kind: "noop", Payload: []byte(`{}`)}); err != nil {
 						return err
 					}
 				}

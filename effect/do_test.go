@@ -39,7 +39,7 @@ func TestDoOnce(t *testing.T) {
 		}
 		// Do and Schedule keys do not mix.
 		err = store.InTx(ctx, d, func(tx any) error {
-			_, _, err := l.Schedule(ctx, tx, effect.Effect{Key: "charge:1", Kind: "charge"})
+			_, _, err := l.ScheduleTx(ctx, tx, effect.Effect{Key: "charge:1", Kind: "charge"})
 			return err
 		})
 		if !errors.Is(err, idem.ErrFingerprintMismatch) {

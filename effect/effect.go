@@ -258,7 +258,7 @@ func mismatch(key string, stored, received []byte) error {
 //
 // Concurrency: two transactions scheduling one key serialise on the primary
 // key; the second waits for the first to finish and then returns its row.
-func (l *Ledger[TTx]) Schedule(ctx context.Context, tx TTx, e Effect) (Effect, bool, error) {
+func (l *Ledger[TTx]) ScheduleTx(ctx context.Context, tx TTx, e Effect) (Effect, bool, error) {
 	if err := idem.ValidateID(e.Key); err != nil {
 		return Effect{}, false, fmt.Errorf("effect: key: %w", err)
 	}

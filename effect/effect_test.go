@@ -116,7 +116,7 @@ func schedule(t *testing.T, d store.Driver[any], l *effect.Ledger[any], effs ...
 	t.Helper()
 	err := store.InTx(context.Background(), d, func(tx any) error {
 		for _, e := range effs {
-			if _, _, err := l.Schedule(context.Background(), tx, e); err != nil {
+			if _, _, err := l.ScheduleTx(context.Background(), tx, e); err != nil {
 				return err
 			}
 		}
@@ -202,7 +202,7 @@ func TestSchedule(t *testing.T) {
 
 		var created bool
 		err := store.InTx(ctx, d, func(tx any) error {
-			got, c, err := l.Schedule(ctx, tx, e)
+			got, c, err := l.ScheduleTx(ctx, tx, e)
 			created = c
 			if err == nil && (got.State != effect.Pending || got.Attempts != 0 || got.Kind != "email") {
 				t.Errorf("scheduled %+v", got)
@@ -214,7 +214,7 @@ func TestSchedule(t *testing.T) {
 		}
 		// Same intent again (JSON re-ordered): no-op returning the existing row.
 		err = store.InTx(ctx, d, func(tx any) error {
-			got, c, err := l.Schedule(ctx, tx, effect.Effect{Key: e.Key, Kind: "email", Payload: []byte(`{"n":1, "to":"a@x"}`)})
+			got, c, err := l.ScheduleTx(ctx, tx, effect.Effect{Key: e.Key, Kind: "email", Payload: []byte(`{"n":1, "to":"a@x"}`)})
 			created = c
 			if err == nil && got.Key != e.Key {
 				t.Errorf("got %+v", got)
@@ -229,7 +229,7 @@ func TestSchedule(t *testing.T) {
 			{Key: e.Key, Kind: "email", Payload: []byte(`{"to":"b@x","n":1}`)},
 			{Key: e.Key, Kind: "sms", Payload: e.Payload},
 		} {
-			err = store.InTx(ctx, d, func(tx any) error { _, _, err := l.Schedule(ctx, tx, bad); return err })
+			err = store.InTx(ctx, d, func(tx any) error { _, _, err := l.ScheduleTx(ctx, tx, bad); return err })
 			var fm *idem.FingerprintMismatchError
 			if !errors.Is(err, idem.ErrFingerprintMismatch) || !errors.As(err, &fm) {
 				t.Fatalf("mismatch: err = %v", err)
@@ -237,7 +237,7 @@ func TestSchedule(t *testing.T) {
 		}
 		// Rolled back with the business transaction: no effect.
 		_ = store.InTx(ctx, d, func(tx any) error {
-			if _, _, err := l.Schedule(ctx, tx, effect.Effect{Key: "rolled-back", Kind: "email"}); err != nil {
+			if _, _, err := l.ScheduleTx(ctx, tx, effect.Effect{Key: "rolled-back", Kind: "email"}); err != nil {
 				t.Fatal(err)
 			}
 			return errors.New("business rule failed")
@@ -247,7 +247,7 @@ func TestSchedule(t *testing.T) {
 		}
 		// Invalid input.
 		for _, bad := range []effect.Effect{{Key: "", Kind: "email"}, {Key: "k", Kind: ""}} {
-			err = store.InTx(ctx, d, func(tx any) error { _, _, err := l.Schedule(ctx, tx, bad); return err })
+			err = store.InTx(ctx, d, func(tx any) error { _, _, err := l.ScheduleTx(ctx, tx, bad); return err })
 			if !errors.Is(err, idem.ErrInvalidInput) {
 				t.Fatalf("invalid %+v: err = %v", bad, err)
 			}
@@ -268,7 +268,7 @@ func TestConcurrentScheduleOneRow(t *testing.T) {
 		for range n {
 			go func() {
 				err := store.InTx(context.Background(), d, func(tx any) error {
-					_, c, err := l.Schedule(context.Background(), tx, effect.Effect{Key: "k", Kind: "email", Payload: []byte("p")})
+					_, c, err := l.ScheduleTx(context.Background(), tx, effect.Effect{Key: "k", Kind: "email", Payload: []byte("p")})
 					created <- c && err == nil
 					return err
 				})

@@ -36,7 +36,7 @@ func Example() {
 	for range 2 { // the second schedule is a duplicate
 		_ = store.InTx(ctx, d, func(tx *sql.Tx) error {
 			// ... the business change in tx ...
-			_, created, err := ledger.Schedule(ctx, tx, effect.Effect{
+			_, created, err := ledger.ScheduleTx(ctx, tx, effect.Effect{
 				Key:     "order-confirmed-email:42",
 				Kind:    "email",
 				Payload: []byte(`{"to":"ana@example.com"}`),

@@ -67,7 +67,7 @@ func TestEffectCallSpans(t *testing.T) {
 
 		ctx, parent := tp.Tracer("test").Start(context.Background(), "consume")
 		err := store.InTx(ctx, d, func(tx any) error {
-			_, _, err := l.Schedule(ctx, tx, effect.Effect{Key: "mail:1", Kind: "mail", Payload: []byte("{}")})
+			_, _, err := l.ScheduleTx(ctx, tx, effect.Effect{Key: "mail:1", Kind: "mail", Payload: []byte("{}")})
 			return err
 		})
 		if err != nil {

@@ -127,7 +127,7 @@ func benchLatency(b *testing.B) {
 			for i := range work {
 				var id string
 				err := store.InTx(context.Background(), d, func(tx pgx.Tx) error {
-					out, err := o.Enqueue(context.Background(), tx, ev(fmt.Sprintf("k%d", i%100), i))
+					out, err := o.EnqueueTx(context.Background(), tx, ev(fmt.Sprintf("k%d", i%100), i))
 					if err == nil {
 						id = out[0].ID
 					}
@@ -215,7 +215,7 @@ func BenchmarkEnqueue(b *testing.B) {
 								fmt.Sprint("id-", i), e.Payload, `{}`)
 							return err
 						}
-						_, err := o.Enqueue(ctx, tx, e)
+						_, err := o.EnqueueTx(ctx, tx, e)
 						return err
 					})
 					if err != nil {

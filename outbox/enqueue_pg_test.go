@@ -108,14 +108,14 @@ func TestCoalescedNotifyRecheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o2.Enqueue(ctx, a, ev("a", 0)); err != nil { // notifies
+	if _, err := o2.EnqueueTx(ctx, a, ev("a", 0)); err != nil { // notifies
 		t.Fatal(err)
 	}
 	b, err := d.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o2.Enqueue(ctx, b, ev("b", 0)); err != nil { // coalesced: no notify
+	if _, err := o2.EnqueueTx(ctx, b, ev("b", 0)); err != nil { // coalesced: no notify
 		t.Fatal(err)
 	}
 	if err := d.Commit(ctx, a); err != nil {

@@ -39,7 +39,7 @@ func Example() {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO orders VALUES ('order-42', 1200)`); err != nil {
 			return err
 		}
-		_, err := ob.Enqueue(ctx, tx, outbox.Event{
+		_, err := ob.EnqueueTx(ctx, tx, outbox.Event{
 			Type:    "shop.order.created",
 			Subject: "order-42",
 			Topic:   "orders",

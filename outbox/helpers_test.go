@@ -163,7 +163,7 @@ func enqueueTx[TTx any](t testing.TB, d store.Driver[TTx], o *Outbox[TTx], evs .
 	var out []Event
 	err := store.InTx(context.Background(), d, func(tx TTx) error {
 		var err error
-		out, err = o.Enqueue(context.Background(), tx, evs...)
+		out, err = o.EnqueueTx(context.Background(), tx, evs...)
 		return err
 	})
 	if err != nil {

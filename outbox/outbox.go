@@ -158,7 +158,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 // migration 0007), so the relay publishes every event in a child span of
 // it. Called from a handler of idem's consumer runtime, Enqueue copies the
 // consumed message's id into the [HeaderCausation] header.
-func (o *Outbox[TTx]) Enqueue(ctx context.Context, tx TTx, events ...Event) (_ []Event, err error) {
+func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, events ...Event) (_ []Event, err error) {
 	if len(events) == 0 {
 		return nil, nil
 	}

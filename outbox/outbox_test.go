@@ -111,7 +111,7 @@ func testEnqueueDuplicateID[TTx any](t *testing.T, d store.Driver[TTx]) {
 	out := enqueueTx(t, d, o, e) // retried enqueue: same content → accepted, not written
 	mustEqual(t, "dup seq", out[0].Seq, 0)
 	e.Payload = []byte("b")
-	err := store.InTx(ctx, d, func(tx TTx) error { _, err := o.Enqueue(ctx, tx, e); return err })
+	err := store.InTx(ctx, d, func(tx TTx) error { _, err := o.EnqueueTx(ctx, tx, e); return err })
 	if !errors.Is(err, idem.ErrFingerprintMismatch) {
 		t.Fatalf("different payload: err = %v, want ErrFingerprintMismatch", err)
 	}
@@ -127,7 +127,7 @@ func testEnqueueDuplicateID[TTx any](t *testing.T, d store.Driver[TTx]) {
 	// Another type under the same id is a mismatch whose error shows two
 	// different fingerprints.
 	j.Type = "other"
-	err = store.InTx(ctx, d, func(tx TTx) error { _, err := o.Enqueue(ctx, tx, j); return err })
+	err = store.InTx(ctx, d, func(tx TTx) error { _, err := o.EnqueueTx(ctx, tx, j); return err })
 	var fm *idem.FingerprintMismatchError
 	if !errors.As(err, &fm) {
 		t.Fatalf("different type: err = %v, want *FingerprintMismatchError", err)
@@ -137,7 +137,7 @@ func testEnqueueDuplicateID[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 	mustEqual(t, "rows", testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("outbox")), 2)
 	// Invalid events are rejected before anything is written.
-	err = store.InTx(ctx, d, func(tx TTx) error { _, err := o.Enqueue(ctx, tx, Event{Topic: "x"}); return err })
+	err = store.InTx(ctx, d, func(tx TTx) error { _, err := o.EnqueueTx(ctx, tx, Event{Topic: "x"}); return err })
 	if !errors.Is(err, idem.ErrInvalidInput) {
 		t.Fatalf("no type: err = %v", err)
 	}
@@ -164,7 +164,7 @@ func testRollback[TTx any](t *testing.T, d store.Driver[TTx]) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := o.Enqueue(ctx, tx, ev(fmt.Sprintf("k%d", i%10), i))
+		out, err := o.EnqueueTx(ctx, tx, ev(fmt.Sprintf("k%d", i%10), i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +251,7 @@ func testLateCommit[TTx any](t *testing.T, d store.Driver[TTx]) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lateEv, err := o.Enqueue(ctx, late, ev("late", 0))
+	lateEv, err := o.EnqueueTx(ctx, late, ev("late", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestKeyLockOrdersCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.Enqueue(ctx, tx1, ev("k", 0)); err != nil {
+	if _, err := o.EnqueueTx(ctx, tx1, ev("k", 0)); err != nil {
 		t.Fatal(err)
 	}
 	second := make(chan []Event, 1)
@@ -537,7 +537,7 @@ func testMultiRelayChaos(t *testing.T, d store.Driver[pgx.Tx]) {
 					batch[j] = ev(k, next[k])
 					next[k]++
 				}
-				if err := store.InTx(ctx, d, func(tx pgx.Tx) error { _, err := o.Enqueue(ctx, tx, batch...); return err }); err != nil {
+				if err := store.InTx(ctx, d, func(tx pgx.Tx) error { _, err := o.EnqueueTx(ctx, tx, batch...); return err }); err != nil {
 					t.Error(err)
 					return
 				}

@@ -33,7 +33,7 @@ func traceThroughOutbox[TTx any](t *testing.T, d store.Driver[TTx]) {
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
 	ctx = obs.WithCausation(ctx, "msg-cause-1")
 	err = store.InTx(ctx, d, func(tx TTx) error {
-		_, err := o.Enqueue(ctx, tx, ev("k", 0), Event{Type: "t", Topic: "x", Headers: map[string]string{HeaderCausation: "own"}})
+		_, err := o.EnqueueTx(ctx, tx, ev("k", 0), Event{Type: "t", Topic: "x", Headers: map[string]string{HeaderCausation: "own"}})
 		return err
 	})
 	if err != nil {

@@ -310,7 +310,7 @@ type payload struct {
 func (s *Sagas[TTx]) schedule(ctx context.Context, tx TTx, df *def[TTx], id string, i int, op Op) (string, error) {
 	key := Key(id, df.Steps[i].Name, op)
 	p, _ := json.Marshal(payload{Saga: id, Step: i, Op: op})
-	if _, _, err := s.l.Schedule(ctx, tx, effect.Effect{Key: key, Kind: kindOf(df.Name, op), Payload: p}); err != nil {
+	if _, _, err := s.l.ScheduleTx(ctx, tx, effect.Effect{Key: key, Kind: kindOf(df.Name, op), Payload: p}); err != nil {
 		return "", err
 	}
 	return key, nil

@@ -34,7 +34,7 @@ func ExampleNewReceiver() {
 	receiver, _ := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{
 		Source:   "billing",
 		Verifier: verifier,
-		Enqueue: func(ctx context.Context, tx *sql.Tx, del webhook.Delivery, body []byte) error {
+		EnqueueTx: func(ctx context.Context, tx *sql.Tx, del webhook.Delivery, body []byte) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO jobs VALUES ($1, $2)`, del.ID, string(body))
 			return err
 		},

@@ -33,8 +33,8 @@ type ReceiverConfig[TTx any] struct {
 	Source string
 	// Verifier authenticates each delivery. Required.
 	Verifier Verifier
-	// Enqueue records the work of a new delivery. Required.
-	Enqueue EnqueueFunc[TTx]
+	// EnqueueTx records the work of a new delivery. Required.
+	EnqueueTx EnqueueFunc[TTx]
 	// MaxBodyBytes caps the body; larger bodies get 413 and are not read
 	// further. Defaults to 1 MiB.
 	MaxBodyBytes int64
@@ -88,8 +88,8 @@ func NewReceiver[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], cfg Receive
 		return nil, idem.InvalidOptionf("webhook: NewReceiver needs a driver and an inbox")
 	case cfg.Verifier == nil:
 		return nil, idem.InvalidOptionf("webhook: Verifier is required")
-	case cfg.Enqueue == nil:
-		return nil, idem.InvalidOptionf("webhook: Enqueue is required")
+	case cfg.EnqueueTx == nil:
+		return nil, idem.InvalidOptionf("webhook: EnqueueTx is required")
 	case cfg.MaxBodyBytes < 0:
 		return nil, idem.InvalidOptionf("webhook: negative MaxBodyBytes")
 	}
@@ -176,7 +176,7 @@ func (rc *Receiver[TTx]) serve(ctx context.Context, w http.ResponseWriter, r *ht
 	err = store.InTx(ctx, rc.d, func(tx TTx) error {
 		var err error
 		res, err = rc.ib.ProcessTx(ctx, tx, rc.Consumer(), msg, func(ctx context.Context, tx TTx, _ idem.Message) error {
-			return rc.cfg.Enqueue(ctx, tx, d, body)
+			return rc.cfg.EnqueueTx(ctx, tx, d, body)
 		})
 		return err
 	})

@@ -45,7 +45,7 @@ func newEnv[TTx any](t testing.TB, d store.Driver[TTx]) *env {
 		Source:       "billing",
 		Verifier:     std,
 		MaxBodyBytes: 1024,
-		Enqueue: func(ctx context.Context, tx TTx, del webhook.Delivery, body []byte) error {
+		EnqueueTx: func(ctx context.Context, tx TTx, del webhook.Delivery, body []byte) error {
 			if fail.Load() {
 				return errors.New("queue unavailable")
 			}
@@ -262,7 +262,7 @@ func TestReceiverSchemes(t *testing.T) {
 		{"github", gh, gh, webhook.Delivery{ID: "72d3162e-cc78-11e3-81ab-4c9367dc0958", Event: "push"}, `{"ref":"main"}`, "72d3162e-cc78-11e3-81ab-4c9367dc0958"},
 		{"stripe", st, st, webhook.Delivery{Timestamp: time.Now()}, `{"id":"evt_9","type":"charge.succeeded"}`, "evt_9"},
 	} {
-		rc, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{Source: c.source, Verifier: c.v, Enqueue: enqueue})
+		rc, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{Source: c.source, Verifier: c.v, EnqueueTx: enqueue})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -288,10 +288,10 @@ func TestReceiverSchemes(t *testing.T) {
 	if len(got) != 2 || got[0].Event != "push" || got[1].Event != "charge.succeeded" || got[1].Source != "stripe" {
 		t.Fatalf("enqueued %+v", got)
 	}
-	if _, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{Verifier: gh, Enqueue: enqueue}); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{Verifier: gh, EnqueueTx: enqueue}); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("no source: %v", err)
 	}
-	if _, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{Source: "x", Enqueue: enqueue}); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{Source: "x", EnqueueTx: enqueue}); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("no verifier: %v", err)
 	}
 }

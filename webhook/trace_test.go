@@ -31,7 +31,7 @@ func TestWebhookSpans(t *testing.T) {
 	std, _ := webhook.NewStandard(webhook.StandardConfig{Secrets: []string{stdSecret}})
 	rc, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{
 		Source: "billing", Verifier: std, TracerProvider: tp,
-		Enqueue: func(context.Context, *sql.Tx, webhook.Delivery, []byte) error { return nil },
+		EnqueueTx: func(context.Context, *sql.Tx, webhook.Delivery, []byte) error { return nil },
 	})
 	if err != nil {
 		t.Fatal(err)
