@@ -75,3 +75,24 @@ func IsJSONContentType(contentType string) bool {
 	}
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
+
+// SameFingerprint reports whether stored (a fingerprint as kept in a
+// table) is received. A stored value that is not a fingerprint is never the
+// same. Every dedup table compares fingerprints through this function, and
+// every fingerprint covers canonical JSON where the payload is JSON (see
+// PayloadFingerprint), so a retry that reorders keys is the same request.
+func SameFingerprint(stored []byte, received Fingerprint) bool {
+	f, err := FingerprintFromBytes(stored)
+	return err == nil && f == received
+}
+
+// CheckFingerprint returns nil when stored is received, and otherwise a
+// *FingerprintMismatchError for key (which unwraps to
+// ErrFingerprintMismatch).
+func CheckFingerprint(key string, stored []byte, received Fingerprint) error {
+	if SameFingerprint(stored, received) {
+		return nil
+	}
+	s, _ := FingerprintFromBytes(stored)
+	return &FingerprintMismatchError{Key: key, Stored: s, Received: received}
+}

@@ -586,7 +586,7 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	if err != nil {
 		return outStoreFailed, nil, err
 	}
-	if ce, ok := m.d.(store.CommitExecer[TTx]); ok {
+	if ce := m.d; ce.SupportsPipeline() {
 		// pgx: the completion UPDATE and COMMIT in one round trip. The
 		// record was inserted by this transaction and stays locked by it,
 		// so the UPDATE cannot miss it.
@@ -617,12 +617,12 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 }
 
 // beginInsert begins the request transaction and inserts a pending record
-// in one round trip when the driver can (store.BeginInserter). began=false
+// in one round trip when the driver can (store.Driver.SupportsPipeline). began=false
 // means the ordinary path must run; a record that already exists is one
 // such case.
 func (m *Middleware[TTx]) beginInsert(ctx context.Context, req *request, extra []any) (tx TTx, token int64, began bool, err error) {
-	bi, ok := m.d.(store.BeginInserter[TTx])
-	if !ok || m.q.insertStrict == "" {
+	bi := m.d
+	if !bi.SupportsPipeline() || m.q.insertStrict == "" {
 		return tx, 0, false, nil
 	}
 	now := m.cfg.Now()

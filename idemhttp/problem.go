@@ -1,15 +1,14 @@
 package idemhttp
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/problem"
 )
 
 // Problem type URIs, one per error, stable across releases. Each points at
@@ -104,15 +103,7 @@ func (p *Problem) Unwrap() error { return p.Err }
 // WriteProblem is the default Config.ErrorHandler: it writes p as
 // application/problem+json with its status and, when set, Retry-After.
 func WriteProblem(w http.ResponseWriter, _ *http.Request, p *Problem) {
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Cache-Control", "no-store")
-	if p.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(p.RetryAfter.Seconds()))))
-	}
-	body, _ := json.Marshal(p)
-	w.WriteHeader(p.Status)
-	_, _ = w.Write(append(body, '\n'))
+	problem.Write(w, p.Status, p, p.RetryAfter)
 }
 
 func problemFor(err error, key string, retryAfter time.Duration, detail string) *Problem {

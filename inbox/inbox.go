@@ -217,7 +217,7 @@ func (in *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, ms
 // transaction and inserts the inbox row in one round trip; a unique
 // violation there (a racing duplicate) falls back to the ordinary path.
 func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg idem.Message, h Handler[TTx]) (Result, error) {
-	if bi, ok := in.d.(store.BeginInserter[TTx]); ok && msg.Attempt <= 1 && !in.cfg.DisablePipelining {
+	if bi := in.d; bi.SupportsPipeline() && msg.Attempt <= 1 && !in.cfg.DisablePipelining {
 		if err := validate(consumer, msg); err != nil {
 			return 0, err
 		}

@@ -1,5 +1,5 @@
 // Package migrate ships idem's schema as embedded, versioned SQL migrations,
-// one directory per dialect (postgres/, sqlite/), and applies them.
+// kept with each dialect (store/postgres/migrations, store/sqlite/migrations), and applies them.
 //
 // Every idem table is created here, one numbered file per part (0001 inbox,
 // 0002 HTTP idempotency keys, 0003 outbox, 0004 effects, 0005 dead letters,
@@ -19,7 +19,6 @@ package migrate
 
 import (
 	"context"
-	"embed"
 	"fmt"
 	"io/fs"
 	"path"
@@ -30,16 +29,18 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/postgres"
+	"github.com/idemkit/idem/store/sqlite"
 )
 
-//go:embed postgres/*.sql sqlite/*.sql
-var files embed.FS
-
-// FS returns the embedded migration files of dialect d.
+// FS returns the migration files of dialect d, which live next to that
+// dialect's statements (store/postgres, store/sqlite).
 func FS(d store.Dialect) (fs.FS, error) {
 	switch d {
-	case store.Postgres, store.SQLite:
-		return fs.Sub(files, string(d))
+	case store.Postgres:
+		return postgres.Migrations(), nil
+	case store.SQLite:
+		return sqlite.Migrations(), nil
 	}
 	return nil, fmt.Errorf("migrate: unknown dialect %q", d)
 }

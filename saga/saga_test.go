@@ -29,26 +29,7 @@ func forEachStore(t *testing.T, test func(t *testing.T, d store.Driver[any])) {
 	t.Run("pgx", func(t *testing.T) { t.Parallel(); test(t, erase(testdb.Pgx(t))) })
 }
 
-// erase turns a Driver[TTx] into a Driver[any] so one test body serves every
-// driver; the saga code under test is the same generic code.
-func erase[TTx any](d store.Driver[TTx]) store.Driver[any] { return anyDriver[TTx]{d} }
-
-type anyDriver[TTx any] struct{ d store.Driver[TTx] }
-
-func (a anyDriver[TTx]) Dialect() store.Dialect  { return a.d.Dialect() }
-func (a anyDriver[TTx]) Table(n string) string   { return a.d.Table(n) }
-func (a anyDriver[TTx]) Names() store.Names      { return a.d.Names() }
-func (a anyDriver[TTx]) Tx(tx any) store.Querier { return a.d.Tx(tx.(TTx)) }
-func (a anyDriver[TTx]) Pool() store.Querier     { return a.d.Pool() }
-func (a anyDriver[TTx]) Close() error            { return a.d.Close() }
-func (a anyDriver[TTx]) Begin(ctx context.Context) (any, error) {
-	tx, err := a.d.Begin(ctx)
-	return tx, err
-}
-func (a anyDriver[TTx]) Commit(ctx context.Context, tx any) error { return a.d.Commit(ctx, tx.(TTx)) }
-func (a anyDriver[TTx]) Rollback(ctx context.Context, tx any) error {
-	return a.d.Rollback(ctx, tx.(TTx))
-}
+func erase[TTx any](d store.Driver[TTx]) store.Driver[any] { return testdb.Erase(d) }
 
 // fixture is a small order system: orders, seat reservations and a payment
 // provider, with an "order" saga reserve → charge → confirm.

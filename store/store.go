@@ -25,6 +25,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Dialect names the SQL dialect a driver speaks.
@@ -100,6 +102,52 @@ type Driver[TTx any] interface {
 	Pool() Querier
 	// Close releases what the driver opened itself (not the caller's pool).
 	Close() error
+	// Statements returns every statement idem runs, in the driver's
+	// dialect, with idem's table names qualified.
+	Statements() *sqlset.Set
+
+	// Optional abilities. A driver declares each one; features ask
+	// before using it and take their ordinary path when it is missing.
+	// A driver that wraps another forwards them, so a wrapper never
+	// silently loses a fast path.
+
+	// SupportsPipeline reports whether BeginInsert, ExecCommit and
+	// SendBatch save round trips (rather than running statement by
+	// statement).
+	SupportsPipeline() bool
+	// BeginInsert begins a transaction and runs insertSQL (a constant
+	// INSERT without ON CONFLICT, with $n placeholders) as its first
+	// statement, args bound as parameters, in one round trip. When the
+	// INSERT hits a unique violation it rolls back and returns
+	// inserted=false with no transaction open and a nil error; the caller
+	// then takes its ordinary ON CONFLICT path. ok=false (with a nil
+	// error) means the fast path is unavailable and nothing was done.
+	BeginInsert(ctx context.Context, insertSQL string, args ...any) (tx TTx, inserted, ok bool, err error)
+	// ExecCommit runs stmt (a constant statement, args bound as
+	// parameters) and commits tx in one round trip. ok=false means the
+	// fast path does not apply to tx and nothing was done: the caller
+	// runs stmt and Commit itself. Otherwise tx is over, committed when
+	// err is nil and rolled back when not; a COMMIT that did not commit,
+	// or a transaction that was no longer open or already aborted, is an
+	// error.
+	ExecCommit(ctx context.Context, tx TTx, stmt string, args ...any) (ok bool, err error)
+	// SendBatch runs stmts in order on q (from Tx or Pool), in one round
+	// trip when SupportsPipeline, otherwise one by one; it stops at the
+	// first error. On Pool the statements share one implicit transaction
+	// only when the driver pipelines them; atomicity needs a Tx.
+	SendBatch(ctx context.Context, q Querier, stmts []Stmt) error
+
+	// SupportsListener reports whether Listen works (PostgreSQL
+	// LISTEN/NOTIFY); Listen returns ErrNotSupported otherwise.
+	SupportsListener() bool
+	// Listen starts listening on channel (a plain identifier).
+	Listen(ctx context.Context, channel string) (Listener, error)
+
+	// SupportsAdvisoryLocks reports whether the dialect's statements take
+	// advisory locks (PostgreSQL). Where it is false, the lock statements
+	// of the Set are empty and writers are serialised by the database
+	// itself (SQLite's single writer).
+	SupportsAdvisoryLocks() bool
 }
 
 // Names configures where idem's tables live.
@@ -181,29 +229,59 @@ func InTx[TTx any](ctx context.Context, d Driver[TTx], fn func(tx TTx) error) (e
 	return d.Commit(ctx, tx)
 }
 
-// BeginInserter is implemented by drivers that can begin a transaction and
-// run its first INSERT in a single round trip (pgxstore). The inbox uses it
-// for first deliveries, saving one round trip per message.
-type BeginInserter[TTx any] interface {
-	// BeginInsert begins a transaction and runs insertSQL (a constant
-	// INSERT without ON CONFLICT, with $n placeholders) as its first
-	// statement, args bound as parameters: no SQL text is built from them.
-	// When the INSERT hits a unique violation it rolls back and returns
-	// inserted=false with no transaction open and a nil error; the caller
-	// then takes its ordinary ON CONFLICT path. ok=false (with a nil error)
-	// means the fast path is unavailable and nothing was done.
-	BeginInsert(ctx context.Context, insertSQL string, args ...any) (tx TTx, inserted, ok bool, err error)
+// Stmt is one statement of a [Driver.SendBatch].
+type Stmt struct {
+	// SQL is a constant statement; Args are bound as parameters.
+	SQL  string
+	Args []any
+	// Rows, when set, reads the statement's rows (the driver closes
+	// them afterwards); a statement without Rows is run for its effect.
+	Rows func(Rows) error
+	// Affected, when set, receives the number of rows the statement
+	// affected (without Rows).
+	Affected *int64
 }
 
-// CommitExecer is implemented by drivers that can run a transaction's last
-// statement and its COMMIT in a single round trip (pgxstore, for
-// transactions it began with BeginInsert).
-type CommitExecer[TTx any] interface {
-	// ExecCommit runs stmt (a constant statement, args bound as
-	// parameters) and commits tx. ok=false means the fast path does not
-	// apply to tx and nothing was done: the caller runs stmt and Commit
-	// itself. Otherwise tx is over, committed when err is nil and rolled
-	// back when not; a COMMIT that did not commit, or a transaction that
-	// was no longer open or already aborted, is an error.
-	ExecCommit(ctx context.Context, tx TTx, stmt string, args ...any) (ok bool, err error)
+// Listener receives notifications on one channel (PostgreSQL
+// LISTEN/NOTIFY). It holds one connection until Close.
+type Listener interface {
+	// Wait blocks until a notification arrives or ctx ends, and returns
+	// the notification's payload.
+	Wait(ctx context.Context) (payload string, err error)
+	// Close stops listening and releases the connection.
+	Close(ctx context.Context) error
+}
+
+// ErrNotSupported is returned by an optional ability a driver does not
+// have; ask first with the matching Supports method.
+var ErrNotSupported = errors.New("store: not supported by this driver")
+
+// RunStmts runs stmts one by one on q: the SendBatch of a driver that does
+// not pipeline.
+func RunStmts(ctx context.Context, q Querier, stmts []Stmt) error {
+	for i, s := range stmts {
+		if s.Rows == nil {
+			n, err := q.Exec(ctx, s.SQL, s.Args...)
+			if err != nil {
+				return fmt.Errorf("statement %d of batch: %w", i+1, err)
+			}
+			if s.Affected != nil {
+				*s.Affected = n
+			}
+			continue
+		}
+		rows, err := q.Query(ctx, s.SQL, s.Args...)
+		if err != nil {
+			return fmt.Errorf("statement %d of batch: %w", i+1, err)
+		}
+		err = s.Rows(rows)
+		if err == nil {
+			err = rows.Err()
+		}
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("statement %d of batch: %w", i+1, err)
+		}
+	}
+	return nil
 }

@@ -25,6 +25,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/postgres"
+	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Config configures a Driver.
@@ -47,6 +49,7 @@ type Driver struct {
 	prepared   sync.Map
 	preparedMu sync.Mutex
 	preparedN  int
+	stmts      *sqlset.Set
 }
 
 var _ store.Driver[pgx.Tx] = (*Driver)(nil)
@@ -60,7 +63,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{pool: pool, names: names, mode: pool.Config().ConnConfig.DefaultQueryExecMode}, nil
+	return &Driver{pool: pool, names: names, mode: pool.Config().ConnConfig.DefaultQueryExecMode, stmts: postgres.Statements(names)}, nil
 }
 
 // Open connects a new pool to connString ("postgres://…") and returns a

@@ -27,6 +27,9 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/postgres"
+	sqlitesql "github.com/idemkit/idem/store/sqlite"
+	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Config configures a Driver.
@@ -42,6 +45,7 @@ type Config struct {
 type Driver struct {
 	db      *sql.DB
 	dialect store.Dialect
+	stmts   *sqlset.Set
 	names   store.Names
 	owned   bool
 }
@@ -63,7 +67,13 @@ func New(db *sql.DB, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{db: db, dialect: cfg.Dialect, names: names}, nil
+	d := &Driver{db: db, dialect: cfg.Dialect, names: names}
+	if cfg.Dialect == store.Postgres {
+		d.stmts = postgres.Statements(names)
+	} else {
+		d.stmts = sqlitesql.Statements(names)
+	}
+	return d, nil
 }
 
 // SQLiteOptions tunes OpenSQLite.

@@ -1,0 +1,114 @@
+package pgxstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
+)
+
+// Statements returns idem's PostgreSQL statements for the driver's schema.
+func (d *Driver) Statements() *sqlset.Set { return d.stmts }
+
+// SupportsPipeline is true unless the pool runs pgx's simple protocol,
+// where pgx interpolates values itself and idem declines to pipeline.
+func (d *Driver) SupportsPipeline() bool { return d.mode != pgx.QueryExecModeSimpleProtocol }
+
+// SupportsListener is true: PostgreSQL has LISTEN/NOTIFY.
+func (d *Driver) SupportsListener() bool { return true }
+
+// SupportsAdvisoryLocks is true: PostgreSQL has advisory locks.
+func (d *Driver) SupportsAdvisoryLocks() bool { return true }
+
+// batcher is what pgx.Tx, *pgx.Conn and *pgxpool.Pool offer for batches.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// SendBatch queues stmts in one pgx.Batch (one round trip) on q's
+// connection, transaction or pool; errors are translated like every other
+// statement's. On a pool the batch runs in one implicit transaction.
+func (d *Driver) SendBatch(ctx context.Context, q store.Querier, stmts []store.Stmt) error {
+	qq, ok := q.(querier)
+	if !ok || !d.SupportsPipeline() {
+		return store.RunStmts(ctx, q, stmts)
+	}
+	bt, ok := qq.c.(batcher)
+	if !ok {
+		return store.RunStmts(ctx, q, stmts)
+	}
+	b := &pgx.Batch{}
+	for i := range stmts {
+		s := stmts[i]
+		qq := b.Queue(s.SQL, s.Args...)
+		if s.Rows != nil {
+			qq.Query(func(rows pgx.Rows) error {
+				err := s.Rows(pgxRows{rows})
+				if err == nil {
+					err = rows.Err()
+				}
+				return err
+			})
+		} else {
+			qq.Exec(func(tag pgconn.CommandTag) error {
+				if s.Affected != nil {
+					*s.Affected = tag.RowsAffected()
+				}
+				return nil
+			})
+		}
+	}
+	if err := bt.SendBatch(ctx, b).Close(); err != nil {
+		return translate(err)
+	}
+	return nil
+}
+
+var channelRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// Listen acquires a connection from the pool and LISTENs on channel.
+func (d *Driver) Listen(ctx context.Context, channel string) (store.Listener, error) {
+	if !channelRe.MatchString(channel) {
+		return nil, fmt.Errorf("pgxstore: channel %q is not a plain identifier", channel)
+	}
+	c, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, translate(err)
+	}
+	if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		c.Release()
+		return nil, translate(err)
+	}
+	return &listener{c: c, channel: channel}, nil
+}
+
+type listener struct {
+	c       *pgxpool.Conn
+	channel string
+}
+
+func (l *listener) Wait(ctx context.Context) (string, error) {
+	n, err := l.c.Conn().WaitForNotification(ctx)
+	if err != nil {
+		return "", err
+	}
+	return n.Payload, nil
+}
+
+func (l *listener) Close(ctx context.Context) error {
+	// A connection that was listening is closed rather than returned to
+	// the pool, so no later user inherits the LISTEN.
+	err := l.c.Conn().Close(ctx)
+	l.c.Release()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,40 @@
+// Package postgres is idem's PostgreSQL dialect: its schema migrations and every
+// statement idem runs on PostgreSQL, with idem's table names qualified. Feature
+// packages never hold SQL; they reach these statements through
+// [store.Driver.Statements].
+package postgres
+
+import (
+	"embed"
+	"io/fs"
+
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Migrations returns the dialect's versioned migration files.
+func Migrations() fs.FS {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		panic(err) // the directory is embedded above: unreachable
+	}
+	return sub
+}
+
+// Statements returns every statement idem runs, for tables named by n
+// (n must already have its defaults; see [store.Names.WithDefaults]).
+func Statements(n store.Names) *sqlset.Set {
+	t := func(name string) string { return n.Table(store.Postgres, name) }
+	return &sqlset.Set{
+		Inbox:       inbox(t),
+		HTTPKeys:    httpKeys(t),
+		Outbox:      outboxSQL(t, n),
+		Effects:     effects(t),
+		DeadLetters: deadLetters(t),
+		Sagas:       sagas(t),
+		Meta:        meta(t, n),
+	}
+}

@@ -1,0 +1,4 @@
+package sqlset
+
+// Inbox holds the statements on the inbox table (package inbox).
+type Inbox struct{}

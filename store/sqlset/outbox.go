@@ -1,0 +1,4 @@
+package sqlset
+
+// Outbox holds the statements on the outbox table (package outbox).
+type Outbox struct{}

@@ -1,0 +1,31 @@
+// Package sqlset declares the statements idem runs, one field per
+// statement, grouped by the feature that owns the table. It holds no SQL:
+// each dialect package (store/postgres, store/sqlite) fills a [Set] with its
+// own text, and a driver hands it to the features through
+// store.Driver.Statements.
+//
+// Conventions every dialect follows, so that feature code is the same on
+// all of them:
+//   - arguments are positional and documented on each field; a dialect
+//     with ? placeholders binds them in the documented order;
+//   - timestamps are BIGINT microseconds since the Unix epoch;
+//   - a statement a dialect does not need (an advisory lock on a database
+//     that serialises writers anyway) is the empty string, and the feature
+//     skips it.
+//
+// The conformance suite in store/storetest prepares every statement of the
+// Set on every driver, so a statement that does not parse, or names a
+// column the migrations do not create, fails there first.
+package sqlset
+
+// Set is every statement idem runs, for one dialect and one set of table
+// names.
+type Set struct {
+	Inbox       Inbox
+	HTTPKeys    HTTPKeys
+	Outbox      Outbox
+	Effects     Effects
+	DeadLetters DeadLetters
+	Sagas       Sagas
+	Meta        Meta
+}

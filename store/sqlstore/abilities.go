@@ -1,0 +1,44 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
+)
+
+// Statements returns idem's statements in the driver's dialect.
+func (d *Driver) Statements() *sqlset.Set { return d.stmts }
+
+// SupportsPipeline is false: database/sql runs one statement per round
+// trip.
+func (d *Driver) SupportsPipeline() bool { return false }
+
+// BeginInsert is not available on database/sql: ok is false and nothing is
+// done.
+func (d *Driver) BeginInsert(context.Context, string, ...any) (*sql.Tx, bool, bool, error) {
+	return nil, false, false, nil
+}
+
+// ExecCommit is not available on database/sql: ok is false and nothing is
+// done.
+func (d *Driver) ExecCommit(context.Context, *sql.Tx, string, ...any) (bool, error) {
+	return false, nil
+}
+
+// SendBatch runs stmts one by one on q.
+func (d *Driver) SendBatch(ctx context.Context, q store.Querier, stmts []store.Stmt) error {
+	return store.RunStmts(ctx, q, stmts)
+}
+
+// SupportsListener is false: database/sql cannot LISTEN.
+func (d *Driver) SupportsListener() bool { return false }
+
+// Listen returns store.ErrNotSupported.
+func (d *Driver) Listen(context.Context, string) (store.Listener, error) {
+	return nil, store.ErrNotSupported
+}
+
+// SupportsAdvisoryLocks is true on PostgreSQL.
+func (d *Driver) SupportsAdvisoryLocks() bool { return d.dialect == store.Postgres }
