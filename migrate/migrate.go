@@ -114,6 +114,12 @@ func New[TTx any](d store.Driver[TTx]) *Migrator[TTx] { return &Migrator[TTx]{d:
 // Up applies every pending migration in one transaction and returns those it
 // applied (none when the database is current). On error nothing is applied.
 func (m *Migrator[TTx]) Up(ctx context.Context) ([]Migration, error) {
+	return m.UpTo(ctx, 0)
+}
+
+// UpTo is Up stopping after migration version (0: no limit), for testing
+// an upgrade from an earlier schema.
+func (m *Migrator[TTx]) UpTo(ctx context.Context, version int) ([]Migration, error) {
 	all, err := Migrations(m.d.Dialect(), m.d.Names())
 	if err != nil {
 		return nil, err
@@ -132,6 +138,9 @@ func (m *Migrator[TTx]) Up(ctx context.Context) ([]Migration, error) {
 		for _, mig := range all {
 			if _, ok := done[mig.Version]; ok {
 				continue
+			}
+			if version > 0 && mig.Version > version {
+				break
 			}
 			if _, err := q.Exec(ctx, mig.SQL); err != nil {
 				return fmt.Errorf("migrate: %04d_%s: %w", mig.Version, mig.Name, err)

@@ -31,6 +31,8 @@ const (
 	// NoSQLPostgres leaves out database/sql on PostgreSQL (for behaviour
 	// only the pgx driver has).
 	NoSQLPostgres
+	// Unmigrated hands the body empty stores, for migration tests.
+	Unmigrated
 )
 
 // EachDriver runs body once per driver, as subtests: SQLite always, pgx and
@@ -39,13 +41,15 @@ const (
 // gets its own freshly migrated store.
 func EachDriver(t *testing.T, body func(t *testing.T, d Driver), opts ...Option) {
 	t.Helper()
-	serial, withSQLPG := false, true
+	serial, withSQLPG, bare := false, true, false
 	for _, o := range opts {
 		switch o {
 		case Serial:
 			serial = true
 		case NoSQLPostgres:
 			withSQLPG = false
+		case Unmigrated:
+			bare = true
 		}
 	}
 	run := func(name string, open func(t *testing.T) (store.Driver[any], any)) {
@@ -57,10 +61,28 @@ func EachDriver(t *testing.T, body func(t *testing.T, d Driver), opts ...Option)
 			body(t, Driver{Name: name, D: d, Native: native})
 		})
 	}
-	run("sqlite", func(t *testing.T) (store.Driver[any], any) { d := SQLite(t); return Erase(d), d })
-	run("pgx", func(t *testing.T) (store.Driver[any], any) { d := Pgx(t); return Erase(d), d })
+	run("sqlite", func(t *testing.T) (store.Driver[any], any) {
+		d := SQLiteBare(t)
+		if !bare {
+			MustMigrate(t, d)
+		}
+		return Erase(d), d
+	})
+	run("pgx", func(t *testing.T) (store.Driver[any], any) {
+		d := PgxBare(t)
+		if !bare {
+			MustMigrate(t, d)
+		}
+		return Erase(d), d
+	})
 	if withSQLPG {
-		run("sql-postgres", func(t *testing.T) (store.Driver[any], any) { d := SQLPostgres(t); return Erase(d), d })
+		run("sql-postgres", func(t *testing.T) (store.Driver[any], any) {
+			d := SQLPostgresBare(t)
+			if !bare {
+				MustMigrate(t, d)
+			}
+			return Erase(d), d
+		})
 	}
 }
 

@@ -152,18 +152,33 @@ func PgxPool(t testing.TB) (*pgxpool.Pool, string) {
 // in a fresh schema.
 func Pgx(t testing.TB) *pgxstore.Driver {
 	t.Helper()
+	d := PgxBare(t)
+	MustMigrate(t, d)
+	return d
+}
+
+// PgxBare is Pgx without the migrations.
+func PgxBare(t testing.TB) *pgxstore.Driver {
+	t.Helper()
 	pool, schema := PgxPool(t)
 	d, err := pgxstore.New(pool, pgxstore.Config{Names: store.Names{Schema: schema}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	MustMigrate(t, d)
 	return d
 }
 
 // SQLPostgres returns a migrated database/sql driver on PostgreSQL (pgx
 // stdlib) in a fresh schema.
 func SQLPostgres(t testing.TB) *sqlstore.Driver {
+	t.Helper()
+	d := SQLPostgresBare(t)
+	MustMigrate(t, d)
+	return d
+}
+
+// SQLPostgresBare is SQLPostgres without the migrations.
+func SQLPostgresBare(t testing.TB) *sqlstore.Driver {
 	t.Helper()
 	conn, schema := PostgresSchema(t)
 	d, err := sqlstore.OpenPostgres(context.Background(), conn, sqlstore.Config{Names: store.Names{Schema: schema}})
@@ -172,7 +187,6 @@ func SQLPostgres(t testing.TB) *sqlstore.Driver {
 	}
 	d.DB().SetMaxOpenConns(16)
 	t.Cleanup(func() { d.Close() })
-	MustMigrate(t, d)
 	return d
 }
 
@@ -184,12 +198,19 @@ func SQLitePath(t testing.TB) string {
 // SQLite returns a migrated SQLite driver on a fresh file.
 func SQLite(t testing.TB) *sqlstore.Driver {
 	t.Helper()
+	d := SQLiteBare(t)
+	MustMigrate(t, d)
+	return d
+}
+
+// SQLiteBare is SQLite without the migrations.
+func SQLiteBare(t testing.TB) *sqlstore.Driver {
+	t.Helper()
 	d, err := sqlstore.OpenSQLite(SQLitePath(t), sqlstore.SQLiteOptions{Synchronous: "NORMAL"}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	MustMigrate(t, d)
 	return d
 }
 
