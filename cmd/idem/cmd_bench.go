@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/idemkit/idem/bench"
+	"github.com/idemkit/idem/cmd/idem/internal/bench"
 	"github.com/idemkit/idem/store"
 )
 
@@ -23,7 +23,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	natsURL := fs.String("nats", "", "NATS JetStream URL (default: an embedded in-process server; env IDEM_NATS_URL)")
 	duration := fs.Duration("duration", 10*time.Second, "time budget of each pair, split over its interleaved rounds (A B A B A B)")
 	asJSON := fs.Bool("json", false, `print {"results": [...]} as JSON instead of a table`)
-	peer := fs.String("peer", "", "also compare with a peer library: watermill (needs a postgres:// --db and the Go toolchain; runs bench/peer)")
+	peer := fs.String("peer", "", "also compare with a peer library: watermill (needs a postgres:// --db and the Go toolchain; runs cmd/idem/internal/bench/peer)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/drill"
+	"github.com/idemkit/idem/cmd/idem/internal/drill"
 	"github.com/idemkit/idem/internal/redact"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/idemkit/idem/drill"
+	"github.com/idemkit/idem/cmd/idem/internal/drill"
 )
 
 // drillCmd runs "idem drill args…" in-process and returns its exit status,

@@ -22,8 +22,12 @@ import (
 // peerProducers is the number of concurrent producers of peer_watermill_produce.
 const peerProducers = 8
 
-// findPeerDir returns cfg.PeerDir, or the first bench/peer directory
-// holding a go.mod found from the working directory upwards.
+// peerPath is the peer harness module's directory relative to the root of
+// the idem source tree.
+var peerPath = filepath.Join("cmd", "idem", "internal", "bench", "peer")
+
+// findPeerDir returns cfg.PeerDir, or the first cmd/idem/internal/bench/peer
+// directory holding a go.mod found from the working directory upwards.
 func findPeerDir(dir string) (string, error) {
 	if dir != "" {
 		return dir, nil
@@ -33,12 +37,12 @@ func findPeerDir(dir string) (string, error) {
 		return "", err
 	}
 	for d := wd; ; d = filepath.Dir(d) {
-		p := filepath.Join(d, "bench", "peer")
+		p := filepath.Join(d, peerPath)
 		if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
 			return p, nil
 		}
 		if filepath.Dir(d) == d {
-			return "", errors.New("bench: the peer harness (bench/peer with its go.mod) was not found from the working directory; run idem bench --peer from the idem source tree")
+			return "", errors.New("bench: the peer harness (cmd/idem/internal/bench/peer with its go.mod) was not found from the working directory; run idem bench --peer from the idem source tree")
 		}
 	}
 }

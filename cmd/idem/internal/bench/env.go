@@ -39,9 +39,9 @@ type Config struct {
 	// Peer names the peer library to compare with ("watermill"), or "".
 	// Peer pairs need Postgres.
 	Peer string
-	// PeerDir is the directory of the peer harness module (bench/peer).
-	// Defaults to the first bench/peer found from the working directory
-	// upwards.
+	// PeerDir is the directory of the peer harness module
+	// (cmd/idem/internal/bench/peer). Defaults to the first
+	// cmd/idem/internal/bench/peer found from the working directory upwards.
 	PeerDir string
 	// Logger receives diagnostics. Defaults to discarding.
 	Logger *slog.Logger

@@ -12,7 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/idemkit/idem/drill"
+	"github.com/idemkit/idem/cmd/idem/internal/drill"
 )
 
 func check(t *testing.T, rep drill.Report, want int) {

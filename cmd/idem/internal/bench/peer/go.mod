@@ -1,4 +1,4 @@
-module github.com/idemkit/idem/bench/peer
+module github.com/idemkit/idem/cmd/idem/internal/bench/peer
 
 go 1.26.8
 
