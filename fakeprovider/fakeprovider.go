@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/httpserver"
+	"github.com/idemkit/idem/internal/problem"
 )
 
 // Config configures a Provider. The zero value is ready to use.
@@ -398,10 +399,7 @@ func (p *Provider) record(on Endpoint, c Call) {
 	p.mu.Unlock()
 }
 
-func problem(w http.ResponseWriter, status int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail,
-	})
+// writeProblem answers an RFC 9457 problem document through idem's one writer.
+func writeProblem(w http.ResponseWriter, status int, detail string) {
+	problem.Write(w, status, problem.Details{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail}, 0)
 }

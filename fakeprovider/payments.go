@@ -198,7 +198,7 @@ func (p *Provider) serve(w http.ResponseWriter, r *http.Request, on Endpoint, re
 			status = http.StatusRequestEntityTooLarge
 		}
 		p.record(on, Call{Key: key, Body: body, Status: status, At: at})
-		problem(w, status, "cannot read body")
+		writeProblem(w, status, "cannot read body")
 		return
 	}
 	f, latency := p.nextFault(on)
@@ -213,16 +213,16 @@ func (p *Provider) serve(w http.ResponseWriter, r *http.Request, on Endpoint, re
 	}
 	if f != nil && f.Status != 0 {
 		p.record(on, Call{Key: key, Body: body, Status: f.Status, Fault: true, At: at})
-		problem(w, f.Status, "injected failure")
+		writeProblem(w, f.Status, "injected failure")
 		return
 	}
 	if key == "" && requireKey {
 		p.record(on, Call{Body: body, Status: http.StatusBadRequest, At: at})
-		problem(w, http.StatusBadRequest, "Idempotency-Key header is required")
+		writeProblem(w, http.StatusBadRequest, "Idempotency-Key header is required")
 		return
 	}
 	status, result, replayed := perform(key, body, Call{Key: key, Body: bytes.Clone(body), At: at, Fault: f != nil})
-	p.log.Debug("call", "endpoint", string(on), "key", key, "status", status, "replayed", replayed)
+	p.log.Debug("call", "endpoint", string(on), "idempotency_key", key, "status", status, "replayed", replayed)
 	if f != nil && status == http.StatusOK {
 		switch f.After {
 		case Hang:
@@ -241,7 +241,7 @@ func (p *Provider) serve(w http.ResponseWriter, r *http.Request, on Endpoint, re
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	if status != http.StatusOK {
-		problem(w, status, string(result))
+		writeProblem(w, status, string(result))
 		return
 	}
 	w.WriteHeader(status)
