@@ -105,7 +105,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		for _, id := range chunk {
 			args = append(args, id, fps[first[id]][:])
 		}
-		rows, err := q.Query(ctx, in.q.batchInsert(len(chunk)), args...)
+		rows, err := q.Query(ctx, in.q.BatchInsert(len(chunk)), args...)
 		if err != nil {
 			return nil, fmt.Errorf("inbox: batch insert: %w", err)
 		}
@@ -136,7 +136,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		for _, id := range chunk {
 			args = append(args, id)
 		}
-		rows, err := q.Query(ctx, in.q.batchSelect(len(chunk)), args...)
+		rows, err := q.Query(ctx, in.q.BatchSelect(len(chunk)), args...)
 		if err != nil {
 			return nil, fmt.Errorf("inbox: batch read: %w", err)
 		}
@@ -170,7 +170,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		}
 	}
 	if len(toRun) > 1 || (bh != nil && len(toRun) == 1) {
-		if _, err := q.Exec(ctx, `SAVEPOINT idem_inbox_batch`); err != nil {
+		if _, err := q.Exec(ctx, in.q.BatchSavepoint); err != nil {
 			return nil, fmt.Errorf("inbox: savepoint: %w", err)
 		}
 		var herr error
@@ -191,9 +191,9 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 			return nil, fmt.Errorf("inbox: batch: %w", herr)
 		}
 		fast = herr == nil
-		stmt := `RELEASE SAVEPOINT idem_inbox_batch`
+		stmt := in.q.BatchSavepointRelease
 		if !fast {
-			stmt = `ROLLBACK TO SAVEPOINT idem_inbox_batch; RELEASE SAVEPOINT idem_inbox_batch`
+			stmt = in.q.BatchSavepointRollback
 		}
 		if _, err := q.Exec(ctx, stmt); err != nil {
 			return nil, fmt.Errorf("inbox: batch savepoint: %w", err)
@@ -209,9 +209,9 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 
 	sp := false // a per-message savepoint is open
 	runInSavepoint := func(fn func() error) (error, error) {
-		stmt := in.q.savepoint
+		stmt := in.q.Savepoint
 		if sp {
-			stmt = in.q.savepointRel
+			stmt = in.q.SavepointNext
 		}
 		if _, err := q.Exec(ctx, stmt); err != nil {
 			return nil, fmt.Errorf("inbox: savepoint: %w", err)
@@ -219,7 +219,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		sp = true
 		herr := fn()
 		if herr != nil {
-			if _, err := q.Exec(ctx, in.q.savepointRb); err != nil {
+			if _, err := q.Exec(ctx, in.q.SavepointRollback); err != nil {
 				return herr, fmt.Errorf("inbox: rollback to savepoint: %w", err)
 			}
 		}
@@ -231,8 +231,8 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		}
 		if f := first[m.ID]; f != i {
 			// A repeat within the batch.
-			if fps[f] != fps[i] {
-				out[i].Err = &idem.FingerprintMismatchError{Key: consumer + "/" + m.ID, Stored: fps[f], Received: fps[i]}
+			if err := idem.CheckFingerprint(consumer+"/"+m.ID, fps[f][:], fps[i]); err != nil {
+				out[i].Err = err
 			} else {
 				out[i].Result = Duplicate
 			}
@@ -252,7 +252,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 			if herr != nil {
 				// The inbox row was written before the savepoint: remove it
 				// so the message is not recorded.
-				if _, err := q.Exec(ctx, in.q.deleteOne, consumer, m.ID); err != nil {
+				if _, err := q.Exec(ctx, in.q.Delete, consumer, m.ID); err != nil {
 					return nil, fmt.Errorf("inbox: unrecord %s/%s: %w", consumer, m.ID, err)
 				}
 				out[i].Err = herr
@@ -284,7 +284,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		}
 	}
 	if sp {
-		if _, err := q.Exec(ctx, `RELEASE SAVEPOINT idem_inbox_msg`); err != nil {
+		if _, err := q.Exec(ctx, in.q.SavepointRelease); err != nil {
 			return nil, fmt.Errorf("inbox: release savepoint: %w", err)
 		}
 	}

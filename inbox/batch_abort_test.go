@@ -22,9 +22,7 @@ import (
 // deadlock timeout: the drill's stuck search projection).
 func TestBatchAbortsOnSerializationFailure(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testBatchAbort(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testBatchAbort(t, testdb.Pgx(t)) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); testBatchAbort(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { testBatchAbort(t, d.D) })
 }
 
 func testBatchAbort[TTx any](t *testing.T, d store.Driver[TTx]) {

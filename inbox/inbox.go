@@ -24,12 +24,11 @@
 //     idem.ErrFingerprintMismatch; nothing is written.
 //
 // For operations too long for one transaction, [Inbox.Claim] records the
-// message as processing under a lease, and [Inbox.CompleteTx] finalises it
+// message in_progress under a lease, and [Inbox.CompleteTx] finalises it
 // with a fencing token; abandoned claims are recovered after their lease.
 package inbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -37,8 +36,10 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Handler applies one message's effect using the caller's transaction tx.
@@ -80,7 +81,8 @@ type Config struct {
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
 	// DisablePipelining turns off the one-round-trip begin+insert that
-	// Process uses on drivers implementing store.BeginInserter (pgx). Its
+	// Process uses on drivers that pipeline (store.Driver.SupportsPipeline:
+	// pgx). Its
 	// only visible cost is an ERROR line in the PostgreSQL log when two
 	// first deliveries race.
 	DisablePipelining bool
@@ -94,7 +96,7 @@ type Config struct {
 type Inbox[TTx any] struct {
 	d   store.Driver[TTx]
 	cfg Config
-	q   *queries
+	q   *sqlset.Inbox
 	log *slog.Logger
 }
 
@@ -103,8 +105,8 @@ const maxBatch = 500
 
 // New returns an Inbox on d. The inbox table must exist (migrate.Up).
 func New[TTx any](d store.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
-	if d == nil {
-		return nil, idem.InvalidOptionf("inbox: nil driver")
+	if d == nil || d.Statements() == nil {
+		return nil, idem.InvalidOptionf("inbox: nil driver or driver without statements")
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = 7 * 24 * time.Hour
@@ -126,7 +128,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Inbox[TTx]{d: d, cfg: cfg, q: newQueries(d.Dialect(), d.Table("inbox")), log: obs.Logger(cfg.Logger).With("component", "inbox")}, nil
+	return &Inbox[TTx]{d: d, cfg: cfg, q: &d.Statements().Inbox, log: obs.Logger(cfg.Logger).With("component", "inbox")}, nil
 }
 
 // Driver returns the inbox's driver.
@@ -177,7 +179,7 @@ func (in *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, ms
 	fp := msg.Fingerprint()
 	now := in.cfg.Now()
 	for attempt := 0; ; attempt++ {
-		n, err := q.Exec(ctx, in.q.insert, consumer, msg.ID, fp[:], store.Micros(now), store.Micros(now.Add(in.retention(consumer))))
+		n, err := q.Exec(ctx, in.q.Insert, consumer, msg.ID, fp[:], store.Micros(now), store.Micros(now.Add(in.retention(consumer))))
 		if err != nil {
 			return 0, fmt.Errorf("inbox: record %s/%s: %w", consumer, msg.ID, err)
 		}
@@ -217,7 +219,7 @@ func (in *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, ms
 // transaction and inserts the inbox row in one round trip; a unique
 // violation there (a racing duplicate) falls back to the ordinary path.
 func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg idem.Message, h Handler[TTx]) (Result, error) {
-	if bi := in.d; bi.SupportsPipeline() && msg.Attempt <= 1 && !in.cfg.DisablePipelining {
+	if in.d.SupportsPipeline() && msg.Attempt <= 1 && !in.cfg.DisablePipelining {
 		if err := validate(consumer, msg); err != nil {
 			return 0, err
 		}
@@ -226,7 +228,7 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg idem.Mes
 		}
 		fp := msg.Fingerprint()
 		now := in.cfg.Now()
-		tx, inserted, ok, err := bi.BeginInsert(ctx, in.q.insertStrict, consumer, msg.ID, fp[:], store.Micros(now), store.Micros(now.Add(in.retention(consumer))))
+		tx, inserted, ok, err := in.d.BeginInsert(ctx, in.q.InsertStrict, consumer, msg.ID, fp[:], store.Micros(now), store.Micros(now.Add(in.retention(consumer))))
 		if err != nil {
 			return 0, fmt.Errorf("inbox: record %s/%s: %w", consumer, msg.ID, err)
 		}
@@ -267,20 +269,21 @@ type record struct {
 
 func (in *Inbox[TTx]) read(ctx context.Context, q store.Querier, consumer, id string) (record, error) {
 	var r record
-	err := q.QueryRow(ctx, in.q.selectOne, consumer, id).Scan(&r.fingerprint, &r.state, &r.token, &r.leaseUntil, &r.attempts)
+	err := q.QueryRow(ctx, in.q.Select, consumer, id).Scan(&r.fingerprint, &r.state, &r.token, &r.leaseUntil, &r.attempts)
 	return r, err
 }
 
 // check turns a stored record into the answer for a duplicate delivery.
+// A record still in_progress answers idem.ErrInProgress whether or not its
+// lease ended: only Claim takes an abandoned claim over.
 func (r record) check(consumer, id string, fp idem.Fingerprint) error {
-	if !bytes.Equal(r.fingerprint, fp[:]) {
-		stored, _ := idem.FingerprintFromBytes(r.fingerprint)
-		return &idem.FingerprintMismatchError{Key: consumer + "/" + id, Stored: stored, Received: fp}
+	if err := idem.CheckFingerprint(consumer+"/"+id, r.fingerprint, fp); err != nil {
+		return err
 	}
 	switch r.state {
-	case "processing":
+	case lease.InProgress:
 		return fmt.Errorf("inbox: %s/%s: %w", consumer, id, idem.ErrInProgress)
-	case "failed":
+	case lease.Failed:
 		return fmt.Errorf("inbox: %s/%s: %w", consumer, id, idem.ErrNeedsReconciliation)
 	}
 	return nil

@@ -16,13 +16,10 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
-// forEachDriver runs test against SQLite, pgx and database/sql on
-// PostgreSQL, each with fresh, migrated tables and a business table
-// "effects_biz".
+// forEachDriver runs test on every driver (testdb.EachDriver), each with
+// fresh, migrated tables and a business table "effects_biz".
 func forEachDriver(t *testing.T, test func(t *testing.T, e env)) {
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); test(t, newEnv(t, testdb.SQLite(t))) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); test(t, newEnv(t, testdb.Pgx(t))) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); test(t, newEnv(t, testdb.SQLPostgres(t))) })
+	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { test(t, newEnv(t, d.D)) })
 }
 
 // env hides the transaction type so one test body serves every driver.
@@ -34,6 +31,11 @@ type env struct {
 	claim        func(ctx context.Context, consumer string, msg idem.Message, lease time.Duration) (*inbox.Lease, error)
 	complete     func(ctx context.Context, l *inbox.Lease) error
 	abandoned    func(ctx context.Context, consumer string) ([]inbox.Abandoned, error)
+	extend       func(ctx context.Context, l *inbox.Lease, d time.Duration) error
+	release      func(ctx context.Context, l *inbox.Lease) error
+	fail         func(ctx context.Context, l *inbox.Lease) error
+	expire       func(ctx context.Context, horizon time.Time, limit int) (int64, error)
+	counts       func(ctx context.Context) (map[string]int64, error)
 	clock        *clock
 }
 
@@ -102,7 +104,14 @@ func newEnv[TTx any](t *testing.T, d store.Driver[TTx]) env {
 		abandoned: func(ctx context.Context, consumer string) ([]inbox.Abandoned, error) {
 			return ib.Abandoned(ctx, consumer, 10)
 		},
-		clock: clk,
+		extend:  ib.Extend,
+		release: ib.Release,
+		fail:    ib.Fail,
+		expire: func(ctx context.Context, horizon time.Time, limit int) (int64, error) {
+			return inbox.Expire(ctx, d, horizon, limit)
+		},
+		counts: func(ctx context.Context) (map[string]int64, error) { return inbox.Counts(ctx, d) },
+		clock:  clk,
 	}
 }
 
@@ -469,9 +478,7 @@ func TestInvalidInput(t *testing.T) {
 // (one poison message), the batch falls back to one savepoint per message.
 func TestBatchHandler(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testBatchHandler(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testBatchHandler(t, testdb.Pgx(t)) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); testBatchHandler(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { testBatchHandler(t, d.D) })
 }
 
 func testBatchHandler[TTx any](t *testing.T, d store.Driver[TTx]) {
