@@ -11,8 +11,9 @@
 // PostgreSQL, where indexes live in the schema; the prefix on SQLite) and
 // {{schema}} is the PostgreSQL schema name.
 //
-// [Migrator.Up] applies all pending migrations in one transaction, holding a
-// PostgreSQL advisory lock (SQLite: the write lock of BEGIN IMMEDIATE), so
+// [Migrator.Up] applies all pending migrations in one transaction, holding
+// the dialect's migration lock (sqlset.Meta.MigrateLock: a PostgreSQL
+// advisory lock; SQLite: the write lock of BEGIN IMMEDIATE), so
 // concurrent starts of several processes are safe: one applies, the others
 // wait and then find nothing to do.
 package migrate
@@ -25,22 +26,34 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/postgres"
 	"github.com/idemkit/idem/store/sqlite"
+	"github.com/idemkit/idem/store/sqlset"
 )
 
 // FS returns the migration files of dialect d, which live next to that
 // dialect's statements (store/postgres, store/sqlite).
 func FS(d store.Dialect) (fs.FS, error) {
+	names, _ := store.Names{}.WithDefaults() // the defaults are valid names
+	st, err := statements(d, names)
+	if err != nil {
+		return nil, err
+	}
+	return st.Meta.Migrations, nil
+}
+
+// statements returns the statement set of dialect d for names: the one
+// place a new dialect is registered with this package. A Migrator needs
+// none of it: it takes everything from its driver's Statements.
+func statements(d store.Dialect, names store.Names) (*sqlset.Set, error) {
 	switch d {
 	case store.Postgres:
-		return postgres.Migrations(), nil
+		return postgres.Statements(names), nil
 	case store.SQLite:
-		return sqlite.Migrations(), nil
+		return sqlite.Statements(names), nil
 	}
 	return nil, fmt.Errorf("migrate: unknown dialect %q", d)
 }
@@ -57,10 +70,17 @@ var fileRe = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.sql$`)
 // Migrations returns the migrations of d's dialect, in version order, with
 // placeholders expanded for names.
 func Migrations(d store.Dialect, names store.Names) ([]Migration, error) {
-	fsys, err := FS(d)
+	st, err := statements(d, names)
 	if err != nil {
 		return nil, err
 	}
+	return migrations(st.Meta, string(d)+" ")
+}
+
+// migrations reads and expands the migration files of meta; label names
+// the dialect in errors.
+func migrations(meta sqlset.Meta, label string) ([]Migration, error) {
+	fsys := meta.Migrations
 	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
 		return nil, err
@@ -69,30 +89,22 @@ func Migrations(d store.Dialect, names store.Names) ([]Migration, error) {
 	for _, e := range entries {
 		m := fileRe.FindStringSubmatch(e.Name())
 		if m == nil {
-			return nil, fmt.Errorf("migrate: %s/%s: file name must be NNNN_name.sql", d, e.Name())
+			return nil, fmt.Errorf("migrate: %smigration %s: file name must be NNNN_name.sql", label, e.Name())
 		}
 		v, _ := strconv.Atoi(m[1])
 		body, err := fs.ReadFile(fsys, path.Clean(e.Name()))
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Migration{Version: v, Name: m[2], SQL: expand(string(body), d, names)})
+		out = append(out, Migration{Version: v, Name: m[2], SQL: meta.Expand(string(body))})
 	}
 	slices.SortFunc(out, func(a, b Migration) int { return a.Version - b.Version })
 	for i := 1; i < len(out); i++ {
 		if out[i].Version == out[i-1].Version {
-			return nil, fmt.Errorf("migrate: two %s migrations with version %04d", d, out[i].Version)
+			return nil, fmt.Errorf("migrate: two %smigrations with version %04d", label, out[i].Version)
 		}
 	}
 	return out, nil
-}
-
-func expand(sql string, d store.Dialect, n store.Names) string {
-	t, p := n.Prefix, n.Prefix
-	if d == store.Postgres {
-		t, p = `"`+n.Schema+`".`, ""
-	}
-	return strings.NewReplacer("{{t}}", t, "{{p}}", p, "{{schema}}", n.Schema).Replace(sql)
 }
 
 // Status is the state of one migration in a database.
@@ -120,7 +132,8 @@ func (m *Migrator[TTx]) Up(ctx context.Context) ([]Migration, error) {
 // UpTo is Up stopping after migration version (0: no limit), for testing
 // an upgrade from an earlier schema.
 func (m *Migrator[TTx]) UpTo(ctx context.Context, version int) ([]Migration, error) {
-	all, err := Migrations(m.d.Dialect(), m.d.Names())
+	meta := m.d.Statements().Meta
+	all, err := migrations(meta, "")
 	if err != nil {
 		return nil, err
 	}
@@ -145,8 +158,7 @@ func (m *Migrator[TTx]) UpTo(ctx context.Context, version int) ([]Migration, err
 			if _, err := q.Exec(ctx, mig.SQL); err != nil {
 				return fmt.Errorf("migrate: %04d_%s: %w", mig.Version, mig.Name, err)
 			}
-			if _, err := q.Exec(ctx, `INSERT INTO `+m.d.Table("migrations")+` (version, name, applied_at) VALUES ($1, $2, $3)`,
-				mig.Version, mig.Name, now); err != nil {
+			if _, err := q.Exec(ctx, meta.RecordMigration, mig.Version, mig.Name, now); err != nil {
 				return fmt.Errorf("migrate: record %04d: %w", mig.Version, err)
 			}
 			applied = append(applied, mig)
@@ -163,7 +175,7 @@ func (m *Migrator[TTx]) UpTo(ctx context.Context, version int) ([]Migration, err
 // the database has a migration this build does not know (a newer idem ran
 // against it).
 func (m *Migrator[TTx]) Status(ctx context.Context) ([]Status, error) {
-	all, err := Migrations(m.d.Dialect(), m.d.Names())
+	all, err := migrations(m.d.Statements().Meta, "")
 	if err != nil {
 		return nil, err
 	}
@@ -203,25 +215,25 @@ func (m *Migrator[TTx]) Pending(ctx context.Context) (int, error) {
 }
 
 func (m *Migrator[TTx]) prepare(ctx context.Context, q store.Querier) error {
-	if m.d.Dialect() == store.Postgres {
-		schema := m.d.Names().Schema
-		if _, err := q.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "idem.migrate."+schema); err != nil {
+	meta := m.d.Statements().Meta
+	if meta.MigrateLock != "" {
+		if _, err := q.Exec(ctx, meta.MigrateLock); err != nil {
 			return fmt.Errorf("migrate: lock: %w", err)
 		}
-		if _, err := q.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS "`+schema+`"`); err != nil {
+	}
+	if meta.CreateSchema != "" {
+		if _, err := q.Exec(ctx, meta.CreateSchema); err != nil {
 			return fmt.Errorf("migrate: create schema: %w", err)
 		}
 	}
-	_, err := q.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+m.d.Table("migrations")+
-		` (version integer PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL)`)
-	if err != nil {
+	if _, err := q.Exec(ctx, meta.CreateMigrations); err != nil {
 		return fmt.Errorf("migrate: create migrations table: %w", err)
 	}
 	return nil
 }
 
 func (m *Migrator[TTx]) applied(ctx context.Context, q store.Querier) (map[int]int64, error) {
-	rows, err := q.Query(ctx, `SELECT version, applied_at FROM `+m.d.Table("migrations"))
+	rows, err := q.Query(ctx, m.d.Statements().Meta.AppliedMigrations)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: read applied: %w", err)
 	}

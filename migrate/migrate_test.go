@@ -33,35 +33,32 @@ func TestMigrationsParse(t *testing.T) {
 	}
 }
 
-func testUpStatus[TTx any](t *testing.T, d store.Driver[TTx]) {
-	ctx := context.Background()
-	m := migrate.New(d)
-	st, err := m.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range st {
-		if !s.Applied || s.AppliedAt.IsZero() {
-			t.Errorf("migration %04d_%s not applied", s.Version, s.Name)
-		}
-	}
-	again, err := m.Up(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(again) != 0 {
-		t.Fatalf("second Up applied %d migrations, want 0", len(again))
-	}
-	if n := testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("inbox")); n != 0 {
-		t.Fatalf("inbox has %d rows", n)
-	}
-}
-
 func TestUpStatus(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testUpStatus(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testUpStatus(t, testdb.Pgx(t)) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); testUpStatus(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		d := e.D
+		ctx := context.Background()
+		m := migrate.New(d)
+		st, err := m.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st {
+			if !s.Applied || s.AppliedAt.IsZero() {
+				t.Errorf("migration %04d_%s not applied", s.Version, s.Name)
+			}
+		}
+		again, err := m.Up(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(again) != 0 {
+			t.Fatalf("second Up applied %d migrations, want 0", len(again))
+		}
+		if n := testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("inbox")); n != 0 {
+			t.Fatalf("inbox has %d rows", n)
+		}
+	})
 }
 
 // Concurrent migrators on one fresh schema: exactly one applies each migration.
