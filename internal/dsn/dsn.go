@@ -1,0 +1,223 @@
+// Package dsn is the one parser of the database and broker URLs idem's
+// tools accept (postgres://, sqlite://, nats://, amqp://, kafka://,
+// memory://), and the one opener of a database from its URL.
+//
+// Errors are [*Error] values wrapping one of the sentinels ([ErrEmpty],
+// [ErrNoScheme], [ErrUnsupported], [ErrNoPath], [ErrNoHost]); check them
+// with errors.Is. An error never carries the URL itself, which may hold a
+// password: at most its scheme.
+package dsn
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+
+	"github.com/idemkit/idem/internal/redact"
+	"github.com/idemkit/idem/store"
+)
+
+// The reasons a URL is refused, wrapped by every [*Error].
+var (
+	// ErrEmpty is an empty URL.
+	ErrEmpty = errors.New("empty URL")
+	// ErrNoScheme is a URL without a scheme ("host:5432/db", a bare path).
+	ErrNoScheme = errors.New("URL has no scheme")
+	// ErrUnsupported is a URL whose scheme idem does not speak.
+	ErrUnsupported = errors.New("URL scheme is not supported")
+	// ErrNoPath is a sqlite:// URL without a file path.
+	ErrNoPath = errors.New("URL has no file path")
+	// ErrNoHost is a broker URL without a host (kafka://, nats://).
+	ErrNoHost = errors.New("URL has no host")
+)
+
+// Error is a refused URL. It names what the URL was for and its scheme,
+// never the URL.
+type Error struct {
+	// What is "database" or "broker".
+	What string
+	// Scheme is the URL's scheme, "" when it has none.
+	Scheme string
+	// Err is the reason: one of the package's sentinels.
+	Err error
+	msg string
+}
+
+// Error returns the message: the reason and what would be accepted.
+func (e *Error) Error() string { return e.msg }
+
+// Unwrap returns the reason, for errors.Is.
+func (e *Error) Unwrap() error { return e.Err }
+
+func refuse(what, scheme string, reason error, msg string, args ...any) error {
+	return &Error{What: what, Scheme: scheme, Err: reason, msg: fmt.Sprintf(msg, args...)}
+}
+
+// wantDatabase is what ParseDatabase accepts, for its error messages.
+const wantDatabase = "want postgres://… or sqlite://path"
+
+// Database is a parsed database URL.
+type Database struct {
+	// Dialect is store.Postgres or store.SQLite.
+	Dialect store.Dialect
+	// Conn is the PostgreSQL connection URL as given (with its query:
+	// sslmode, search_path, pool_max_conns, …); "" for SQLite.
+	Conn string
+	// Path is the SQLite file path, cleaned; "" for PostgreSQL.
+	Path string
+}
+
+// String returns the database for a message, without credentials.
+func (d Database) String() string {
+	if d.Dialect == store.SQLite {
+		return "sqlite://" + d.Path
+	}
+	return redact.URL(d.Conn)
+}
+
+// ParseDatabase parses a database URL: postgres://… or postgresql://…
+// (PostgreSQL; the URL is kept as given for the driver), sqlite://path
+// (relative to the working directory; sqlite:///abs/path for an absolute
+// one; a ?query is ignored).
+func ParseDatabase(s string) (Database, error) {
+	sc := redact.Scheme(s)
+	switch {
+	case s == "":
+		return Database{}, refuse("database", "", ErrEmpty, "the database URL is empty: %s", wantDatabase)
+	case sc == "postgres" || sc == "postgresql":
+		return Database{Dialect: store.Postgres, Conn: s}, nil
+	case sc == "sqlite":
+		p := strings.TrimPrefix(s, "sqlite://")
+		if i := strings.IndexByte(p, '?'); i >= 0 {
+			p = p[:i]
+		}
+		if p == "" {
+			return Database{}, refuse("database", sc, ErrNoPath, "the sqlite:// database URL has no file path (want sqlite://path/to/file.db)")
+		}
+		return Database{Dialect: store.SQLite, Path: filepath.Clean(p)}, nil
+	case sc != "":
+		return Database{}, refuse("database", sc, ErrUnsupported, "database URL scheme %q is not supported: %s", sc, wantDatabase)
+	}
+	return Database{}, refuse("database", "", ErrNoScheme, "the database URL has no scheme: %s", wantDatabase)
+}
+
+// ParsePostgres parses s as a PostgreSQL URL: like [ParseDatabase], and a
+// sqlite:// URL is refused with [ErrUnsupported] (for the tools that need
+// PostgreSQL, such as idem proxy).
+func ParsePostgres(s string) (Database, error) {
+	d, err := ParseDatabase(s)
+	if err != nil {
+		return d, err
+	}
+	if d.Dialect != store.Postgres {
+		return Database{}, refuse("database", "sqlite", ErrUnsupported, "database URL scheme \"sqlite\" is not supported here: want postgres://…")
+	}
+	return d, nil
+}
+
+// BrokerKind names a broker idem ships an adapter for.
+type BrokerKind string
+
+// The brokers.
+const (
+	NATS   BrokerKind = "nats"   // NATS JetStream (broker/jetstream)
+	AMQP   BrokerKind = "amqp"   // RabbitMQ / AMQP 0-9-1 (broker/amqp)
+	Kafka  BrokerKind = "kafka"  // Kafka (broker/kafka)
+	Memory BrokerKind = "memory" // the in-process broker (broker/memory)
+)
+
+// wantBroker is what ParseBroker accepts, for its error messages.
+const wantBroker = "want nats://…, tls://…, amqp://…, amqps://…, kafka://host:port[,host:port…] or memory://"
+
+// DefaultKafkaPort is the port a kafka:// seed without one gets.
+const DefaultKafkaPort = "9092"
+
+// Broker is a parsed broker URL.
+type Broker struct {
+	// Kind is the broker.
+	Kind BrokerKind
+	// URL is the URL as given: what nats.Connect (NATS; several servers
+	// comma-separated) or amqp091 (AMQP) dial.
+	URL string
+	// Seeds are Kafka's seed brokers, host:port (nil for the others).
+	Seeds []string
+	// Name is the memory:// broker's name (memory://name; "" for
+	// memory://).
+	Name string
+}
+
+// String returns the broker for a message, without credentials.
+func (b Broker) String() string { return redact.URL(b.URL) }
+
+// ParseBroker parses a broker URL: nats://host:4222 or tls://host:4222
+// (NATS JetStream; several servers comma-separated, each with one of those
+// schemes), amqp:// or amqps:// (AMQP 0-9-1), kafka://host:port[,host:port…]
+// (Kafka seed brokers; the port defaults to 9092), memory://[name] (the
+// in-process broker).
+func ParseBroker(s string) (Broker, error) {
+	sc := redact.Scheme(s)
+	switch {
+	case s == "":
+		return Broker{}, refuse("broker", "", ErrEmpty, "the broker URL is empty: %s", wantBroker)
+	case sc == "nats" || sc == "tls":
+		for _, part := range strings.Split(s, ",") {
+			part = strings.TrimSpace(part)
+			psc := redact.Scheme(part)
+			if psc != "nats" && psc != "tls" {
+				return Broker{}, refuse("broker", psc, ErrUnsupported, "every server of a NATS broker URL must be nats://… or tls://…")
+			}
+			if hostOf(part[len(psc)+3:]) == "" {
+				return Broker{}, refuse("broker", psc, ErrNoHost, "the %s:// broker URL has no host (want %s://host:4222)", psc, psc)
+			}
+		}
+		return Broker{Kind: NATS, URL: s}, nil
+	case sc == "amqp" || sc == "amqps":
+		if hostOf(s[len(sc)+3:]) == "" {
+			return Broker{}, refuse("broker", sc, ErrNoHost, "the %s:// broker URL has no host (want %s://user:pass@host:5672/vhost)", sc, sc)
+		}
+		return Broker{Kind: AMQP, URL: s}, nil
+	case sc == "kafka":
+		rest := strings.TrimPrefix(s, "kafka://")
+		if i := strings.IndexAny(rest, "/?"); i >= 0 {
+			rest = rest[:i]
+		}
+		var seeds []string
+		for _, h := range strings.Split(rest, ",") {
+			h = strings.TrimSpace(h)
+			if h == "" {
+				continue
+			}
+			if _, _, err := net.SplitHostPort(h); err != nil {
+				h = net.JoinHostPort(strings.Trim(h, "[]"), DefaultKafkaPort)
+			}
+			seeds = append(seeds, h)
+		}
+		if len(seeds) == 0 {
+			return Broker{}, refuse("broker", sc, ErrNoHost, "the kafka:// broker URL has no host (want kafka://host:9092[,host:9092…])")
+		}
+		return Broker{Kind: Kafka, URL: s, Seeds: seeds}, nil
+	case sc == "memory":
+		name := strings.TrimPrefix(s, "memory://")
+		if i := strings.IndexAny(name, "/?"); i >= 0 {
+			name = name[:i]
+		}
+		return Broker{Kind: Memory, URL: s, Name: name}, nil
+	case sc != "":
+		return Broker{}, refuse("broker", sc, ErrUnsupported, "broker URL scheme %q is not supported: %s", sc, wantBroker)
+	}
+	return Broker{}, refuse("broker", "", ErrNoScheme, "the broker URL has no scheme: %s", wantBroker)
+}
+
+// hostOf returns the host part of an authority-first URL remainder
+// ("user:pass@host:port/path?q" → "host:port"), "" when there is none.
+func hostOf(rest string) string {
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	return rest
+}
