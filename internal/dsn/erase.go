@@ -60,4 +60,3 @@ func (a erased[TTx]) SendBatch(ctx context.Context, q store.Querier, stmts []sto
 func (a erased[TTx]) Listen(ctx context.Context, channel string) (store.Listener, error) {
 	return a.d.Listen(ctx, channel)
 }
-
