@@ -24,7 +24,7 @@ func ExampleApply() {
 		panic(err)
 	}
 	for _, v := range []int64{7, 9, 8} {
-		r, err := versionguard.Apply(ctx, d.Pool(), d.Dialect(), versionguard.Spec{
+		r, err := versionguard.Apply(ctx, d.Pool(), d.Statements(), versionguard.Spec{
 			Table: "seats", KeyColumns: []string{"show_id"}, KeyValues: []any{"show-1"},
 			Set: map[string]any{"seats_left": 100 - v}, Upsert: true,
 		}, v)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Spec describes one guarded write to a caller-owned table.
@@ -63,102 +64,52 @@ type Result struct {
 
 var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
-func quote(name string) (string, error) {
+// checkIdent validates name as plain identifiers with at most one dot
+// (schema.table); the dialect quotes them.
+func checkIdent(name string) error {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
-		return "", idem.InvalidOptionf("versionguard: %q: too many dots", name)
+		return idem.InvalidOptionf("versionguard: %q: too many dots", name)
 	}
-	for i, p := range parts {
+	for _, p := range parts {
 		if !identRe.MatchString(p) {
-			return "", idem.InvalidOptionf("versionguard: %q is not a plain identifier", name)
+			return idem.InvalidOptionf("versionguard: %q is not a plain identifier", name)
 		}
-		parts[i] = `"` + p + `"`
 	}
-	return strings.Join(parts, "."), nil
+	return nil
 }
 
 type built struct {
-	write, current string
-	writeArgs      []any
-	keyArgs        []any
+	sqlset.VersionedSQL
+	writeArgs []any
+	keyArgs   []any
 }
 
-func build(d store.Dialect, s Spec, version int64) (built, error) {
+func build(stmts *sqlset.Set, s Spec, version int64) (built, error) {
 	var b built
-	if d != store.Postgres && d != store.SQLite {
-		return b, idem.InvalidOptionf("versionguard: unknown dialect %q", d)
-	}
-	table, err := quote(s.Table)
-	if err != nil {
-		return b, err
+	if stmts == nil || stmts.Meta.VersionGuard == nil {
+		return b, idem.InvalidOptionf("versionguard: the driver's dialect has no version-guard statements")
 	}
 	if len(s.KeyColumns) == 0 || len(s.KeyColumns) != len(s.KeyValues) {
 		return b, idem.InvalidOptionf("versionguard: %d key columns, %d key values", len(s.KeyColumns), len(s.KeyValues))
 	}
-	vc, err := quote(cmpOr(s.VersionColumn, "version"))
-	if err != nil {
-		return b, err
-	}
-	keys := make([]string, len(s.KeyColumns))
-	for i, k := range s.KeyColumns {
-		if keys[i], err = quote(k); err != nil {
-			return b, err
-		}
-	}
-	setNames := make([]string, 0, len(s.Set))
+	w := sqlset.VersionedWrite{Table: s.Table, Keys: s.KeyColumns, Version: cmpOr(s.VersionColumn, "version"), Upsert: s.Upsert}
 	for c := range s.Set {
-		setNames = append(setNames, c)
+		w.Set = append(w.Set, c)
 	}
-	slices.Sort(setNames) // deterministic SQL text
-	set := make([]string, len(setNames))
-	for i, c := range setNames {
-		if set[i], err = quote(c); err != nil {
+	slices.Sort(w.Set) // deterministic SQL text
+	for _, name := range append(append([]string{w.Table, w.Version}, w.Keys...), w.Set...) {
+		if err := checkIdent(name); err != nil {
 			return b, err
 		}
 	}
-
-	var where []string
-	for i, k := range keys {
-		where = append(where, fmt.Sprintf("%s = $%d", k, i+1))
-	}
+	b.VersionedSQL = stmts.Meta.VersionGuard(w)
 	b.keyArgs = slices.Clone(s.KeyValues)
-	b.current = `SELECT ` + vc + ` FROM ` + table + ` WHERE ` + strings.Join(where, " AND ")
-
-	if !s.Upsert {
-		// $1..$k keys, then the set values, then the version.
-		args := slices.Clone(s.KeyValues)
-		var assign []string
-		for i, c := range set {
-			args = append(args, s.Set[setNames[i]])
-			assign = append(assign, fmt.Sprintf("%s = $%d", c, len(args)))
-		}
-		args = append(args, version)
-		v := fmt.Sprintf("$%d", len(args))
-		assign = append(assign, vc+" = "+v)
-		b.write = `UPDATE ` + table + ` SET ` + strings.Join(assign, ", ") +
-			` WHERE ` + strings.Join(where, " AND ") + ` AND ` + vc + ` < ` + v
-		b.writeArgs = args
-		return b, nil
+	b.writeArgs = slices.Clone(s.KeyValues)
+	for _, c := range w.Set {
+		b.writeArgs = append(b.writeArgs, s.Set[c])
 	}
-	cols := append(slices.Clone(keys), set...)
-	cols = append(cols, vc)
-	args := slices.Clone(s.KeyValues)
-	for _, c := range setNames {
-		args = append(args, s.Set[c])
-	}
-	args = append(args, version)
-	ph := make([]string, len(args))
-	for i := range args {
-		ph[i] = fmt.Sprintf("$%d", i+1)
-	}
-	var assign []string
-	for _, c := range append(slices.Clone(set), vc) {
-		assign = append(assign, c+" = excluded."+c)
-	}
-	b.write = `INSERT INTO ` + table + ` AS cur (` + strings.Join(cols, ", ") + `) VALUES (` + strings.Join(ph, ", ") +
-		`) ON CONFLICT (` + strings.Join(keys, ", ") + `) DO UPDATE SET ` + strings.Join(assign, ", ") +
-		` WHERE cur.` + vc + ` < excluded.` + vc
-	b.writeArgs = args
+	b.writeArgs = append(b.writeArgs, version)
 	return b, nil
 }
 
@@ -171,15 +122,16 @@ func cmpOr(s, def string) string {
 
 // Apply writes spec at version through q (a transaction's Querier for
 // atomicity with the caller's other writes) and reports whether it was
-// applied or stale. Identifiers are validated and quoted; values are bound
-// parameters. On a retry or a redelivery of the same version the result is
-// Stale and nothing changes.
-func Apply(ctx context.Context, q store.Querier, dialect store.Dialect, spec Spec, version int64) (Result, error) {
-	b, err := build(dialect, spec, version)
+// applied or stale. stmts are the driver's statements (store.Driver.Statements),
+// which build the dialect's SQL. Identifiers are validated and quoted;
+// values are bound parameters. On a retry or a redelivery of the same
+// version the result is Stale and nothing changes.
+func Apply(ctx context.Context, q store.Querier, stmts *sqlset.Set, spec Spec, version int64) (Result, error) {
+	b, err := build(stmts, spec, version)
 	if err != nil {
 		return Result{}, err
 	}
-	n, err := q.Exec(ctx, b.write, b.writeArgs...)
+	n, err := q.Exec(ctx, b.Write, b.writeArgs...)
 	if err != nil {
 		return Result{}, fmt.Errorf("versionguard: %s: %w", spec.Table, err)
 	}
@@ -187,7 +139,7 @@ func Apply(ctx context.Context, q store.Querier, dialect store.Dialect, spec Spe
 		return Result{Applied: true}, nil
 	}
 	var cur int64
-	err = q.QueryRow(ctx, b.current, b.keyArgs...).Scan(&cur)
+	err = q.QueryRow(ctx, b.Current, b.keyArgs...).Scan(&cur)
 	switch {
 	case errors.Is(err, store.ErrNoRows):
 		return Result{Missing: true}, nil
@@ -199,7 +151,7 @@ func Apply(ctx context.Context, q store.Querier, dialect store.Dialect, spec Spe
 
 // ApplyTx is Apply inside the caller's transaction tx of driver d.
 func ApplyTx[TTx any](ctx context.Context, d store.Driver[TTx], tx TTx, spec Spec, version int64) (Result, error) {
-	return Apply(ctx, d.Tx(tx), d.Dialect(), spec, version)
+	return Apply(ctx, d.Tx(tx), d.Statements(), spec, version)
 }
 
 // Guard is Apply with an observer, e.g. metrics counting stale writes
@@ -211,8 +163,8 @@ type Guard struct {
 }
 
 // Apply is [Apply] followed by g.Observe.
-func (g Guard) Apply(ctx context.Context, q store.Querier, dialect store.Dialect, spec Spec, version int64) (Result, error) {
-	r, err := Apply(ctx, q, dialect, spec, version)
+func (g Guard) Apply(ctx context.Context, q store.Querier, stmts *sqlset.Set, spec Spec, version int64) (Result, error) {
+	r, err := Apply(ctx, q, stmts, spec, version)
 	if err == nil && g.Observe != nil {
 		g.Observe(spec.Table, r)
 	}

@@ -12,27 +12,13 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/postgres"
 	"github.com/idemkit/idem/versionguard"
 )
 
-func each(t *testing.T, f func(t *testing.T, name string)) {
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); f(t, "sqlite") })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); f(t, "pgx") })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); f(t, "sql-postgres") })
-}
-
 func TestDrill11OutOfOrder(t *testing.T) {
 	t.Parallel()
-	each(t, func(t *testing.T, name string) {
-		switch name {
-		case "sqlite":
-			testOutOfOrder(t, testdb.SQLite(t))
-		case "pgx":
-			testOutOfOrder(t, testdb.Pgx(t))
-		default:
-			testOutOfOrder(t, testdb.SQLPostgres(t))
-		}
-	})
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testOutOfOrder(t, e.D) })
 }
 
 // Drill 11: versions 7, 9, 8 applied → state 9, one stale reported.
@@ -47,7 +33,7 @@ func testOutOfOrder[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}}
 	for _, v := range []int64{7, 9, 8} {
 		err := store.InTx(ctx, d, func(tx TTx) error {
-			r, err := g.Apply(ctx, d.Tx(tx), d.Dialect(), versionguard.Spec{
+			r, err := g.Apply(ctx, d.Tx(tx), d.Statements(), versionguard.Spec{
 				Table: "seats", KeyColumns: []string{"show_id"}, KeyValues: []any{"show-1"},
 				Set: map[string]any{"seats_left": 100 - v}, Upsert: true,
 			}, v)
@@ -77,31 +63,22 @@ func testOutOfOrder[TTx any](t *testing.T, d store.Driver[TTx]) {
 	// Update mode: a missing row is reported, not created; redelivery is stale.
 	up := versionguard.Spec{Table: "seats", KeyColumns: []string{"show_id"}, KeyValues: []any{"show-2"},
 		Set: map[string]any{"seats_left": 1}}
-	r, err := versionguard.Apply(ctx, d.Pool(), d.Dialect(), up, 3)
+	r, err := versionguard.Apply(ctx, d.Pool(), d.Statements(), up, 3)
 	if err != nil || !r.Missing {
 		t.Fatalf("update of a missing row = %+v, %v", r, err)
 	}
 	up.KeyValues = []any{"show-1"}
-	if r, err := versionguard.Apply(ctx, d.Pool(), d.Dialect(), up, 10); err != nil || !r.Applied {
+	if r, err := versionguard.Apply(ctx, d.Pool(), d.Statements(), up, 10); err != nil || !r.Applied {
 		t.Fatalf("update v10 = %+v, %v", r, err)
 	}
-	if r, err := versionguard.Apply(ctx, d.Pool(), d.Dialect(), up, 10); err != nil || !r.Stale || r.Current != 10 {
+	if r, err := versionguard.Apply(ctx, d.Pool(), d.Statements(), up, 10); err != nil || !r.Stale || r.Current != 10 {
 		t.Fatalf("redelivered v10 = %+v, %v", r, err)
 	}
 }
 
 func TestConcurrentShuffled(t *testing.T) {
 	t.Parallel()
-	each(t, func(t *testing.T, name string) {
-		switch name {
-		case "sqlite":
-			testConcurrent(t, testdb.SQLite(t))
-		case "pgx":
-			testConcurrent(t, testdb.Pgx(t))
-		default:
-			testConcurrent(t, testdb.SQLPostgres(t))
-		}
-	})
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testConcurrent(t, e.D) })
 }
 
 // Versions 1..n applied concurrently in random order leave n; applied +
@@ -149,13 +126,14 @@ func testConcurrent[TTx any](t *testing.T, d store.Driver[TTx]) {
 
 func TestInvalidIdentifiers(t *testing.T) {
 	t.Parallel()
+	stmts := postgres.Statements(store.Names{Schema: "idem", Prefix: "idem_"})
 	for _, s := range []versionguard.Spec{
 		{Table: `seats"; DROP TABLE x; --`, KeyColumns: []string{"id"}, KeyValues: []any{1}},
 		{Table: "seats", KeyColumns: []string{"id"}, KeyValues: []any{1}, Set: map[string]any{"a b": 1}},
 		{Table: "seats", KeyColumns: []string{"id", "x"}, KeyValues: []any{1}},
 		{Table: "a.b.c", KeyColumns: []string{"id"}, KeyValues: []any{1}},
 	} {
-		if _, err := versionguard.Apply(context.Background(), nil, store.Postgres, s, 1); !errors.Is(err, idem.ErrInvalidOption) {
+		if _, err := versionguard.Apply(context.Background(), nil, stmts, s, 1); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%+v: err = %v, want ErrInvalidOption", s, err)
 		}
 	}
