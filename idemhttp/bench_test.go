@@ -46,7 +46,7 @@ func ratioHandler(d *pgxstore.Driver, ownTx bool) http.Handler {
 		ctx := r.Context()
 		const q = `INSERT INTO orders (idem_key, body) VALUES ($1, $2)`
 		var err error
-		switch tx, ok := idemhttp.PgxTx(ctx); {
+		switch tx, ok := idemhttp.Tx[pgx.Tx](ctx); {
 		case ok:
 			_, err = tx.Exec(ctx, q, idemhttp.Key(ctx), "x")
 		case ownTx:

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/idemhttp"
@@ -55,7 +56,7 @@ func TestThousandKeysTwoServers(t *testing.T) {
 		name := fmt.Sprint("s", i)
 		mux := http.NewServeMux()
 		mux.Handle("POST /orders", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			tx, _ := idemhttp.PgxTx(r.Context())
+			tx, _ := idemhttp.Tx[pgx.Tx](r.Context())
 			if _, err := tx.Exec(r.Context(), `INSERT INTO orders (idem_key, server) VALUES ($1, $2)`, idemhttp.Key(r.Context()), name); err != nil {
 				http.Error(w, err.Error(), 500)
 				return

@@ -21,15 +21,15 @@ type Mode int
 const (
 	// Transactional (the default) runs the handler inside one database
 	// transaction that also holds the key record: the record, the handler's
-	// mutations (through [Tx], [PgxTx] or [SQLTx]) and the stored response
-	// commit together or not at all, and the response is sent only after the
+	// mutations (through [Tx], e.g. Tx[pgx.Tx], or [SQLTx]) and the
+	// stored response commit together or not at all, and the response is sent only after the
 	// commit. A crash at any point leaves either nothing (the retry executes)
 	// or everything (the retry replays).
 	Transactional Mode = iota
-	// TwoPhase commits a pending record with a lease first, runs the handler
+	// TwoPhase commits an in_progress record with a lease first, runs the handler
 	// outside any transaction (external effects, a proxy in front of another
 	// service), then records the response. A crash between the two phases
-	// leaves a pending record that is recovered after its lease by the
+	// leaves an in_progress record that is recovered after its lease by the
 	// [ExpiredPolicy]; the key ([Key]) should be propagated downstream so a
 	// re-execution is deduplicated there.
 	TwoPhase
@@ -45,31 +45,28 @@ func (m Mode) String() string {
 	return "Mode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// ExpiredPolicy decides what happens, in two-phase mode, to a pending
-// record whose lease expired (its owner crashed or hung).
-type ExpiredPolicy int
+// ExpiredPolicy decides what happens, in two-phase mode, to an
+// in_progress record whose lease expired (its owner crashed or hung). It is
+// idem's one expired-lease policy type:
+//
+//   - idem.Retake (the default) lets the next request with the same key
+//     and fingerprint take the record over and run the handler again, with
+//     the same key available through [Key] for propagation downstream. The
+//     previous owner's late finalisation is rejected by the fencing token.
+//   - idem.Hold marks the record failed and answers 409 "needs
+//     reconciliation" ([ErrNeedsReconciliation]) for that key until an
+//     operator resolves it (for example with [Forget]) or the record's
+//     retention passes.
+type ExpiredPolicy = idem.ExpiredLease
 
 const (
-	// ReExecute (the default) lets the next request with the same key and
-	// fingerprint take the record over and run the handler again, with the
-	// same key available through [Key] for propagation downstream. The
-	// previous owner's late finalisation is rejected by the fencing token.
-	ReExecute ExpiredPolicy = iota
-	// Hold marks the record failed and answers 409 "needs reconciliation"
-	// ([ErrNeedsReconciliation]) for that key until an operator resolves it
-	// (for example with [Forget]) or the record's retention passes.
-	Hold
+	// ReExecute is idem.Retake.
+	//
+	// Deprecated: use idem.Retake.
+	ReExecute = idem.Retake
+	// Hold is idem.Hold.
+	Hold = idem.Hold
 )
-
-func (p ExpiredPolicy) String() string {
-	switch p {
-	case ReExecute:
-		return "re-execute"
-	case Hold:
-		return "hold"
-	}
-	return "ExpiredPolicy(" + strconv.Itoa(int(p)) + ")"
-}
 
 // Defaults of [Config].
 const (
@@ -149,7 +146,7 @@ type Config struct {
 	// database's busy timeout instead.
 	LockTimeout time.Duration
 
-	// Lease is how long a two-phase pending record belongs to its owner.
+	// Lease is how long a two-phase in_progress record belongs to its owner.
 	// The handler's context is cancelled when the lease ends; after it, a
 	// retry recovers the record by ExpiredPolicy. Set it above the
 	// handler's longest run. Defaults to 30s.
@@ -167,7 +164,7 @@ type Config struct {
 
 	// StoreStatus reports whether a response with this status is stored
 	// (and, in transactional mode, committed). A status that is not stored
-	// rolls the transaction back (two-phase: deletes the pending record), so
+	// rolls the transaction back (two-phase: deletes the in_progress record), so
 	// a retry executes again. Defaults to [DefaultStoreStatus].
 	StoreStatus func(status int) bool
 
@@ -208,8 +205,8 @@ type Config struct {
 	// [WriteProblem] (RFC 9457 application/problem+json).
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, p *Problem)
 
-	// ExpiredPolicy is the two-phase recovery of a pending record whose
-	// lease expired. Defaults to ReExecute.
+	// ExpiredPolicy is the two-phase recovery of an in_progress record
+	// whose lease expired. Defaults to idem.Retake.
 	ExpiredPolicy ExpiredPolicy
 
 	// Now is the clock used for record timestamps, leases and expiry.
@@ -252,7 +249,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Mode != Transactional && c.Mode != TwoPhase {
 		return c, idem.InvalidOptionf("idemhttp: unknown Mode %d", c.Mode)
 	}
-	if c.ExpiredPolicy != ReExecute && c.ExpiredPolicy != Hold {
+	if !c.ExpiredPolicy.Valid() {
 		return c, idem.InvalidOptionf("idemhttp: unknown ExpiredPolicy %d", c.ExpiredPolicy)
 	}
 	for name, d := range map[string]time.Duration{

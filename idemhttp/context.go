@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"sync"
 	"sync/atomic"
-
-	"github.com/jackc/pgx/v5"
 )
 
 type ctxKey struct{}
@@ -36,7 +34,8 @@ func stateFrom(ctx context.Context) *reqState {
 // middleware commits it together with the key record and the stored
 // response, or rolls it back (5xx, panic, a status that is not stored). ok
 // is false outside the middleware, in two-phase mode, or when TTx is not
-// the driver's transaction type.
+// the driver's transaction type (pgx.Tx for the pgxstore driver, *sql.Tx
+// for sqlstore).
 func Tx[TTx any](ctx context.Context) (TTx, bool) {
 	var zero TTx
 	s := stateFrom(ctx)
@@ -46,9 +45,6 @@ func Tx[TTx any](ctx context.Context) (TTx, bool) {
 	tx, ok := s.tx.(TTx)
 	return tx, ok
 }
-
-// PgxTx is Tx[pgx.Tx], for the pgxstore driver.
-func PgxTx(ctx context.Context) (pgx.Tx, bool) { return Tx[pgx.Tx](ctx) }
 
 // SQLTx is Tx[*sql.Tx], for the sqlstore driver (SQLite or PostgreSQL).
 func SQLTx(ctx context.Context) (*sql.Tx, bool) { return Tx[*sql.Tx](ctx) }

@@ -16,15 +16,6 @@ import (
 // not held for reconciliation (state failed): nothing was done.
 var ErrNotHeld = errors.New("idemhttp: key is not held for reconciliation")
 
-// The operator statements on held records ($1 tenant, $2 operation, $3 key).
-func heldQueries(t string) (list, resolve, release string) {
-	list = `SELECT tenant, operation, idem_key FROM ` + t + ` WHERE state = 'failed' ORDER BY created_at, tenant, operation, idem_key LIMIT $1`
-	resolve = `UPDATE ` + t + ` SET state = 'completed', token = token + 1, status = $4, headers = $5, body = $6,
-body_omitted = 0, locked_until = 0, completed_at = $7 WHERE ` + pk + ` AND state = 'failed'`
-	release = `DELETE FROM ` + t + ` WHERE ` + pk + ` AND state = 'failed'`
-	return
-}
-
 // ListHeld returns up to limit records (defaults to 100 when ≤ 0) held for
 // reconciliation: two-phase executions whose lease ran out under the Hold
 // policy (state failed), oldest first. Nobody knows whether their handler's
@@ -34,35 +25,24 @@ func ListHeld[TTx any](ctx context.Context, d store.Driver[TTx], limit int) ([]*
 	if limit <= 0 {
 		limit = 100
 	}
-	t := d.Table("idempotency_keys")
-	list, _, _ := heldQueries(t)
-	rows, err := d.Pool().Query(ctx, list, limit)
+	rows, err := d.Pool().Query(ctx, d.Statements().HTTPKeys.ListHeld, limit)
 	if err != nil {
 		return nil, fmt.Errorf("idemhttp: list held: %w", err)
 	}
-	var scopes []scope
+	defer rows.Close()
+	var out []*Record
 	for rows.Next() {
-		var s scope
-		if err := rows.Scan(&s.tenant, &s.operation, &s.key); err != nil {
-			rows.Close()
+		rec := &Record{}
+		if err := scanRecord(rows, rec, &rec.Tenant, &rec.Operation, &rec.Key); err != nil {
 			return nil, err
 		}
-		scopes = append(scopes, s)
+		out = append(out, rec)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("idemhttp: list held: %w", err)
 	}
-	q := newQueries(d.Dialect(), t)
-	out := make([]*Record, 0, len(scopes))
-	for _, s := range scopes {
-		rec, ok, err := load(ctx, d.Pool(), q.load, s)
-		if err != nil {
-			return nil, err
-		}
-		if ok && rec.State == StateFailed { // resolved meanwhile otherwise
-			out = append(out, rec)
-		}
+	if out == nil {
+		out = []*Record{}
 	}
 	return out, nil
 }
@@ -91,8 +71,7 @@ func ResolveHeld[TTx any](ctx context.Context, d store.Driver[TTx], tenant, oper
 	if body == nil {
 		body = []byte{}
 	}
-	_, resolve, _ := heldQueries(d.Table("idempotency_keys"))
-	n, err := d.Pool().Exec(ctx, resolve, s.args(status, string(hj), body, store.Micros(now))...)
+	n, err := d.Pool().Exec(ctx, d.Statements().HTTPKeys.ResolveHeld, s.args(status, string(hj), body, store.Micros(now))...)
 	if err != nil {
 		return fmt.Errorf("idemhttp: resolve %s: %w", s, err)
 	}
@@ -111,8 +90,7 @@ func ReleaseHeld[TTx any](ctx context.Context, d store.Driver[TTx], tenant, oper
 	if err := s.check(); err != nil {
 		return err
 	}
-	_, _, release := heldQueries(d.Table("idempotency_keys"))
-	n, err := d.Pool().Exec(ctx, release, s.args()...)
+	n, err := d.Pool().Exec(ctx, d.Statements().HTTPKeys.ReleaseHeld, s.args()...)
 	if err != nil {
 		return fmt.Errorf("idemhttp: release %s: %w", s, err)
 	}

@@ -18,13 +18,13 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
-// forEachDriver runs test against SQLite, pgx and database/sql on
-// PostgreSQL, each with fresh, migrated tables and a business table
-// "orders".
-func forEachDriver(t *testing.T, test func(t *testing.T, e *env)) {
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); test(t, newEnv(t, testdb.SQLite(t))) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); test(t, newEnv(t, testdb.Pgx(t))) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); test(t, newEnv(t, testdb.SQLPostgres(t))) })
+// forEachDriver runs test on every driver (testdb.EachDriver: SQLite, pgx
+// and database/sql on PostgreSQL), each with fresh, migrated tables and a
+// business table "orders"; opts are EachDriver's (testdb.Serial for tests
+// that measure the process).
+func forEachDriver(t *testing.T, test func(t *testing.T, e *env), opts ...testdb.Option) {
+	t.Helper()
+	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { test(t, newEnv(t, d.D)) }, opts...)
 }
 
 type clock struct {
@@ -46,14 +46,6 @@ type app struct {
 	hook func(r *http.Request) int
 	// write, if set, writes the response body instead of the JSON.
 	write func(w http.ResponseWriter)
-}
-
-// eachDriverSerially runs test against the same drivers as forEachDriver,
-// one after the other, for tests that measure the process (memory).
-func eachDriverSerially(t *testing.T, test func(t *testing.T, e *env)) {
-	t.Run("sqlite", func(t *testing.T) { test(t, newEnv(t, testdb.SQLite(t))) })
-	t.Run("pgx", func(t *testing.T) { test(t, newEnv(t, testdb.Pgx(t))) })
-	t.Run("sql-postgres", func(t *testing.T) { test(t, newEnv(t, testdb.SQLPostgres(t))) })
 }
 
 // env hides the transaction type so one test body serves every driver.

@@ -6,8 +6,8 @@ import "context"
 // unknown: its effect may or may not have happened (a proxy whose upstream
 // connection broke after the request was sent, or whose upstream did not
 // answer within the lease). The middleware then neither stores the
-// response nor releases the key: the pending record stays until its lease
-// ends, and after that [Config.ExpiredPolicy] decides — ReExecute lets the
+// response nor releases the key: the in_progress record stays until its
+// lease ends, and after that [Config.ExpiredPolicy] decides — idem.Retake lets the
 // next retry execute again (with the same key, for the downstream to
 // deduplicate), Hold marks the key for reconciliation ("idem keys show",
 // [ListHeld], the console). Until the lease ends a retry answers 409 in
@@ -30,7 +30,7 @@ func (m *Middleware[TTx]) keptPending(ctx context.Context, req *request) bool {
 	if !req.state.keepPending.Load() {
 		return false
 	}
-	m.log.WarnContext(ctx, "outcome unknown: key left pending until its lease ends, then the expired-lease policy decides",
-		"key", req.key, "tenant", req.tenant, "operation", req.operation, "policy", m.cfg.ExpiredPolicy.String())
+	m.log.WarnContext(ctx, "outcome unknown: key left in progress until its lease ends, then the expired-lease policy decides",
+		"idempotency_key", req.key, "tenant", req.tenant, "operation", req.operation, "policy", m.cfg.ExpiredPolicy.String())
 	return true
 }

@@ -26,7 +26,7 @@ func TestKeepPendingLeavesKeyToThePolicy(t *testing.T) {
 				h := e.handler(t, idemhttp.Config{Mode: idemhttp.TwoPhase, Lease: 10 * time.Second, ExpiredPolicy: policy, Now: clk.Now}, a)
 				wantStatus(t, do(h, req{tenant: "acme", key: "k", body: `{}`}), 502)
 				rec, err := e.lookup("acme", "POST /orders", "k")
-				if err != nil || rec.State != idemhttp.StatePending {
+				if err != nil || rec.State != idemhttp.StateInProgress {
 					t.Fatalf("record after KeepPending: %+v, %v; want pending", rec, err)
 				}
 				unknown = false

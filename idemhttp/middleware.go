@@ -61,8 +61,8 @@
 // error (TypeKeyMissing …); Config.ErrorHandler replaces the writer.
 //
 // In [Transactional] mode (the default) the handler runs inside the
-// transaction that holds the key record; it gets it with [Tx], [PgxTx] or
-// [SQLTx]. The response is buffered and sent only after the commit: a
+// transaction that holds the key record; it gets it with [Tx] (e.g.
+// Tx[pgx.Tx]) or [SQLTx]. The response is buffered and sent only after the commit: a
 // crash, panic or 5xx leaves nothing recorded and a retry executes; a
 // commit that fails answers 503 with nothing recorded. A concurrent
 // duplicate blocks on the primary key (PostgreSQL: at most
@@ -81,7 +81,7 @@
 // retention is treated as absent — and "idem gc" deletes such rows. [Lookup]
 // and [Forget] (and "idem keys show") give operators access to one record.
 //
-// In [TwoPhase] mode a pending record with a lease is committed before the
+// In [TwoPhase] mode an in_progress record with a lease is committed before the
 // handler runs and completed afterwards; see [ExpiredPolicy] for recovery
 // of an abandoned lease, and the fencing token that rejects a zombie's late
 // finalisation.
@@ -112,8 +112,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Middleware enforces Idempotency-Key semantics in front of handlers. It is
@@ -122,7 +124,7 @@ import (
 type Middleware[TTx any] struct {
 	d   store.Driver[TTx]
 	cfg Config
-	q   queries
+	q   *sqlset.HTTPKeys
 	log *slog.Logger
 	tr  trace.Tracer
 }
@@ -140,7 +142,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
 	return &Middleware[TTx]{
 		d:   d,
 		cfg: cfg,
-		q:   newQueries(d.Dialect(), d.Table("idempotency_keys")),
+		q:   &d.Statements().HTTPKeys,
 		log: obs.Logger(cfg.Logger).With("component", "idemhttp", "mode", cfg.Mode.String()),
 		tr:  obs.Tracer(cfg.TracerProvider),
 	}, nil
@@ -217,7 +219,7 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 	}
 	tenant, err := m.cfg.Tenant(r)
 	if err != nil {
-		m.log.DebugContext(r.Context(), "tenant rejected", "err", err)
+		m.log.DebugContext(r.Context(), "tenant rejected", "error", err)
 		m.fail(w, r, ErrUnauthorized, key, "")
 		return DecisionRejected, nil
 	}
@@ -225,13 +227,13 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 	// text PostgreSQL cannot hold would otherwise fail there (a 503 telling
 	// the client to retry what can never succeed).
 	if err := checkText("tenant", tenant, MaxTenantLen); err != nil {
-		m.log.InfoContext(r.Context(), "tenant rejected", "err", err)
+		m.log.InfoContext(r.Context(), "tenant rejected", "error", err)
 		m.fail(w, r, fmt.Errorf("%w: %w", ErrUnauthorized, err), key, "")
 		return DecisionRejected, nil
 	}
 	op := m.cfg.Operation(r)
 	if err := checkText("operation", op, MaxOperationLen); err != nil {
-		m.log.InfoContext(r.Context(), "operation rejected", "err", err)
+		m.log.InfoContext(r.Context(), "operation rejected", "error", err)
 		m.fail(w, r, fmt.Errorf("%w: %w", ErrOperationInvalid, err), key, err.Error())
 		return DecisionRejected, nil
 	}
@@ -280,16 +282,16 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 			m.replay(w, r, req, rec)
 			return DecisionReplayed, nil
 		case outMismatch:
-			m.log.InfoContext(r.Context(), "key reused with a different request", "key", key, "tenant", tenant, "operation", op,
+			m.log.InfoContext(r.Context(), "key reused with a different request", "idempotency_key", key, "tenant", tenant, "operation", op,
 				"stored", rec.Fingerprint.Short(), "received", req.fp.Short())
 			m.fail(w, r, &idem.FingerprintMismatchError{Key: req.scope.String(), Stored: rec.Fingerprint, Received: req.fp}, key, "")
 			return DecisionMismatch, nil
 		case outHeld:
-			m.log.WarnContext(r.Context(), "key held for reconciliation", "key", key, "tenant", tenant, "operation", op)
+			m.log.WarnContext(r.Context(), "key held for reconciliation", "idempotency_key", key, "tenant", tenant, "operation", op)
 			m.fail(w, r, idem.ErrNeedsReconciliation, key, "an earlier execution was abandoned; an operator must resolve this key")
 			return DecisionRejected, nil
 		case outStoreFailed:
-			m.log.ErrorContext(r.Context(), "key store failed", "key", key, "tenant", tenant, "operation", op, "err", err)
+			m.log.ErrorContext(r.Context(), "key store failed", "idempotency_key", key, "tenant", tenant, "operation", op, "error", err)
 			m.fail(w, r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err), key, "")
 			if req.state.executed {
 				return DecisionExecuted, err
@@ -308,7 +310,7 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 				backoff = min(backoff*2, 200*time.Millisecond)
 				continue
 			}
-			m.log.DebugContext(r.Context(), "key in flight", "key", key, "tenant", tenant, "operation", op)
+			m.log.DebugContext(r.Context(), "key in flight", "idempotency_key", key, "tenant", tenant, "operation", op)
 			m.fail(w, r, idem.ErrInProgress, key, "")
 			return DecisionInFlight, nil
 		default: // unreachable: an attempt always decides
@@ -391,18 +393,25 @@ func (m *Middleware[TTx]) retention(op string) time.Duration {
 	return m.cfg.Retention
 }
 
-// claim makes the request the owner of its key, through the primary key:
-// insert a pending record, or take over one that expired (retention, or a
-// two-phase lease under ReExecute). It returns the fencing token when the
-// request owns the key, or the decision for the existing record.
+// claimStmts are the statements of one claim. In the request transaction
+// on a dialect that waits on row locks (PostgreSQL) they are InsertLocked
+// and TakeOverLocked, with the lock timeout as the insert's extra argument.
+type claimStmts struct {
+	insert, takeOver string
+	extra            []any // further insert arguments ($8, the lock timeout)
+}
+
+// claim makes the request the owner of its key, through the primary key
+// and the lease machine (internal/lease): insert an in_progress record, or
+// take over one that expired (retention, or a two-phase lease under
+// idem.Retake). It returns the fencing token when the request owns the key,
+// or the decision for the existing record; under idem.Hold an expired
+// lease is first marked failed, fenced by its token.
 //
 // On PostgreSQL, an INSERT … ON CONFLICT DO NOTHING that returns no row
 // means the conflicting transaction has finished; the record is re-read in
 // a new statement, and the claim restarts if it vanished meanwhile (GC).
-//
-// insertExtra holds further insert arguments (the PostgreSQL lock_timeout,
-// $8 of the transactional insert).
-func (m *Middleware[TTx]) claim(ctx context.Context, q store.Querier, req *request, insertSQL, takeoverSQL string, insertExtra ...any) (token int64, out outcome, rec *Record, err error) {
+func (m *Middleware[TTx]) claim(ctx context.Context, q store.Querier, req *request, cs claimStmts) (token int64, out outcome, rec *Record, err error) {
 	for range 5 {
 		now := m.cfg.Now()
 		lockedUntil := int64(0)
@@ -412,31 +421,30 @@ func (m *Middleware[TTx]) claim(ctx context.Context, q store.Querier, req *reque
 		exp := store.Micros(now.Add(m.retention(req.operation)))
 		var ignored string
 		args := req.args(req.fp.Bytes(), store.Micros(now), lockedUntil, exp)
-		err = q.QueryRow(ctx, insertSQL, append(args, insertExtra...)...).Scan(&token, &ignored)
+		err = q.QueryRow(ctx, cs.insert, append(args, cs.extra...)...).Scan(&token, &ignored)
 		if err == nil {
 			return token, 0, nil, nil
 		}
 		if !errors.Is(err, store.ErrNoRows) {
 			return 0, errOutcome(err), nil, err
 		}
-		rec, found, err := load(ctx, q, m.q.load, req.scope)
+		rec, found, err := load(ctx, q, m.q, req.scope)
 		if err != nil {
 			return 0, errOutcome(err), nil, err
 		}
 		if !found {
 			continue // deleted between the two statements: insert again
 		}
-		out, takeover := m.classify(rec, req.fp, now)
-		switch {
-		case takeover:
-			lease := 0
-			if m.cfg.Mode == TwoPhase && m.cfg.ExpiredPolicy == ReExecute {
-				lease = 1
+		switch d := m.decide(rec, req.fp, now); {
+		case d == lease.Acquire:
+			retake := 0
+			if m.cfg.Mode == TwoPhase && m.cfg.ExpiredPolicy == idem.Retake {
+				retake = 1
 			}
-			targs := req.args(rec.Token, req.fp.Bytes(), store.Micros(now), lockedUntil, exp, store.Micros(now), lease)
-			err = q.QueryRow(ctx, takeoverSQL, targs...).Scan(&token, &ignored)
+			targs := req.args(rec.Token, req.fp.Bytes(), store.Micros(now), lockedUntil, exp, store.Micros(now), retake)
+			err = q.QueryRow(ctx, cs.takeOver, targs...).Scan(&token, &ignored)
 			if err == nil {
-				m.log.InfoContext(ctx, "key taken over", "key", req.key, "tenant", req.tenant, "operation", req.operation,
+				m.log.InfoContext(ctx, "key taken over", "idempotency_key", req.key, "tenant", req.tenant, "operation", req.operation,
 					"previous_state", string(rec.State), "expired", rec.Expired(now), "token", token)
 				return token, 0, nil, nil
 			}
@@ -444,16 +452,18 @@ func (m *Middleware[TTx]) claim(ctx context.Context, q store.Querier, req *reque
 				return 0, errOutcome(err), nil, err
 			}
 			continue // changed meanwhile: look again
-		case out == outHeld && rec.State == StatePending:
-			n, err := q.Exec(ctx, m.q.hold, req.args(rec.Token, store.Micros(now))...)
-			if err != nil {
+		case d == lease.Held && rec.State == StateInProgress:
+			n, err := q.Exec(ctx, m.q.Hold, req.args(rec.Token, store.Micros(now))...)
+			if err := lease.Fence(n, err, "idemhttp: hold "+req.scope.String(), rec.Token); err != nil {
+				if lease.Lost(err) {
+					continue // changed meanwhile: look again
+				}
 				return 0, errOutcome(err), nil, err
 			}
-			if n == 0 {
-				continue
-			}
+			return 0, outHeld, rec, nil
+		default:
+			return 0, outcomeOf(d), rec, nil
 		}
-		return 0, out, rec, nil
 	}
 	return 0, outInFlight, nil, nil
 }
@@ -465,32 +475,38 @@ func errOutcome(err error) outcome {
 	return outStoreFailed
 }
 
-// classify decides what an existing record means for a request with
-// fingerprint fp at now. takeover reports that the request may claim it.
-func (m *Middleware[TTx]) classify(rec *Record, fp idem.Fingerprint, now time.Time) (out outcome, takeover bool) {
-	if rec.Expired(now) {
-		return 0, true // past retention: absent, whatever it held
+// decide is the lease machine's decision (lease.Decide) on an existing
+// record for a request with fingerprint fp at now. Acquire means the
+// request may take the record over. In transactional mode the lease is the
+// owner's row lock, not locked_until: a record seen in progress there has
+// a live owner (or, under Hold, is held), so only retention expiry is
+// taken over.
+func (m *Middleware[TTx]) decide(rec *Record, fp idem.Fingerprint, now time.Time) lease.Decision {
+	expired := rec.Expired(now)
+	d := lease.Decide(lease.Record{
+		State:      string(rec.State),
+		Token:      rec.Token,
+		LeaseUntil: rec.LockedUntil,
+		Same:       idem.SameFingerprint(rec.Fingerprint[:], fp),
+		Expired:    expired,
+	}, now, m.cfg.ExpiredPolicy)
+	if d == lease.Acquire && !expired && m.cfg.Mode != TwoPhase {
+		return lease.Busy
 	}
-	if rec.Fingerprint != fp {
-		return outMismatch, false
+	return d
+}
+
+// outcomeOf maps a decision other than Acquire to the request's outcome.
+func outcomeOf(d lease.Decision) outcome {
+	switch d {
+	case lease.Done:
+		return outReplay
+	case lease.Mismatch:
+		return outMismatch
+	case lease.Held, lease.Ended:
+		return outHeld
 	}
-	switch rec.State {
-	case StateCompleted:
-		return outReplay, false
-	case StateFailed:
-		return outHeld, false
-	}
-	if now.Before(rec.LockedUntil) {
-		return outInFlight, false
-	}
-	// A pending record whose lease expired: its owner crashed or hung.
-	if m.cfg.ExpiredPolicy == Hold {
-		return outHeld, false
-	}
-	if m.cfg.Mode == TwoPhase {
-		return 0, true
-	}
-	return outInFlight, false
+	return outInFlight
 }
 
 // peek is the read-only fast path: one statement outside any transaction.
@@ -500,18 +516,18 @@ func (m *Middleware[TTx]) classify(rec *Record, fp idem.Fingerprint, now time.Ti
 // else — no record, an expired one, an abandoned lease — goes to claim,
 // where the primary key decides. A store error here also defers to claim.
 func (m *Middleware[TTx]) peek(ctx context.Context, req *request) (outcome, *Record, error) {
-	rec, found, err := load(ctx, m.d.Pool(), m.q.load, req.scope)
+	rec, found, err := load(ctx, m.d.Pool(), m.q, req.scope)
 	if err != nil || !found {
 		return outExecute, nil, nil
 	}
-	out, takeover := m.classify(rec, req.fp, m.cfg.Now())
-	switch {
-	case takeover:
+	switch d := m.decide(rec, req.fp, m.cfg.Now()); {
+	case d == lease.Acquire:
 		return outExecute, nil, nil
-	case out == outHeld && rec.State == StatePending:
+	case d == lease.Held && rec.State == StateInProgress:
 		return outExecute, nil, nil // claim marks it failed, fenced
+	default:
+		return outcomeOf(d), rec, nil
 	}
-	return out, rec, nil
 }
 
 // attemptTx is one transactional attempt: begin, claim, run the handler on
@@ -525,16 +541,14 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	defer cancelTx()
 	stop := context.AfterFunc(ctx, cancelTx)
 	defer stop()
-	insertSQL, takeoverSQL := m.q.insert, m.q.takeover
-	var extra []any
-	if m.d.Dialect() == store.Postgres {
-		insertSQL, takeoverSQL = m.q.insertLocked, m.q.takeoverLocked
-		extra = []any{pgInterval(m.cfg.LockTimeout.Milliseconds())}
+	cs := claimStmts{insert: m.q.Insert, takeOver: m.q.TakeOver}
+	if m.q.InsertLocked != "" {
+		cs = claimStmts{m.q.InsertLocked, m.q.TakeOverLocked, []any{lockTimeout(m.cfg.LockTimeout)}}
 	}
 	// Fast path (pgx): BEGIN and the key INSERT in one round trip. A key
 	// that exists already surfaces as a unique violation there, and the
 	// ordinary path below decides what it means.
-	tx, token, began, err := m.beginInsert(txCtx, req, extra)
+	tx, token, began, err := m.beginInsert(txCtx, req, cs.extra)
 	if err != nil {
 		return errOutcome(err), nil, err
 	}
@@ -553,7 +567,7 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	if !began {
 		var out outcome
 		var rec *Record
-		token, out, rec, err = m.claim(ctx, q, req, insertSQL, takeoverSQL, extra...)
+		token, out, rec, err = m.claim(ctx, q, req, cs)
 		if err != nil || token == 0 {
 			return out, rec, err
 		}
@@ -571,7 +585,7 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	if failure := cw.failure(); failure != nil || !m.cfg.StoreStatus(cw.status) {
 		finished = true
 		if err := m.d.Rollback(context.WithoutCancel(ctx), tx); err != nil {
-			m.log.WarnContext(ctx, "rollback failed", "key", req.key, "err", err)
+			m.log.WarnContext(ctx, "rollback failed", "idempotency_key", req.key, "error", err)
 		}
 		if failure != nil {
 			return m.unrecordable(w, r, req, failure)
@@ -590,7 +604,7 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 		// pgx: the completion UPDATE and COMMIT in one round trip. The
 		// record was inserted by this transaction and stays locked by it,
 		// so the UPDATE cannot miss it.
-		done, err := ce.ExecCommit(bg, tx, m.q.complete, args...)
+		done, err := ce.ExecCommit(bg, tx, m.q.Complete, args...)
 		if done {
 			finished = true
 			if err != nil {
@@ -600,12 +614,9 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 			return outDone, nil, nil
 		}
 	}
-	n, err := q.Exec(bg, m.q.complete, args...)
-	if err == nil && n != 1 {
-		err = fmt.Errorf("idemhttp: record %s vanished before completion", req.scope)
-	}
-	if err != nil {
-		return outStoreFailed, nil, err
+	n, err := q.Exec(bg, m.q.Complete, args...)
+	if err := lease.Fence(n, err, "idemhttp: complete "+req.scope.String(), token); err != nil {
+		return outStoreFailed, nil, err // no row: the record vanished before completion
 	}
 	finished = true
 	if err := m.d.Commit(bg, tx); err != nil {
@@ -616,38 +627,40 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	return outDone, nil, nil
 }
 
-// beginInsert begins the request transaction and inserts a pending record
+// beginInsert begins the request transaction and inserts an in_progress record
 // in one round trip when the driver can (store.Driver.SupportsPipeline). began=false
 // means the ordinary path must run; a record that already exists is one
 // such case.
 func (m *Middleware[TTx]) beginInsert(ctx context.Context, req *request, extra []any) (tx TTx, token int64, began bool, err error) {
 	bi := m.d
-	if !bi.SupportsPipeline() || m.q.insertStrict == "" {
+	if !bi.SupportsPipeline() || m.q.InsertStrict == "" {
 		return tx, 0, false, nil
 	}
 	now := m.cfg.Now()
 	args := append(req.args(req.fp.Bytes(), store.Micros(now), int64(0), store.Micros(now.Add(m.retention(req.operation)))), extra...)
-	tx, inserted, ok, err := bi.BeginInsert(ctx, m.q.insertStrict, args...)
+	tx, inserted, ok, err := bi.BeginInsert(ctx, m.q.InsertStrict, args...)
 	if err != nil || !ok || !inserted {
 		return tx, 0, false, err
 	}
 	return tx, 1, true, nil
 }
 
-// attemptTwoPhase is one two-phase attempt: commit a pending record with a
+// attemptTwoPhase is one two-phase attempt: commit an in_progress record with a
 // lease, run the handler outside any transaction, record the response
 // fenced by the token, send.
 func (m *Middleware[TTx]) attemptTwoPhase(w http.ResponseWriter, r *http.Request, h http.Handler, req *request) (outcome, *Record, error) {
 	ctx := r.Context()
 	pool := m.d.Pool()
-	token, out, rec, err := m.claim(ctx, pool, req, m.q.insert, m.q.takeover)
+	token, out, rec, err := m.claim(ctx, pool, req, claimStmts{insert: m.q.Insert, takeOver: m.q.TakeOver})
 	if err != nil || token == 0 {
 		return out, rec, err
 	}
 	bg := context.WithoutCancel(ctx)
 	release := func() {
-		if _, err := pool.Exec(bg, m.q.release, req.args(token)...); err != nil {
-			m.log.ErrorContext(bg, "release of pending key failed; it is recovered after its lease", "key", req.key, "err", err)
+		// A lost lease has nothing to release: its new owner has the key.
+		n, err := pool.Exec(bg, m.q.Release, req.args(token)...)
+		if err := lease.Fence(n, err, "idemhttp: release "+req.scope.String(), token); err != nil && !lease.Lost(err) {
+			m.log.ErrorContext(bg, "release of in-progress key failed; it is recovered after its lease", "idempotency_key", req.key, "error", err)
 		}
 	}
 	req.state.executed = true
@@ -684,13 +697,13 @@ func (m *Middleware[TTx]) attemptTwoPhase(w http.ResponseWriter, r *http.Request
 		release()
 		return outStoreFailed, nil, err
 	}
-	n, err := pool.Exec(bg, m.q.complete, args...)
-	if err != nil {
-		return outStoreFailed, nil, err
-	}
-	if n == 0 {
+	n, err := pool.Exec(bg, m.q.Complete, args...)
+	if err := lease.Fence(n, err, "idemhttp: complete "+req.scope.String(), token); err != nil {
+		if !lease.Lost(err) {
+			return outStoreFailed, nil, err
+		}
 		m.log.WarnContext(ctx, "lease lost: another execution took the key over; result not recorded",
-			"key", req.key, "tenant", req.tenant, "operation", req.operation, "token", token)
+			"idempotency_key", req.key, "tenant", req.tenant, "operation", req.operation, "token", token)
 		m.fail(w, r, idem.ErrLeaseLost, req.key, "")
 		return outDone, nil, nil
 	}
@@ -710,8 +723,8 @@ func markExecuted(ctx context.Context) {
 // nothing is recorded and the retry executes again.
 func (m *Middleware[TTx]) unrecordable(w http.ResponseWriter, r *http.Request, req *request, failure error) (outcome, *Record, error) {
 	if errors.Is(failure, ErrResponseTooLarge) {
-		m.log.WarnContext(r.Context(), "response not recorded", "key", req.key, "tenant", req.tenant,
-			"operation", req.operation, "err", failure)
+		m.log.WarnContext(r.Context(), "response not recorded", "idempotency_key", req.key, "tenant", req.tenant,
+			"operation", req.operation, "error", failure)
 		m.fail(w, r, failure, req.key, failure.Error())
 		return outDone, nil, nil
 	}
@@ -751,7 +764,7 @@ func (m *Middleware[TTx]) replay(w http.ResponseWriter, r *http.Request, req *re
 	if info := infoFrom(r.Context()); info != nil {
 		info.Replayed = true
 	}
-	m.log.DebugContext(r.Context(), "replayed stored response", "key", req.key, "tenant", req.tenant,
+	m.log.DebugContext(r.Context(), "replayed stored response", "idempotency_key", req.key, "tenant", req.tenant,
 		"operation", req.operation, "status", rec.Status)
 	h := w.Header()
 	for k, v := range rec.Header {
@@ -763,4 +776,10 @@ func (m *Middleware[TTx]) replay(w http.ResponseWriter, r *http.Request, req *re
 	}
 	w.WriteHeader(rec.Status)
 	_, _ = w.Write(rec.Body)
+}
+
+// lockTimeout renders d as the lock-timeout argument of InsertLocked
+// (milliseconds, at least 1 so that 0 never means "wait forever").
+func lockTimeout(d time.Duration) string {
+	return fmt.Sprintf("%dms", max(d.Milliseconds(), 1))
 }

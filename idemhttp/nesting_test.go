@@ -29,9 +29,7 @@ import (
 // the fingerprint and killed the process; 1 MiB cost 1.4 s of CPU and
 // 256 MiB of stack. Not parallel: it measures the process.
 func TestDeepJSONBodiesAreCheap(t *testing.T) {
-	t.Run("sqlite", func(t *testing.T) { deepBodies(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { deepBodies(t, testdb.Pgx(t)) })
-	t.Run("sql-postgres", func(t *testing.T) { deepBodies(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { deepBodies(t, d.D) }, testdb.Serial)
 }
 
 // discardApp serves POST /orders behind a fresh middleware on d: the
@@ -195,9 +193,7 @@ func deepBodies[TTx any](t *testing.T, d store.Driver[TTx]) {
 // U+FFFD: a different string under the same key is refused, and another
 // spelling of the same string replays.
 func TestUnicodeBodiesKeepTheirIdentity(t *testing.T) {
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); unicodeBodies(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); unicodeBodies(t, testdb.Pgx(t)) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); unicodeBodies(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { unicodeBodies(t, d.D) })
 }
 
 func unicodeBodies[TTx any](t *testing.T, d store.Driver[TTx]) {

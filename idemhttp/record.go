@@ -11,22 +11,30 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
 )
 
 // State is the state of a key record.
 type State string
 
-// Record states.
+// Record states: the lease vocabulary (internal/lease) every leased table
+// stores.
 const (
-	// StatePending: an execution owns the key (in two-phase mode until
+	// StateInProgress: an execution owns the key (in two-phase mode until
 	// LockedUntil).
-	StatePending State = "pending"
+	StateInProgress State = lease.InProgress
+	// StatePending is the former name of StateInProgress.
+	//
+	// Deprecated: use StateInProgress (stored "in_progress" since
+	// migration 0010).
+	StatePending = StateInProgress
 	// StateCompleted: the response is stored and replayed.
-	StateCompleted State = "completed"
+	StateCompleted State = lease.Completed
 	// StateFailed: an abandoned two-phase execution held for an operator
 	// (Hold policy).
-	StateFailed State = "failed"
+	StateFailed State = lease.Failed
 )
 
 // Record is one stored idempotency key record.
@@ -64,25 +72,36 @@ func (s scope) args(more ...any) []any {
 
 func (s scope) String() string { return s.tenant + "/" + s.operation + "/" + s.key }
 
-// load reads a record; found is false when there is none.
-func load(ctx context.Context, q store.Querier, sql string, s scope) (*Record, bool, error) {
+// load reads a record with q (Load); found is false when there is none.
+func load(ctx context.Context, q store.Querier, k *sqlset.HTTPKeys, s scope) (*Record, bool, error) {
 	rec := &Record{Tenant: s.tenant, Operation: s.operation, Key: s.key}
-	var (
-		fp                                 []byte
-		state, headers                     string
-		status, omitted                    int64
-		created, locked, completed, expire int64
-	)
-	err := q.QueryRow(ctx, sql, s.args()...).Scan(&fp, &state, &rec.Token, &status, &headers, &rec.Body,
-		&omitted, &rec.ResourceType, &rec.ResourceID, &created, &locked, &completed, &expire)
+	err := scanRecord(q.QueryRow(ctx, k.Load, s.args()...), rec)
 	if errors.Is(err, store.ErrNoRows) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
+	return rec, true, nil
+}
+
+// scanRecord scans the record columns of Load (after dest, the columns
+// that precede them, such as ListHeld's scope) into rec.
+func scanRecord(row store.Row, rec *Record, dest ...any) error {
+	var (
+		fp                                 []byte
+		state, headers                     string
+		status, omitted                    int64
+		created, locked, completed, expire int64
+	)
+	err := row.Scan(append(dest, &fp, &state, &rec.Token, &status, &headers, &rec.Body,
+		&omitted, &rec.ResourceType, &rec.ResourceID, &created, &locked, &completed, &expire)...)
+	if err != nil {
+		return err
+	}
+	s := scope{rec.Tenant, rec.Operation, rec.Key}
 	if rec.Fingerprint, err = idem.FingerprintFromBytes(fp); err != nil {
-		return nil, false, err
+		return fmt.Errorf("idemhttp: stored fingerprint of %s: %w", s, err)
 	}
 	rec.State = State(state)
 	rec.Status = int(status)
@@ -90,12 +109,12 @@ func load(ctx context.Context, q store.Querier, sql string, s scope) (*Record, b
 	rec.Header = http.Header{}
 	if headers != "" {
 		if err := json.Unmarshal([]byte(headers), &rec.Header); err != nil {
-			return nil, false, fmt.Errorf("idemhttp: stored headers of %s: %w", s, err)
+			return fmt.Errorf("idemhttp: stored headers of %s: %w", s, err)
 		}
 	}
 	rec.CreatedAt, rec.LockedUntil = store.FromMicros(created), store.FromMicros(locked)
 	rec.CompletedAt, rec.ExpiresAt = store.FromMicros(completed), store.FromMicros(expire)
-	return rec, true, nil
+	return nil
 }
 
 // Lookup returns the record of (tenant, operation, key) whatever its state
@@ -107,8 +126,7 @@ func Lookup[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	q := newQueries(d.Dialect(), d.Table("idempotency_keys"))
-	rec, ok, err := load(ctx, d.Pool(), q.load, s)
+	rec, ok, err := load(ctx, d.Pool(), &d.Statements().HTTPKeys, s)
 	if err != nil {
 		return nil, err
 	}
@@ -129,8 +147,7 @@ func Forget[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation
 	if err := s.check(); err != nil {
 		return err
 	}
-	q := newQueries(d.Dialect(), d.Table("idempotency_keys"))
-	n, err := d.Pool().Exec(ctx, q.forget, s.args()...)
+	n, err := d.Pool().Exec(ctx, d.Statements().HTTPKeys.Forget, s.args()...)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // pattern writes n bytes of a repeating pattern in 32 KiB chunks and
@@ -64,7 +65,7 @@ func TestLargeResponseSpillsToDisk(t *testing.T) {
 	const size = 64 << 20
 	for _, mode := range []idemhttp.Mode{idemhttp.Transactional, idemhttp.TwoPhase} {
 		t.Run(mode.String(), func(t *testing.T) {
-			eachDriverSerially(t, func(t *testing.T, e *env) {
+			forEachDriver(t, func(t *testing.T, e *env) {
 				dir := t.TempDir()
 				var wrote [32]byte
 				var writeErr error
@@ -125,7 +126,7 @@ func TestLargeResponseSpillsToDisk(t *testing.T) {
 				if a.execs.Load() != 1 {
 					t.Fatalf("handler ran %d times", a.execs.Load())
 				}
-			})
+			}, testdb.Serial)
 		})
 	}
 }
