@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/obs"
+	p "github.com/idemkit/idem/internal/problem"
 	"github.com/idemkit/idem/store"
 )
 
@@ -142,32 +143,32 @@ func (rc *Receiver[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (rc *Receiver[TTx]) serve(ctx context.Context, w http.ResponseWriter, r *http.Request) (decision, id string, _ error) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		problem(w, http.StatusMethodNotAllowed, "method not allowed", "webhooks are delivered with POST")
+		problem(w, http.StatusMethodNotAllowed, "method not allowed", "webhooks are delivered with POST", 0)
 		return DecisionRejected, "", nil
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rc.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			problem(w, http.StatusRequestEntityTooLarge, "payload too large", fmt.Sprintf("the body exceeds %d bytes", rc.cfg.MaxBodyBytes))
+			problem(w, http.StatusRequestEntityTooLarge, "payload too large", fmt.Sprintf("the body exceeds %d bytes", rc.cfg.MaxBodyBytes), 0)
 			return DecisionRejected, "", nil
 		}
-		problem(w, http.StatusBadRequest, "unreadable body", "the request body could not be read")
+		problem(w, http.StatusBadRequest, "unreadable body", "the request body could not be read", 0)
 		return DecisionRejected, "", nil
 	}
 	d, err := rc.cfg.Verifier.Verify(r, body, rc.cfg.Now())
 	if err != nil {
 		if errors.Is(err, ErrMissingDeliveryID) {
-			problem(w, http.StatusBadRequest, "missing delivery id", err.Error())
+			problem(w, http.StatusBadRequest, "missing delivery id", err.Error(), 0)
 			return DecisionRejected, "", nil
 		}
-		rc.log.WarnContext(ctx, "webhook rejected", "err", err)
+		rc.log.WarnContext(ctx, "webhook rejected", "error", err)
 		// The detail is generic on purpose: do not tell a forger which check failed.
-		problem(w, http.StatusUnauthorized, "unauthenticated", "the webhook signature could not be verified")
+		problem(w, http.StatusUnauthorized, "unauthenticated", "the webhook signature could not be verified", 0)
 		return DecisionRejected, "", nil
 	}
 	if err := idem.ValidateID(d.ID); err != nil {
-		problem(w, http.StatusBadRequest, "invalid delivery id", err.Error())
+		problem(w, http.StatusBadRequest, "invalid delivery id", err.Error(), 0)
 		return DecisionRejected, "", nil
 	}
 	d.Source = rc.cfg.Source
@@ -183,17 +184,16 @@ func (rc *Receiver[TTx]) serve(ctx context.Context, w http.ResponseWriter, r *ht
 	switch {
 	case err == nil:
 	case errors.Is(err, idem.ErrFingerprintMismatch):
-		rc.log.WarnContext(ctx, "delivery id reused with a different body", "delivery_id", d.ID, "err", err)
-		problem(w, http.StatusUnprocessableEntity, "delivery id reused", "this delivery id was received before with a different body")
+		rc.log.WarnContext(ctx, "delivery id reused with a different body", "delivery_id", d.ID, "error", err)
+		problem(w, http.StatusUnprocessableEntity, "delivery id reused", "this delivery id was received before with a different body", 0)
 		return DecisionMismatch, d.ID, nil
 	case idem.IsPermanent(err):
-		rc.log.ErrorContext(ctx, "enqueue refused the delivery", "delivery_id", d.ID, "err", err)
-		problem(w, http.StatusUnprocessableEntity, "unprocessable delivery", "the delivery cannot be processed")
+		rc.log.ErrorContext(ctx, "enqueue refused the delivery", "delivery_id", d.ID, "error", err)
+		problem(w, http.StatusUnprocessableEntity, "unprocessable delivery", "the delivery cannot be processed", 0)
 		return DecisionFailed, d.ID, err
 	default:
-		rc.log.ErrorContext(ctx, "cannot record the delivery", "delivery_id", d.ID, "err", err)
-		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusServiceUnavailable, "not recorded", "the delivery was not recorded; retry it")
+		rc.log.ErrorContext(ctx, "cannot record the delivery", "delivery_id", d.ID, "error", err)
+		problem(w, http.StatusServiceUnavailable, "not recorded", "the delivery was not recorded; retry it", time.Second)
 		return DecisionFailed, d.ID, err
 	}
 	status, word := http.StatusAccepted, DecisionAccepted
@@ -206,8 +206,8 @@ func (rc *Receiver[TTx]) serve(ctx context.Context, w http.ResponseWriter, r *ht
 	return word, d.ID, nil
 }
 
-func problem(w http.ResponseWriter, status int, title, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": title, "status": status, "detail": detail})
+// problem answers an RFC 9457 problem document (type about:blank), with
+// Retry-After when retryAfter is positive.
+func problem(w http.ResponseWriter, status int, title, detail string, retryAfter time.Duration) {
+	p.Write(w, status, p.Details{Type: "about:blank", Title: title, Status: status, Detail: detail}, retryAfter)
 }

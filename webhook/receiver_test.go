@@ -70,9 +70,7 @@ func newEnv[TTx any](t testing.TB, d store.Driver[TTx]) *env {
 }
 
 func forEachStore(t *testing.T, test func(t *testing.T, e *env)) {
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); test(t, newEnv(t, testdb.SQLite(t))) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); test(t, newEnv(t, testdb.Pgx(t))) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); test(t, newEnv(t, testdb.SQLPostgres(t))) })
+	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { test(t, newEnv(t, d.D)) })
 }
 
 func (e *env) post(t *testing.T, h http.Header, body string) (int, map[string]any) {
@@ -91,6 +89,12 @@ func (e *env) post(t *testing.T, h http.Header, body string) (int, map[string]an
 	_ = json.NewDecoder(resp.Body).Decode(&out)
 	if resp.StatusCode >= 400 && resp.Header.Get("Content-Type") != "application/problem+json" {
 		t.Errorf("error %d without problem+json", resp.StatusCode)
+	}
+	if resp.StatusCode >= 400 && (out["type"] != "about:blank" || out["status"] != float64(resp.StatusCode) || out["title"] == "" || out["detail"] == "") {
+		t.Errorf("error %d with problem document %v, want type about:blank, its status, a title and a detail", resp.StatusCode, out)
+	}
+	if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("503 with Retry-After %q, want 1", resp.Header.Get("Retry-After"))
 	}
 	return resp.StatusCode, out
 }
