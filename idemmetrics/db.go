@@ -2,20 +2,15 @@ package idemmetrics
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/store"
 )
-
-// Tables lists idem's tables that stats and row estimates cover, in the
-// order of their migrations.
-var Tables = []string{"inbox", "idempotency_keys", "outbox", "effects", "dead_letters"}
 
 // DBConfig tunes NewDBCollector.
 type DBConfig struct {
@@ -29,13 +24,11 @@ type DBConfig struct {
 	ConstLabels prometheus.Labels
 }
 
-// dbCollector computes gauges from the database at scrape time.
-type dbCollector struct {
-	dialect store.Dialect
-	names   store.Names
-	table   func(string) string
-	pool    store.Querier
-	cfg     DBConfig
+// dbCollector computes gauges from the database at scrape time, through
+// the tables' owners.
+type dbCollector[TTx any] struct {
+	d   store.Driver[TTx]
+	cfg DBConfig
 
 	parked, lag, pending, rows, held *prometheus.Desc
 }
@@ -63,8 +56,8 @@ func NewDBCollector[TTx any](d store.Driver[TTx], cfg DBConfig) prometheus.Colle
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cl := cfg.ConstLabels
-	return &dbCollector{
-		dialect: d.Dialect(), names: d.Names(), table: d.Table, pool: d.Pool(), cfg: cfg,
+	return &dbCollector[TTx]{
+		d: d, cfg: cfg,
 		parked:  prometheus.NewDesc("idem_dead_letters_parked", "Dead letters waiting for an operator.", []string{"consumer"}, cl),
 		lag:     prometheus.NewDesc("idem_outbox_lag_seconds", "Age of the oldest unpublished outbox event.", nil, cl),
 		pending: prometheus.NewDesc("idem_outbox_pending", "Unpublished outbox events.", nil, cl),
@@ -74,7 +67,7 @@ func NewDBCollector[TTx any](d store.Driver[TTx], cfg DBConfig) prometheus.Colle
 }
 
 // Describe implements prometheus.Collector.
-func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *dbCollector[TTx]) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.parked
 	ch <- c.lag
 	ch <- c.pending
@@ -83,11 +76,11 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *dbCollector[TTx]) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 	defer cancel()
 	for _, name := range Tables {
-		ok, err := sqlmeta.Exists(ctx, c.pool, c.dialect, c.names, name)
+		ok, err := sqlmeta.TableExists(ctx, c.d, name)
 		if err != nil {
 			c.cfg.Logger.Warn("idem metrics: scrape", "error", err)
 			return
@@ -101,73 +94,43 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *dbCollector) collectTable(ctx context.Context, ch chan<- prometheus.Metric, name string) error {
-	t := c.table(name)
-	n, err := sqlmeta.EstimateRows(ctx, c.pool, c.dialect, c.names, t, name)
+func (c *dbCollector[TTx]) collectTable(ctx context.Context, ch chan<- prometheus.Metric, name string) error {
+	n, ok, err := sqlmeta.EstimateRows(ctx, c.d, name)
 	if err != nil {
 		return err
+	}
+	if !ok { // no estimate (SQLite, or never analysed): count exactly
+		by, err := counts(ctx, c.d, name)
+		if err != nil {
+			return err
+		}
+		n = total(by)
 	}
 	ch <- prometheus.MustNewConstMetric(c.rows, prometheus.GaugeValue, float64(n), name)
 	switch name {
 	case "dead_letters":
-		rows, err := c.pool.Query(ctx, `SELECT consumer, count(*) FROM `+t+` WHERE state = 'parked' GROUP BY consumer`)
+		parked, err := dlqParked(ctx, c.d)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var consumer string
-			var n int64
-			if err := rows.Scan(&consumer, &n); err != nil {
-				return err
-			}
+		for consumer, n := range parked {
 			ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(n), consumer)
 		}
-		return rows.Err()
 	case "effects":
-		ok, err := hasColumn(ctx, c.pool, c.dialect, c.names, name, "held_at")
-		if err != nil || !ok {
-			return err
-		}
-		rows, err := c.pool.Query(ctx, `SELECT kind, count(*) FROM `+t+` WHERE held_at > 0 AND state = 'in_progress' GROUP BY kind`)
+		held, err := effect.CountHeld(ctx, c.d)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var kind string
-			var n int64
-			if err := rows.Scan(&kind, &n); err != nil {
-				return err
-			}
+		for kind, n := range held {
 			ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(n), kind)
 		}
-		return rows.Err()
 	case "outbox":
-		lag, pending, err := outboxLag(ctx, c.pool, t, c.cfg.Now())
+		b, err := outboxBacklog(ctx, c.d, c.cfg.Now())
 		if err != nil {
 			return err
 		}
-		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, lag.Seconds())
-		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(pending))
+		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, b.Oldest.Seconds())
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(b.Pending))
 	}
 	return nil
-}
-
-// outboxLag returns the age of the oldest pending outbox event (0 when
-// none) and the number of pending events.
-func outboxLag(ctx context.Context, q store.Querier, t string, now time.Time) (time.Duration, int64, error) {
-	var pending int64
-	if err := q.QueryRow(ctx, `SELECT count(*) FROM `+t+` WHERE state = 'pending'`).Scan(&pending); err != nil {
-		return 0, 0, fmt.Errorf("outbox pending: %w", err)
-	}
-	var oldest int64
-	err := q.QueryRow(ctx, `SELECT created_at FROM `+t+` WHERE state = 'pending' ORDER BY seq LIMIT 1`).Scan(&oldest)
-	if errors.Is(err, store.ErrNoRows) {
-		return 0, pending, nil
-	}
-	if err != nil {
-		return 0, 0, fmt.Errorf("outbox lag: %w", err)
-	}
-	return max(now.Sub(store.FromMicros(oldest)), 0), pending, nil
 }

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/store"
 )
@@ -43,102 +46,91 @@ type OutboxStats struct {
 	LagSeconds float64 `json:"lag_seconds"`
 }
 
-// Snapshot reads Stats from d with exact counts (count(*) … GROUP BY): on
-// very large tables prefer the row estimates of [NewDBCollector].
+// Snapshot reads Stats from d with exact counts (the tables' owners count
+// with count(*) … GROUP BY): on very large tables prefer the row estimates
+// of [NewDBCollector].
 func Snapshot[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) (Stats, error) {
 	t0 := time.Now()
-	st := Stats{TakenAt: now.UTC()}
-	q := d.Pool()
-	group := func(name, col, where string) (Counts, bool, error) {
-		c := Counts{By: map[string]int64{}}
-		ok, err := sqlmeta.Exists(ctx, q, d.Dialect(), d.Names(), name)
-		if err != nil || !ok {
-			if err == nil {
-				st.TablesMissing = append(st.TablesMissing, name)
-			}
-			return c, ok, err
-		}
-		rows, err := q.Query(ctx, `SELECT `+col+`, count(*) FROM `+d.Table(name)+where+` GROUP BY `+col+` ORDER BY `+col)
+	st := Stats{TakenAt: now.UTC(), Inbox: countsOf(nil), HTTPKeys: countsOf(nil), Effects: countsOf(nil),
+		DeadLetters: countsOf(nil), DeadParked: countsOf(nil), DeadNoID: countsOf(nil)}
+	// section fills one table's part of st when the table exists.
+	section := func(name string, fill func() error) error {
+		ok, err := sqlmeta.TableExists(ctx, d, name)
 		if err != nil {
-			return c, ok, fmt.Errorf("stats: %s: %w", name, err)
+			return fmt.Errorf("stats: %w", err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var k string
-			var n int64
-			if err := rows.Scan(&k, &n); err != nil {
-				return c, ok, err
+		if !ok {
+			st.TablesMissing = append(st.TablesMissing, name)
+			return nil
+		}
+		if err := fill(); err != nil {
+			return fmt.Errorf("stats: %s: %w", name, err)
+		}
+		return nil
+	}
+	sections := []struct {
+		name string
+		fill func() error
+	}{
+		{"inbox", func() error {
+			by, err := inboxByConsumer(ctx, d)
+			st.Inbox = countsOf(by)
+			return err
+		}},
+		{"idempotency_keys", func() error {
+			by, err := idemhttp.Counts(ctx, d)
+			st.HTTPKeys = countsOf(by)
+			return err
+		}},
+		{"outbox", func() error {
+			by, err := outboxCounts(ctx, d)
+			if err != nil {
+				return err
 			}
-			c.By[k] = n
-			c.Total += n
-		}
-		return c, ok, rows.Err()
+			// The JSON keeps its names: published is the completed state,
+			// parked the failed one (migration 0010).
+			st.Outbox = OutboxStats{Pending: by[lease.Pending], Published: by[lease.Completed], Parked: by[lease.Failed]}
+			b, err := outboxBacklog(ctx, d, now)
+			st.Outbox.LagSeconds = b.Oldest.Seconds()
+			return err
+		}},
+		{"effects", func() error {
+			by, err := effect.Counts(ctx, d)
+			if err != nil {
+				return err
+			}
+			// Effects held for reconciliation (effect.WithKeyLifetime)
+			// count as state "held" rather than in_progress.
+			held, err := effect.CountHeld(ctx, d)
+			if n := total(held); n > 0 {
+				by["held"] = n
+				if by[lease.InProgress] -= n; by[lease.InProgress] <= 0 {
+					delete(by, lease.InProgress)
+				}
+			}
+			st.Effects = countsOf(by)
+			return err
+		}},
+		{"dead_letters", func() error {
+			by, err := dlqCounts(ctx, d)
+			if err != nil {
+				return err
+			}
+			st.DeadLetters = countsOf(by)
+			if by, err = dlqParked(ctx, d); err != nil {
+				return err
+			}
+			st.DeadParked = countsOf(by)
+			by, err = dlqParkedNoID(ctx, d)
+			st.DeadNoID = countsOf(by)
+			return err
+		}},
 	}
-	var err error
-	if st.Inbox, _, err = group("inbox", "consumer", ""); err != nil {
-		return st, err
-	}
-	if st.HTTPKeys, _, err = group("idempotency_keys", "state", ""); err != nil {
-		return st, err
-	}
-	outbox, ok, err := group("outbox", "state", "")
-	if err != nil {
-		return st, err
-	}
-	if ok {
-		st.Outbox = OutboxStats{Pending: outbox.By["pending"], Published: outbox.By["published"], Parked: outbox.By["parked"]}
-		lag, _, err := outboxLag(ctx, q, d.Table("outbox"), now)
-		if err != nil {
-			return st, err
-		}
-		st.Outbox.LagSeconds = lag.Seconds()
-	}
-	// Effects held for reconciliation (migration 0009, effect.WithKeyLifetime)
-	// count as state "held" rather than in_progress.
-	effectState := "state"
-	if ok, err := hasColumn(ctx, q, d.Dialect(), d.Names(), "effects", "held_at"); err != nil {
-		return st, err
-	} else if ok {
-		effectState = heldState
-	}
-	if st.Effects, _, err = group("effects", effectState, ""); err != nil {
-		return st, err
-	}
-	if st.DeadLetters, ok, err = group("dead_letters", "state", ""); err != nil {
-		return st, err
-	}
-	st.DeadParked = Counts{By: map[string]int64{}}
-	st.DeadNoID = Counts{By: map[string]int64{}}
-	if ok {
-		if st.DeadParked, _, err = group("dead_letters", "consumer", ` WHERE state = 'parked'`); err != nil {
-			return st, err
-		}
-		// 'no-id:' is dlq.NoIDPrefix (idemmetrics_test checks they agree).
-		if st.DeadNoID, _, err = group("dead_letters", "consumer", ` WHERE state = 'parked' AND substr(message_id, 1, 6) = 'no-id:'`); err != nil {
+	for _, s := range sections {
+		if err := section(s.name, s.fill); err != nil {
 			return st, err
 		}
 	}
 	st.Took = time.Since(t0)
 	return st, nil
-}
-
-// heldState is the effects' state with held effects as "held".
-const heldState = `CASE WHEN held_at > 0 AND state = 'in_progress' THEN 'held' ELSE state END`
-
-// hasColumn reports whether idem's table name has column col (a column a
-// later migration added).
-func hasColumn(ctx context.Context, q store.Querier, d store.Dialect, names store.Names, name, col string) (bool, error) {
-	var n int64
-	var err error
-	switch d {
-	case store.Postgres:
-		err = q.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 AND column_name = $3`,
-			names.Schema, name, col).Scan(&n)
-	default:
-		err = q.QueryRow(ctx, `SELECT count(*) FROM pragma_table_info($1) WHERE name = $2`, names.Prefix+name, col).Scan(&n)
-	}
-	if err != nil {
-		return false, fmt.Errorf("stats: column %s.%s: %w", name, col, err)
-	}
-	return n > 0, nil
 }
