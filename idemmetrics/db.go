@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/store"
@@ -109,7 +110,7 @@ func (c *dbCollector[TTx]) collectTable(ctx context.Context, ch chan<- prometheu
 	ch <- prometheus.MustNewConstMetric(c.rows, prometheus.GaugeValue, float64(n), name)
 	switch name {
 	case "dead_letters":
-		parked, err := dlqParked(ctx, c.d)
+		parked, err := dlq.CountParked(ctx, c.d)
 		if err != nil {
 			return err
 		}

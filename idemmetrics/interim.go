@@ -1,8 +1,7 @@
 package idemmetrics
 
 // Interim: the numbers whose owners do not export them yet (outbox.Counts
-// and outbox.Backlog; dlq.Counts, dlq.Parked and parked-without-id
-// counts; inbox counts by consumer). Each function here is replaced by
+// and outbox.Backlog; inbox counts by consumer). Each function here is replaced by
 // the owner's once it lands, and this file goes.
 
 import (
@@ -59,19 +58,6 @@ func outboxBacklog[TTx any](ctx context.Context, d store.Driver[TTx], now time.T
 	}
 	b.Oldest = max(now.Sub(store.FromMicros(oldest)), 0)
 	return b, nil
-}
-
-func dlqCounts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	return groupCount(ctx, d.Pool(), `SELECT state, count(*) FROM `+d.Table("dead_letters")+` GROUP BY state`)
-}
-
-func dlqParked[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	return groupCount(ctx, d.Pool(), `SELECT consumer, count(*) FROM `+d.Table("dead_letters")+` WHERE state = 'parked' GROUP BY consumer`)
-}
-
-func dlqParkedNoID[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	return groupCount(ctx, d.Pool(), `SELECT consumer, count(*) FROM `+d.Table("dead_letters")+
-		` WHERE state = 'parked' AND substr(message_id, 1, 6) = 'no-id:' GROUP BY consumer`)
 }
 
 func inboxByConsumer[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/inbox"
@@ -27,7 +28,7 @@ func counts[TTx any](ctx context.Context, d store.Driver[TTx], name string) (map
 	case "effects":
 		return effect.Counts(ctx, d)
 	case "dead_letters":
-		return dlqCounts(ctx, d)
+		return dlq.Counts(ctx, d)
 	}
 	return nil, fmt.Errorf("idemmetrics: %q is not one of idem's tables", name)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/lease"
@@ -112,16 +113,16 @@ func Snapshot[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) 
 			return err
 		}},
 		{"dead_letters", func() error {
-			by, err := dlqCounts(ctx, d)
+			by, err := dlq.Counts(ctx, d)
 			if err != nil {
 				return err
 			}
 			st.DeadLetters = countsOf(by)
-			if by, err = dlqParked(ctx, d); err != nil {
+			if by, err = dlq.CountParked(ctx, d); err != nil {
 				return err
 			}
 			st.DeadParked = countsOf(by)
-			by, err = dlqParkedNoID(ctx, d)
+			by, err = dlq.CountParkedNoID(ctx, d)
 			st.DeadNoID = countsOf(by)
 			return err
 		}},
