@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
 )
 
 // State is the lifecycle state of a dead letter.
@@ -171,7 +173,7 @@ type Config struct {
 // concurrent use.
 type Store[TTx any] struct {
 	d         store.Driver[TTx]
-	q         queries
+	q         sqlset.DeadLetters
 	now       func() time.Time
 	log       *slog.Logger
 	retention func(consumer string) time.Duration
@@ -192,7 +194,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Store[TTx], error) {
 	if cfg.InboxRetention == nil {
 		cfg.InboxRetention = func(string) time.Duration { return DefaultInboxRetention }
 	}
-	return &Store[TTx]{d: d, q: newQueries(d.Dialect(), d.Table("dead_letters"), d.Table("inbox")), now: cfg.Now,
+	return &Store[TTx]{d: d, q: d.Statements().DeadLetters, now: cfg.Now,
 		log: cfg.Logger.With("component", "dlq"), retention: cfg.InboxRetention}, nil
 }
 
@@ -234,7 +236,7 @@ func (s *Store[TTx]) park(ctx context.Context, q store.Querier, l Letter) (int64
 		now = l.LastFailedAt
 	}
 	var id int64
-	err = q.QueryRow(ctx, s.q.park, l.Consumer, storable(l.Source), storable(l.Position), l.MessageID, storable(l.Key),
+	err = q.QueryRow(ctx, s.q.Park, l.Consumer, storable(l.Source), storable(l.Position), l.MessageID, storable(l.Key),
 		string(hj), payload, idem.PayloadFingerprint(payload).Bytes(), storable(l.Error), storable(l.ErrorClass),
 		max(l.Attempts, 1), store.Micros(now)).Scan(&id)
 	if err != nil {
@@ -258,7 +260,7 @@ func storable(s string) string {
 
 // Get returns the letter with id, or an error wrapping idem.ErrNotFound.
 func (s *Store[TTx]) Get(ctx context.Context, id int64) (Letter, error) {
-	l, err := scanLetter(s.d.Pool().QueryRow(ctx, s.q.get, id))
+	l, err := scanLetter(s.d.Pool().QueryRow(ctx, s.q.Get, id))
 	if errors.Is(err, store.ErrNoRows) {
 		return Letter{}, fmt.Errorf("%w: dead letter %d", idem.ErrNotFound, id)
 	}
@@ -278,44 +280,16 @@ type Filter struct {
 
 // List returns the letters matching f, oldest id first.
 func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, fmt.Sprintf(cond, len(args)))
-	}
-	if f.Consumer != "" {
-		add("consumer = $%d", f.Consumer)
-	}
-	if !f.Since.IsZero() {
-		add("last_failed_at >= $%d", store.Micros(f.Since))
-	}
-	if !f.Until.IsZero() {
-		add("last_failed_at < $%d", store.Micros(f.Until))
-	}
-	if f.ErrorClass != "" {
-		add("error_class = $%d", f.ErrorClass)
-	}
-	if f.State != "" {
-		add("state = $%d", string(f.State))
-	}
-	if f.AfterID > 0 {
-		add("id > $%d", f.AfterID)
-	}
-	sql := s.q.list
-	if len(where) > 0 {
-		sql += " WHERE " + strings.Join(where, " AND ")
-	}
-	sql += " ORDER BY id"
-	limit := f.Limit
-	if limit == 0 {
+	limit := int64(f.Limit)
+	switch {
+	case limit == 0:
 		limit = 100
+	case limit < 0:
+		limit = math.MaxInt64
 	}
-	if limit > 0 {
-		args = append(args, limit)
-		sql += fmt.Sprintf(" LIMIT $%d", len(args)) // the placeholder's number; the limit is a parameter
-	}
-	rows, err := s.d.Pool().Query(ctx, sql, args...)
+	afterID := max(f.AfterID, 0)
+	rows, err := s.d.Pool().Query(ctx, s.q.List, f.Consumer, store.Micros(f.Since), store.Micros(f.Until),
+		f.ErrorClass, string(f.State), afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("dlq: list: %w", err)
 	}
@@ -374,7 +348,7 @@ func (s *Store[TTx]) RedriveWith(ctx context.Context, id int64, by string, pub b
 		if opt.Force {
 			reason = storable(opt.Reason)
 		}
-		l, err = scanLetter(s.d.Tx(tx).QueryRow(ctx, s.q.claimRedrive, id, by, store.Micros(s.now()), reason))
+		l, err = scanLetter(s.d.Tx(tx).QueryRow(ctx, s.q.ClaimRedrive, id, by, store.Micros(s.now()), reason))
 		if errors.Is(err, store.ErrNoRows) {
 			return s.notParked(ctx, id)
 		}
@@ -480,7 +454,7 @@ func (s *Store[TTx]) RedriveAllWith(ctx context.Context, f Filter, by string, pu
 // Discard marks letter id discarded by by (who): it will never be
 // redriven. A letter that is not parked is refused with [ErrNotParked].
 func (s *Store[TTx]) Discard(ctx context.Context, id int64, by string) error {
-	n, err := s.d.Pool().Exec(ctx, s.q.discard, id, by, store.Micros(s.now()))
+	n, err := s.d.Pool().Exec(ctx, s.q.Discard, id, by, store.Micros(s.now()))
 	if err != nil {
 		return fmt.Errorf("dlq: discard %d: %w", id, err)
 	}
@@ -491,23 +465,10 @@ func (s *Store[TTx]) Discard(ctx context.Context, id int64, by string) error {
 	return nil
 }
 
-// CountParked returns the number of parked letters per consumer.
+// CountParked returns the number of parked letters per consumer; see the
+// package-level [CountParked].
 func (s *Store[TTx]) CountParked(ctx context.Context) (map[string]int64, error) {
-	rows, err := s.d.Pool().Query(ctx, s.q.countParked)
-	if err != nil {
-		return nil, fmt.Errorf("dlq: count: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var c string
-		var n int64
-		if err := rows.Scan(&c, &n); err != nil {
-			return nil, err
-		}
-		out[c] = n
-	}
-	return out, rows.Err()
+	return CountParked(ctx, s.d)
 }
 
 type scanner interface{ Scan(dest ...any) error }

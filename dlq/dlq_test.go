@@ -40,9 +40,7 @@ func (p *recPublisher) count() int {
 
 func TestStore(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testStore(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testStore(t, testdb.Pgx(t)) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); testStore(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testStore(t, e.D) })
 }
 
 func testStore[TTx any](t *testing.T, d store.Driver[TTx]) {
@@ -163,8 +161,7 @@ func testStore[TTx any](t *testing.T, d store.Driver[TTx]) {
 
 func TestRedriveAllConcurrent(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testRedriveAllConcurrent(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testRedriveAllConcurrent(t, testdb.Pgx(t)) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testRedriveAllConcurrent(t, e.D) }, testdb.NoSQLPostgres)
 }
 
 // Two operators redrive everything at once: every letter is published once.

@@ -95,7 +95,7 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRedriveRefuse
 func (s *Store[TTx]) checkHorizon(ctx context.Context, q store.Querier, l Letter) error {
 	now := s.now()
 	var exp int64
-	err := q.QueryRow(ctx, s.q.inboxRecord, l.Consumer, l.MessageID).Scan(&exp)
+	err := q.QueryRow(ctx, s.q.InboxExpiry, l.Consumer, l.MessageID).Scan(&exp)
 	switch {
 	case err == nil:
 		if exp == 0 || store.FromMicros(exp).After(now) {

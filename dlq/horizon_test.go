@@ -17,9 +17,7 @@ import (
 
 func TestRedriveHorizon(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testRedriveHorizon(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testRedriveHorizon(t, testdb.Pgx(t)) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); testRedriveHorizon(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testRedriveHorizon(t, e.D) })
 }
 
 func testRedriveHorizon[TTx any](t *testing.T, d store.Driver[TTx]) {

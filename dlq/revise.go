@@ -51,12 +51,12 @@ func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []
 	err = store.InTx(ctx, s.d, func(tx TTx) error {
 		q := s.d.Tx(tx)
 		var err error
-		if l, err = scanLetter(q.QueryRow(ctx, s.q.get, id)); errors.Is(err, store.ErrNoRows) {
+		if l, err = scanLetter(q.QueryRow(ctx, s.q.Get, id)); errors.Is(err, store.ErrNoRows) {
 			return fmt.Errorf("%w: dead letter %d", idem.ErrNotFound, id)
 		} else if err != nil {
 			return err
 		}
-		n, err := q.Exec(ctx, s.q.discard, id, by, store.Micros(s.now()))
+		n, err := q.Exec(ctx, s.q.Discard, id, by, store.Micros(s.now()))
 		if err != nil {
 			return fmt.Errorf("dlq: revise %d: %w", id, err)
 		}

@@ -20,9 +20,7 @@ import (
 // fields are stored with those bytes replaced by U+FFFD.
 func TestParkUnstorableText(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testParkUnstorableText(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testParkUnstorableText(t, testdb.Pgx(t)) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); testParkUnstorableText(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testParkUnstorableText(t, e.D) })
 }
 
 func testParkUnstorableText[TTx any](t *testing.T, d store.Driver[TTx]) {

@@ -1,0 +1,67 @@
+package dlq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem/store"
+)
+
+// The dead_letters table is this package's: its states ([Parked],
+// [Redriven], [Discarded]), its statements (sqlset.DeadLetters), its counts
+// and its expiry. Other packages (retention, idemmetrics, the console, the
+// CLI) read and expire it through these functions.
+
+// Expire deletes up to limit letters an operator resolved (redriven or
+// discarded) before horizon and returns how many it deleted. Parked letters
+// are never deleted, however old. Call it until it returns fewer than limit.
+func Expire[TTx any](ctx context.Context, d store.Driver[TTx], horizon time.Time, limit int) (int64, error) {
+	n, err := d.Pool().Exec(ctx, d.Statements().DeadLetters.Expire, store.Micros(horizon), limit)
+	if err != nil {
+		return n, fmt.Errorf("dlq: expire: %w", err)
+	}
+	return n, nil
+}
+
+// Counts returns the number of letters per stored state ("parked",
+// "redriven", "discarded"); states without letters are absent.
+func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
+	return count(ctx, d, "counts", d.Statements().DeadLetters.Counts)
+}
+
+// CountParked returns the number of parked letters per consumer; consumers
+// without parked letters are absent. It is the one parked-letter count.
+func CountParked[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
+	return count(ctx, d, "count parked", d.Statements().DeadLetters.CountParked)
+}
+
+// CountParkedNoID returns, per consumer, the number of parked letters of
+// messages that came without a usable message id (message id
+// [NoIDPrefix]…, see [SyntheticID]): set that consumer's
+// consumer.Config.MessageID.
+func CountParkedNoID[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
+	return count(ctx, d, "count parked without id", d.Statements().DeadLetters.CountParkedNoID, NoIDPrefix)
+}
+
+// count runs a "SELECT group, count(*) … GROUP BY group" statement.
+func count[TTx any](ctx context.Context, d store.Driver[TTx], what, stmt string, args ...any) (map[string]int64, error) {
+	rows, err := d.Pool().Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, fmt.Errorf("dlq: %s: %w", what, err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, fmt.Errorf("dlq: %s: %w", what, err)
+		}
+		out[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("dlq: %s: %w", what, err)
+	}
+	return out, nil
+}
