@@ -46,13 +46,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/store"
 )
@@ -86,8 +87,16 @@ type Config struct {
 	// Logger receives a summary of every pass that deleted rows and errors.
 	// Defaults to discarding.
 	Logger *slog.Logger
-	// Metrics, if set, counts deleted rows (idem_gc_deleted_rows_total).
-	Metrics *idemmetrics.Metrics
+	// Metrics, if set, counts deleted rows (idem_gc_deleted_rows_total);
+	// *idemmetrics.Metrics implements it.
+	Metrics Observer
+}
+
+// Observer receives the GC's numbers for metrics. *idemmetrics.Metrics
+// implements it.
+type Observer interface {
+	// GCDeleted counts n rows deleted from table by one batch.
+	GCDeleted(table string, n int64)
 }
 
 // Report summarises one pass.
@@ -159,30 +168,41 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*GC[TTx], error) {
 	return &GC[TTx]{d: d, cfg: cfg, log: cfg.Logger.With("component", "retention"), exists: map[string]bool{}}, nil
 }
 
-// job is one table's expiry rule.
-type job struct {
-	table string
-	cond  string
-	args  []any
+// rule is one table's expiry: its owner's Expire, with the horizon the
+// GC's configuration gives it.
+type rule[TTx any] struct {
+	table   string
+	horizon time.Time
+	expire  func(ctx context.Context, d store.Driver[TTx], horizon time.Time, limit int) (int64, error)
 }
 
-func (g *GC[TTx]) jobs(now time.Time) []job {
-	inboxCond, inboxArgs := condInbox, []any{store.Micros(now)}
-	for _, c := range slices.Sorted(maps.Keys(g.cfg.InboxMinAge)) {
-		inboxArgs = append(inboxArgs, c, store.Micros(now.Add(-g.cfg.InboxMinAge[c])))
-		inboxCond += fmt.Sprintf(` AND NOT (consumer = $%d AND received_at >= $%d)`, len(inboxArgs)-1, len(inboxArgs))
+// rules are the tables' expiries, in the order they run: the owners decide
+// which rows have passed their horizon (pending work never has).
+func (g *GC[TTx]) rules(now time.Time) []rule[TTx] {
+	sagas := now.Add(-g.cfg.SagaRetention)
+	return []rule[TTx]{
+		{"inbox", now, g.expireInbox},
+		{"idempotency_keys", now, idemhttp.Expire[TTx]},
+		{"outbox", now.Add(-g.cfg.OutboxRetention), outboxExpire[TTx]},
+		{"effects", now, effect.Expire[TTx]},
+		{"dead_letters", now.Add(-g.cfg.DLQRetention), dlq.Expire[TTx]},
+		// Steps before their sagas: a saga whose steps remain waits.
+		{"saga_steps", sagas, sagaExpireSteps[TTx]},
+		{"sagas", sagas, sagaExpire[TTx]},
 	}
-	sagas, sagaArgs := g.d.Table("sagas"), []any{store.Micros(now.Add(-g.cfg.SagaRetention))}
-	return []job{
-		{"inbox", inboxCond, inboxArgs},
-		{"idempotency_keys", condHTTPKeys, []any{store.Micros(now)}},
-		{"outbox", condOutbox, []any{store.Micros(now.Add(-g.cfg.OutboxRetention))}},
-		{"effects", condEffects, []any{store.Micros(now)}},
-		{"dead_letters", condDeadLetters, []any{store.Micros(now.Add(-g.cfg.DLQRetention))}},
-		// Steps before their sagas (see condSagas).
-		{"saga_steps", condSagaSteps(sagas), sagaArgs},
-		{"sagas", condSagas(sagas, g.d.Table("saga_steps")), sagaArgs},
+}
+
+// expireInbox is inbox.Expire, keeping the rows of the consumers of
+// Config.InboxMinAge received within their minimum age.
+func (g *GC[TTx]) expireInbox(ctx context.Context, d store.Driver[TTx], horizon time.Time, limit int) (int64, error) {
+	if len(g.cfg.InboxMinAge) == 0 {
+		return inbox.Expire(ctx, d, horizon, limit)
 	}
+	keep := make(map[string]time.Time, len(g.cfg.InboxMinAge))
+	for c, age := range g.cfg.InboxMinAge {
+		keep[c] = horizon.Add(-age)
+	}
+	return inboxExpireKeeping(ctx, d, horizon, limit, keep)
 }
 
 // RunOnce deletes every expired record, batch by batch, until no table has
@@ -192,7 +212,7 @@ func (g *GC[TTx]) RunOnce(ctx context.Context) (Report, error) {
 	t0 := time.Now()
 	rep := Report{Deleted: map[string]int64{}}
 	now := g.cfg.Now()
-	for _, j := range g.jobs(now) {
+	for _, j := range g.rules(now) {
 		ok, err := g.tableExists(ctx, j.table)
 		if err != nil {
 			return rep, err
@@ -201,21 +221,21 @@ func (g *GC[TTx]) RunOnce(ctx context.Context) (Report, error) {
 			rep.Skipped = append(rep.Skipped, j.table)
 			continue
 		}
-		stmt := batchDelete(g.d.Dialect(), g.d.Table(j.table), j.cond, len(j.args)+1)
-		args := append(slices.Clone(j.args), g.cfg.BatchSize)
 		for {
 			if err := ctx.Err(); err != nil {
 				rep.Took = time.Since(t0)
 				return rep, err
 			}
-			n, err := g.d.Pool().Exec(ctx, stmt, args...)
+			n, err := j.expire(ctx, g.d, j.horizon, g.cfg.BatchSize)
 			if err != nil {
 				rep.Took = time.Since(t0)
 				return rep, fmt.Errorf("retention: %s: %w", j.table, err)
 			}
 			rep.Batches++
 			rep.Deleted[j.table] += n
-			g.cfg.Metrics.GCDeleted(j.table, n)
+			if g.cfg.Metrics != nil {
+				g.cfg.Metrics.GCDeleted(j.table, n)
+			}
 			if n < int64(g.cfg.BatchSize) {
 				break
 			}
@@ -237,7 +257,7 @@ func (g *GC[TTx]) tableExists(ctx context.Context, name string) (bool, error) {
 	if ok {
 		return true, nil
 	}
-	ok, err := sqlmeta.Exists(ctx, g.d.Pool(), g.d.Dialect(), g.d.Names(), name)
+	ok, err := sqlmeta.TableExists(ctx, g.d, name)
 	if err != nil {
 		return false, fmt.Errorf("retention: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -19,9 +20,7 @@ import (
 
 func TestGC(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testGC(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testGC(t, testdb.Pgx(t)) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); testGC(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testGC(t, e.D) })
 }
 
 // seedInbox inserts n inbox rows for consumer, ids prefix0..prefix(n-1),
@@ -49,10 +48,11 @@ func testGC[TTx any](t *testing.T, d store.Driver[TTx]) {
 	testdb.Exec(t, d, keys, "t", "k-live", []byte{1}, store.Micros(future))
 	ob := `INSERT INTO ` + d.Table("outbox") + ` (source, event_id, type, subject, time, payload, state, created_at, published_at)
  VALUES ('s', $1, 't', 's', 0, $2, $3, 0, $4)`
-	testdb.Exec(t, d, ob, "e-old", []byte("{}"), "published", store.Micros(now.Add(-8*24*time.Hour)))
-	testdb.Exec(t, d, ob, "e-recent", []byte("{}"), "published", store.Micros(now.Add(-time.Hour)))
+	// Published events are stored completed, parked ones failed (migration 0010).
+	testdb.Exec(t, d, ob, "e-old", []byte("{}"), "completed", store.Micros(now.Add(-8*24*time.Hour)))
+	testdb.Exec(t, d, ob, "e-recent", []byte("{}"), "completed", store.Micros(now.Add(-time.Hour)))
 	testdb.Exec(t, d, ob, "e-pending", []byte("{}"), "pending", int64(0))
-	testdb.Exec(t, d, ob, "e-parked", []byte("{}"), "parked", int64(0))
+	testdb.Exec(t, d, ob, "e-parked", []byte("{}"), "failed", int64(0))
 	ef := `INSERT INTO ` + d.Table("effects") + ` (effect_key, kind, payload, fingerprint, state, created_at, updated_at, expires_at)
  VALUES ($1, 'k', $2, $2, $3, 0, 0, $4)`
 	testdb.Exec(t, d, ef, "f-done-old", []byte("x"), "completed", store.Micros(past))
@@ -65,7 +65,9 @@ func testGC[TTx any](t *testing.T, d store.Driver[TTx]) {
 	testdb.Exec(t, d, dl, "d-discarded-new", []byte("x"), "discarded", store.Micros(now.Add(-time.Hour)))
 	testdb.Exec(t, d, dl, "d-parked", []byte("x"), "parked", int64(0))
 
-	gc, err := retention.New(d, retention.Config{BatchSize: 1000, InboxMinAge: map[string]time.Duration{"audit": 24 * time.Hour}})
+	obs := &observer{deleted: map[string]int64{}}
+	gc, err := retention.New(d, retention.Config{BatchSize: 1000, InboxMinAge: map[string]time.Duration{"audit": 24 * time.Hour},
+		Metrics: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +106,11 @@ func testGC[TTx any](t *testing.T, d store.Driver[TTx]) {
 			t.Errorf("deleted from %s = %d, want %d (report %+v)", table, rep.Deleted[table], n, rep)
 		}
 	}
+	obs.mu.Lock()
+	if !maps.Equal(obs.deleted, rep.Deleted) {
+		t.Errorf("observer counted %v, report %v", obs.deleted, rep.Deleted)
+	}
+	obs.mu.Unlock()
 	if rep.Batches < 3+4 { // inbox needs 3 batches of ≤1000; one for each other table
 		t.Errorf("batches = %d, want ≥ 7", rep.Batches)
 	}
@@ -133,6 +140,18 @@ func testGC[TTx any](t *testing.T, d store.Driver[TTx]) {
 	if err != nil || rep.Total() != 0 {
 		t.Fatalf("second pass: %+v, %v", rep, err)
 	}
+}
+
+// observer is a retention.Observer summing what it is told.
+type observer struct {
+	mu      sync.Mutex
+	deleted map[string]int64
+}
+
+func (o *observer) GCDeleted(table string, n int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.deleted[table] += n
 }
 
 func TestMissingTablesSkipped(t *testing.T) {
@@ -177,9 +196,7 @@ func TestCheckRetention(t *testing.T) {
 
 func TestSagaRetention(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testSagaRetention(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testSagaRetention(t, testdb.Pgx(t)) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); testSagaRetention(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testSagaRetention(t, e.D) })
 }
 
 // Finished sagas older than SagaRetention go with their steps; younger

@@ -14,8 +14,7 @@ import (
 // is ever left without its saga.
 func TestSagaRetentionSagaWaitsForItsSteps(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testSagaWaitsForItsSteps(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testSagaWaitsForItsSteps(t, testdb.Pgx(t)) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testSagaWaitsForItsSteps(t, e.D) }, testdb.NoSQLPostgres)
 }
 
 func testSagaWaitsForItsSteps[TTx any](t *testing.T, d store.Driver[TTx]) {
@@ -27,8 +26,7 @@ func testSagaWaitsForItsSteps[TTx any](t *testing.T, d store.Driver[TTx]) {
 	testdb.Exec(t, d, sg, "without-steps", []byte{0}, old)
 	testdb.Exec(t, d, `INSERT INTO `+d.Table("saga_steps")+` (saga_id, step, op, step_name, origin, outcome, created_at, updated_at)
  VALUES ('with-steps', 0, 'do', 's', 'do', 'applied', 0, 0)`)
-	stmt := batchDelete(d.Dialect(), d.Table("sagas"), condSagas(d.Table("sagas"), d.Table("saga_steps")), 2)
-	n, err := d.Pool().Exec(ctx, stmt, old+1, 100)
+	n, err := sagaExpire(ctx, d, store.FromMicros(old+1), 100)
 	if err != nil || n != 1 {
 		t.Fatalf("sagas' rule deleted %d, %v; want only the saga without steps", n, err)
 	}
