@@ -5,13 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 )
 
 // A handler that calls KeepPending leaves its key pending: a retry inside
 // the lease is in flight, after the lease the policy decides.
 func TestKeepPendingLeavesKeyToThePolicy(t *testing.T) {
-	for _, policy := range []idemhttp.ExpiredPolicy{idemhttp.ReExecute, idemhttp.Hold} {
+	for _, policy := range []idemhttp.ExpiredPolicy{idem.Retake, idemhttp.Hold} {
 		t.Run(policy.String(), func(t *testing.T) {
 			forEachDriver(t, func(t *testing.T, e *env) {
 				clk := &clock{now: time.Unix(1_700_000_000, 0)}
@@ -34,7 +35,7 @@ func TestKeepPendingLeavesKeyToThePolicy(t *testing.T) {
 				clk.Add(11 * time.Second)
 				w := do(h, req{tenant: "acme", key: "k", body: `{}`})
 				switch policy {
-				case idemhttp.ReExecute:
+				case idem.Retake:
 					wantStatus(t, w, 201)
 					if a.execs.Load() != 2 {
 						t.Fatalf("%d executions, want 2 (the abandoned one and the re-execution)", a.execs.Load())

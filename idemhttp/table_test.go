@@ -7,14 +7,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
 // The deprecated StatePending is the stored in-progress state.
 func TestStatePendingIsInProgress(t *testing.T) {
-	if idemhttp.StatePending != idemhttp.StateInProgress || idemhttp.StateInProgress != "in_progress" {
-		t.Fatalf("StatePending %q, StateInProgress %q; want both in_progress", idemhttp.StatePending, idemhttp.StateInProgress)
+	if idemhttp.StatePending != idemhttp.StateInProgress || idemhttp.StateInProgress != "in_progress" { //nolint:staticcheck // the deprecated name must keep compiling
+		t.Fatalf("StatePending %q, StateInProgress %q; want both in_progress", idemhttp.StatePending, idemhttp.StateInProgress) //nolint:staticcheck // as above
+	}
+}
+
+// The deprecated policy names are idem's one expired-lease policy.
+func TestPolicyAliases(t *testing.T) {
+	var p idemhttp.ExpiredPolicy = idemhttp.ReExecute //nolint:staticcheck // the deprecated name must keep compiling
+	if p != idem.Retake || idemhttp.Hold != idem.Hold {
+		t.Fatalf("ReExecute %v, Hold %v; want idem.Retake and idem.Hold", p, idemhttp.Hold)
 	}
 }
 

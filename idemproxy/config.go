@@ -48,7 +48,8 @@ type Route struct {
 	// is cancelled when it ends, and a pending key whose lease ended is
 	// recovered by ExpiredPolicy.
 	Lease time.Duration
-	// ExpiredPolicy is idemhttp.ReExecute (default) or idemhttp.Hold.
+	// ExpiredPolicy is idem.Retake ("re-execute", the default) or
+	// idem.Hold.
 	ExpiredPolicy idemhttp.ExpiredPolicy
 	// ReplayHeaders are the response headers stored and replayed (default
 	// Content-Type and Location).
@@ -266,11 +267,21 @@ func (fr FileRoute) route(dir string, def TenantSource, getenv func(string) stri
 func ParsePolicy(s string) (idemhttp.ExpiredPolicy, error) {
 	switch s {
 	case "", "re-execute", "reexecute":
-		return idemhttp.ReExecute, nil
+		return idem.Retake, nil
 	case "hold":
-		return idemhttp.Hold, nil
+		return idem.Hold, nil
 	}
 	return 0, idem.InvalidOptionf("expired_lease %q: want re-execute or hold", s)
+}
+
+// PolicyName is the proxy's name of an expired-lease policy, as
+// [ParsePolicy] reads it and the proxy's answers and messages print it:
+// "re-execute" for idem.Retake, "hold" for idem.Hold.
+func PolicyName(p idemhttp.ExpiredPolicy) string {
+	if p == idem.Retake {
+		return "re-execute"
+	}
+	return p.String()
 }
 
 func (ft FileTenant) source(dir string, getenv func(string) string) (TenantSource, error) {

@@ -5,12 +5,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/idemproxy"
 	"github.com/idemkit/idem/internal/promtest"
 	"github.com/idemkit/idem/internal/testdb"
 )
+
+// *idemmetrics.Metrics is the proxy's Observer.
+var _ idemproxy.Observer = (*idemmetrics.Metrics)(nil)
 
 // The proxy counts executions, replays, rejections, pass-throughs and
 // upstream errors, and reports replays and conflicts through idemmetrics.
@@ -22,7 +25,7 @@ func TestProxyMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := testdb.SQLite(t)
-	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idemhttp.ReExecute)}, Metrics: m, Registerer: reg})
+	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idem.Retake)}, Metrics: m, Registerer: reg})
 	wantStatus(t, send(t, p.URL, call{key: "m", tenant: "acme", body: `{}`}), 201)
 	wantStatus(t, send(t, p.URL, call{key: "m", tenant: "acme", body: `{}`}), 201)
 	wantStatus(t, send(t, p.URL, call{key: "m", tenant: "acme", body: `{"x":1}`}), 422)

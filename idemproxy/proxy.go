@@ -53,8 +53,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/problem"
 	"github.com/idemkit/idem/store"
 )
 
@@ -77,6 +77,17 @@ const (
 	// executes); under hold it stays pending for the policy.
 	TypeShuttingDown = problemBase + "TypeShuttingDown"
 )
+
+// Observer receives the proxy's contract events for shared metrics;
+// *idemmetrics.Metrics implements it. label is the route's operation name
+// (or its pattern when it has none).
+type Observer interface {
+	// DuplicateContext counts a replayed duplicate (component "proxy"),
+	// with the trace of ctx as exemplar.
+	DuplicateContext(ctx context.Context, component, label string)
+	// FingerprintConflict counts a key reused with another payload (422).
+	FingerprintConflict(component, label string)
+}
 
 // Config configures a Proxy.
 type Config struct {
@@ -102,8 +113,9 @@ type Config struct {
 	// Defaults to discarding.
 	Logger *slog.Logger
 	// Metrics, when set, counts replays as idem_duplicates_suppressed_total
-	// {component="proxy"} and 422s as idem_fingerprint_conflicts_total.
-	Metrics *idemmetrics.Metrics
+	// {component="proxy"} and 422s as idem_fingerprint_conflicts_total
+	// (an *idemmetrics.Metrics).
+	Metrics Observer
 	// Registerer, when set, receives the proxy's own metrics:
 	//
 	//	idem_proxy_requests_total        (operation, outcome)  executed|replayed|rejected|passthrough
@@ -123,7 +135,7 @@ type Proxy struct {
 	pass     http.Handler    // requests no route matches
 	rp       *httputil.ReverseProxy
 	log      *slog.Logger
-	metrics  *idemmetrics.Metrics
+	metrics  Observer // nil: none
 	warnings []string
 
 	abort      context.Context
@@ -200,7 +212,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
 		}
 		p.patterns[rt.pattern()] = true
 	}
-	p.pass = p.instrument("passthrough", p.forward(idemhttp.ReExecute))
+	p.pass = p.instrument("passthrough", p.forward(idem.Retake))
 	return p, nil
 }
 
@@ -387,15 +399,15 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	if keep {
 		idemhttp.KeepPending(ctx)
 		prob.Detail = "the request reached the upstream but its outcome is unknown; nothing was recorded, and after the key's lease the " +
-			at.policy.String() + " policy applies"
+			PolicyName(at.policy) + " policy applies"
 	} else if sent && prob.Key != "" {
 		prob.Detail = "the key was released: a retry executes again"
 	}
 	op := idemhttp.Operation(ctx)
 	p.upErrs.WithLabelValues(op, kind).Inc()
 	p.log.WarnContext(ctx, "upstream call failed", "kind", kind, "sent", sent, "key_left_pending", keep,
-		"operation", op, "method", r.Method, "path", r.URL.Path, "err", err)
-	idemhttp.WriteProblem(w, r, prob)
+		"operation", op, "method", r.Method, "path", r.URL.Path, "error", err)
+	problem.Write(w, prob.Status, prob, prob.RetryAfter)
 }
 
 // statusWriter remembers the status written through it.
@@ -435,13 +447,17 @@ func (p *Proxy) instrument(label string, h http.Handler) http.Handler {
 		switch {
 		case info.Replayed:
 			outcome = "replayed"
-			p.metrics.DuplicateContext(ctx, "proxy", label)
+			if p.metrics != nil {
+				p.metrics.DuplicateContext(ctx, "proxy", label)
+			}
 		case info.Executed:
 			outcome = "executed"
 		case fw.Load():
 			outcome = "passthrough" // forwarded without the contract (no key where none is needed)
 		case sw.status == http.StatusUnprocessableEntity:
-			p.metrics.FingerprintConflict("proxy", label) // nil-safe, like DuplicateContext
+			if p.metrics != nil {
+				p.metrics.FingerprintConflict("proxy", label)
+			}
 		}
 		p.reqs.WithLabelValues(label, outcome).Inc()
 	})

@@ -25,7 +25,7 @@ func ordersRoute(policy idemhttp.ExpiredPolicy) idemproxy.Route {
 func TestProxyContract(t *testing.T) {
 	up := nodeUpstream(t, 0)
 	d := testdb.SQLite(t)
-	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idemhttp.ReExecute)}})
+	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idem.Retake)}})
 
 	first := send(t, p.URL, call{key: "k1", tenant: "acme", body: `{"sku":"a","qty":1}`})
 	wantStatus(t, first, 201)
@@ -69,7 +69,7 @@ func TestProxyContract(t *testing.T) {
 func TestProxyUpstream500NotStored(t *testing.T) {
 	up := nodeUpstream(t, 0)
 	d := testdb.SQLite(t)
-	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idemhttp.ReExecute)}})
+	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idem.Retake)}})
 	wantStatus(t, send(t, p.URL, call{key: "k", tenant: "acme", body: `{}`, headers: map[string]string{"X-Upstream-Fail": "500"}}), 500)
 	if _, err := idemhttp.Lookup(context.Background(), d, "acme", "orders.create", "k"); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("record after an upstream 500: %v, want none", err)
@@ -109,7 +109,7 @@ func TestProxyConnectionRefused(t *testing.T) {
 // nothing is recorded, the key stays pending through its lease, and then
 // the policy is observed: re-executed once, or held for an operator.
 func TestProxyUpstreamKilledMidRequest(t *testing.T) {
-	for _, policy := range []idemhttp.ExpiredPolicy{idemhttp.ReExecute, idemhttp.Hold} {
+	for _, policy := range []idemhttp.ExpiredPolicy{idem.Retake, idemhttp.Hold} {
 		t.Run(policy.String(), func(t *testing.T) {
 			port := freePort(t)
 			up := nodeUpstream(t, port)
@@ -134,7 +134,7 @@ func TestProxyUpstreamKilledMidRequest(t *testing.T) {
 				t.Fatalf("answer %q, want %s", a.body, idemproxy.TypeUpstreamOutcomeUnknown)
 			}
 			rec, err := idemhttp.Lookup(context.Background(), d, "acme", "orders.create", "k")
-			if err != nil || rec.State != idemhttp.StatePending {
+			if err != nil || rec.State != idemhttp.StateInProgress {
 				t.Fatalf("record after the crash: %+v, %v; want pending (nothing recorded)", rec, err)
 			}
 			up2 := nodeUpstream(t, port)
@@ -143,7 +143,7 @@ func TestProxyUpstreamKilledMidRequest(t *testing.T) {
 			clk.Add(31 * time.Second)
 			after := send(t, p.URL, call{key: "k", tenant: "acme", body: `{"sku":"a"}`})
 			switch policy {
-			case idemhttp.ReExecute:
+			case idem.Retake:
 				wantStatus(t, after, 201)
 				if c := executions(t, up2); c.Executions != 1 || c.ByKey[`"k"`] != 1 {
 					t.Fatalf("restarted upstream counts %+v, want the key re-executed once", c)
@@ -175,7 +175,7 @@ func TestProxyUpstreamKilledMidRequest(t *testing.T) {
 func TestProxyLargeBodyOmitted(t *testing.T) {
 	up := nodeUpstream(t, 0)
 	d := testdb.SQLite(t)
-	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idemhttp.ReExecute)},
+	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idem.Retake)},
 		MaxStoredBody: 4096, MaxResponseMemory: 4096})
 	big := map[string]string{"X-Upstream-Size": "300000"}
 	first := send(t, p.URL, call{key: "big", tenant: "acme", body: `{}`, headers: big})
@@ -198,7 +198,7 @@ func TestProxyLargeBodyOmitted(t *testing.T) {
 func TestProxyH2C(t *testing.T) {
 	up := nodeUpstream(t, 0)
 	d := testdb.SQLite(t)
-	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idemhttp.ReExecute)}})
+	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idem.Retake)}})
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
@@ -240,7 +240,7 @@ func TestProxyDefaultRouteWarns(t *testing.T) {
 func TestProxyUpstreamTimeout(t *testing.T) {
 	up := nodeUpstream(t, 0)
 	d := testdb.SQLite(t)
-	rt := ordersRoute(idemhttp.ReExecute)
+	rt := ordersRoute(idem.Retake)
 	rt.Lease = 500 * time.Millisecond
 	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{rt}})
 	a := send(t, p.URL, call{key: "slow", tenant: "acme", body: `{}`, headers: map[string]string{"X-Upstream-Delay-Ms": "5000"}})
@@ -248,7 +248,7 @@ func TestProxyUpstreamTimeout(t *testing.T) {
 	if !strings.Contains(a.body, idemproxy.TypeUpstreamTimeout) {
 		t.Fatalf("body %q, want %s", a.body, idemproxy.TypeUpstreamTimeout)
 	}
-	if rec, err := idemhttp.Lookup(context.Background(), d, "acme", "orders.create", "slow"); err != nil || rec.State != idemhttp.StatePending || rec.Status != 0 {
+	if rec, err := idemhttp.Lookup(context.Background(), d, "acme", "orders.create", "slow"); err != nil || rec.State != idemhttp.StateInProgress || rec.Status != 0 {
 		t.Fatalf("record after the timeout: %+v, %v; want pending with no response", rec, err)
 	}
 	retry := send(t, p.URL, call{key: "slow", tenant: "acme", body: `{}`})

@@ -27,9 +27,9 @@ func TestProxyShutdown(t *testing.T) {
 		status  int
 		state   idemhttp.State // "" = no record
 	}{
-		{"finishes", idemhttp.ReExecute, "300", 20 * time.Second, 201, idemhttp.StateCompleted},
-		{"releases", idemhttp.ReExecute, "60000", 200 * time.Millisecond, 503, ""},
-		{"holds", idemhttp.Hold, "60000", 200 * time.Millisecond, 503, idemhttp.StatePending},
+		{"finishes", idem.Retake, "300", 20 * time.Second, 201, idemhttp.StateCompleted},
+		{"releases", idem.Retake, "60000", 200 * time.Millisecond, 503, ""},
+		{"holds", idemhttp.Hold, "60000", 200 * time.Millisecond, 503, idemhttp.StateInProgress},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := testdb.SQLite(t)

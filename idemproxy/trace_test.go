@@ -10,7 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemproxy"
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -31,7 +31,7 @@ func TestProxyForwardsKeyAndTrace(t *testing.T) {
 	defer up.Close()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	p := startProxy(t, testdb.SQLite(t), up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idemhttp.ReExecute)}, TracerProvider: tp})
+	p := startProxy(t, testdb.SQLite(t), up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idem.Retake)}, TracerProvider: tp})
 	wantStatus(t, send(t, p.URL, call{key: "tr-1", tenant: "acme", body: `{}`}), 201)
 	mu.Lock()
 	defer mu.Unlock()
@@ -62,7 +62,7 @@ func TestProxyPassesOtherRequestsThrough(t *testing.T) {
 		w.WriteHeader(204)
 	}))
 	defer up.Close()
-	p := startProxy(t, testdb.SQLite(t), up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idemhttp.ReExecute)}})
+	p := startProxy(t, testdb.SQLite(t), up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idem.Retake)}})
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, c := range []struct{ method, path string }{{"GET", "/a//b/../c"}, {"PUT", "/orders"}, {"DELETE", "/orders"}} {
 		req, _ := http.NewRequest(c.method, p.URL+c.path, nil)
@@ -87,7 +87,7 @@ func TestProxyPassesOtherRequestsThrough(t *testing.T) {
 func TestProxyRedirectsUncleanRoutePath(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
 	defer up.Close()
-	p := startProxy(t, testdb.SQLite(t), up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idemhttp.ReExecute)}})
+	p := startProxy(t, testdb.SQLite(t), up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idem.Retake)}})
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, path := range []string{"//orders", "/x/../orders"} {
 		resp, err := noRedirect.Post(p.URL+path, "application/json", strings.NewReader(`{}`))
