@@ -47,7 +47,7 @@ func (c *Console[TTx]) audited(r *http.Request, action, target, reason, details 
 		err = e
 	}
 	if err != nil {
-		c.log.WarnContext(ctx, "console action failed", "actor", who, "action", action, "target", target, "err", err)
+		c.log.WarnContext(ctx, "console action failed", "actor", who, "action", action, "target", target, "error", err)
 	} else {
 		c.log.InfoContext(ctx, "console action", "actor", who, "action", action, "target", target, "reason", reason)
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/store"
 )
 
@@ -41,51 +43,27 @@ type AuditFilter struct {
 // migration 0006_audit has not been applied ("idem migrate up").
 var ErrNoAuditTable = errors.New("console: the audit_log table does not exist: run 'idem migrate up'")
 
-const auditCols = `id, at, actor, action, target, reason, details, outcome, ended_at`
-
 // ListAudit returns the audit entries matching f, newest first.
 func ListAudit[TTx any](ctx context.Context, d store.Driver[TTx], f AuditFilter) ([]AuditEntry, error) {
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, fmt.Sprintf(cond, len(args)))
-	}
-	if f.Actor != "" {
-		add("actor = $%d", f.Actor)
-	}
+	var action, from, to string
 	if strings.HasSuffix(f.Action, ".") && len(f.Action) > 1 {
 		// The prefix as a range: "dlq." ≤ action < "dlq/".
-		add("action >= $%d", f.Action)
-		add("action < $%d", strings.TrimSuffix(f.Action, ".")+"/")
-	} else if f.Action != "" {
-		add("action = $%d", f.Action)
+		from, to = f.Action, strings.TrimSuffix(f.Action, ".")+"/"
+	} else {
+		action = f.Action
 	}
-	if f.Target != "" {
-		add("target = $%d", f.Target)
-	}
-	if f.Outcome != "" {
-		add("outcome = $%d", f.Outcome)
-	}
+	var since int64
 	if !f.Since.IsZero() {
-		add("at >= $%d", store.Micros(f.Since))
+		since = store.Micros(f.Since)
 	}
-	if f.BeforeID > 0 {
-		add("id < $%d", f.BeforeID)
-	}
-	sql := `SELECT ` + auditCols + ` FROM ` + d.Table("audit_log")
-	if len(where) > 0 {
-		sql += " WHERE " + strings.Join(where, " AND ")
-	}
-	sql += " ORDER BY id DESC"
-	limit := f.Limit
+	limit := int64(f.Limit)
 	if limit == 0 {
 		limit = 100
 	}
-	if limit > 0 {
-		sql += fmt.Sprintf(" LIMIT %d", limit)
+	if limit < 0 {
+		limit = math.MaxInt64
 	}
-	rows, err := d.Pool().Query(ctx, sql, args...)
+	rows, err := d.Pool().Query(ctx, auditSQL(d).List, f.Actor, action, from, to, f.Target, f.Outcome, since, max(f.BeforeID, 0), limit)
 	if err != nil {
 		return nil, auditErr(ctx, d, err)
 	}
@@ -105,7 +83,7 @@ func ListAudit[TTx any](ctx context.Context, d store.Driver[TTx], f AuditFilter)
 
 // auditErr turns a failure on a missing table into ErrNoAuditTable.
 func auditErr[TTx any](ctx context.Context, d store.Driver[TTx], err error) error {
-	if ok, e := tableExists(ctx, d, "audit_log"); e == nil && !ok {
+	if ok, e := sqlmeta.TableExists(ctx, d, "audit_log"); e == nil && !ok {
 		return ErrNoAuditTable
 	}
 	return fmt.Errorf("console: audit log: %w", err)
@@ -115,8 +93,7 @@ func auditErr[TTx any](ctx context.Context, d store.Driver[TTx], err error) erro
 // entry's id. Nothing may be done when it fails.
 func auditStart[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time, actor, action, target, reason, details string) (int64, error) {
 	var id int64
-	err := d.Pool().QueryRow(ctx, `INSERT INTO `+d.Table("audit_log")+` (at, actor, action, target, reason, details, outcome)
- VALUES ($1, $2, $3, $4, $5, $6, 'started') RETURNING id`,
+	err := d.Pool().QueryRow(ctx, auditSQL(d).Start,
 		store.Micros(now), clean(actor), action, clean(target), clean(reason), clean(details)).Scan(&id)
 	if err != nil {
 		return 0, auditErr(ctx, d, err)
@@ -131,8 +108,7 @@ func auditEnd[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time, 
 	if err != nil {
 		outcome = "failed: " + err.Error()
 	}
-	_, e := d.Pool().Exec(context.WithoutCancel(ctx), `UPDATE `+d.Table("audit_log")+` SET outcome = $2, ended_at = $3, details = $4
- WHERE id = $1`, id, clean(outcome), store.Micros(now), clean(details))
+	_, e := d.Pool().Exec(context.WithoutCancel(ctx), auditSQL(d).End, id, clean(outcome), store.Micros(now), clean(details))
 	if e != nil {
 		return fmt.Errorf("console: audit log: %w", e)
 	}
@@ -147,33 +123,4 @@ func clean(s string) string {
 		s = strings.ToValidUTF8(s[:8<<10], "") + "…"
 	}
 	return s
-}
-
-// countConflictLetters counts the dead letters parked for a message id
-// reused with a different payload: the fingerprint conflicts of the
-// consumers, which the database knows whichever process saw them.
-func countConflictLetters[TTx any](ctx context.Context, d store.Driver[TTx]) (int64, error) {
-	var n int64
-	err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+d.Table("dead_letters")+` WHERE error_class = 'fingerprint_mismatch'`).Scan(&n)
-	return n, err
-}
-
-// countInboxStates counts inbox rows by state (processing, completed,
-// failed); idemmetrics.Snapshot counts them by consumer.
-func countInboxStates[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	rows, err := d.Pool().Query(ctx, `SELECT state, count(*) FROM `+d.Table("inbox")+` GROUP BY state`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var st string
-		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, err
-		}
-		out[st] = n
-	}
-	return out, rows.Err()
 }

@@ -186,7 +186,7 @@ func (c *Console[TTx]) Run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		if _, err := c.Sample(ctx); err != nil && ctx.Err() == nil {
-			c.log.WarnContext(ctx, "console: sample failed", "err", err)
+			c.log.WarnContext(ctx, "console: sample failed", "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -202,7 +202,7 @@ func (c *Console[TTx]) now() time.Time { return c.cfg.Now() }
 func (c *Console[TTx]) path(p string) string { return c.cfg.Prefix + p }
 
 func tableExists[TTx any](ctx context.Context, d store.Driver[TTx], name string) (bool, error) {
-	return sqlmeta.Exists(ctx, d.Pool(), d.Dialect(), d.Names(), name)
+	return sqlmeta.TableExists(ctx, d, name)
 }
 
 // errReadOnly answers a state-changing request in read-only mode.

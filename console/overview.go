@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/saga"
 )
 
@@ -63,16 +65,12 @@ func (c *Console[TTx]) Sample(ctx context.Context) (Overview, error) {
 	if o.Stats, err = idemmetrics.Snapshot(ctx, c.d, now); err != nil {
 		return o, err
 	}
-	o.HeldKeys = o.Stats.HTTPKeys.By["failed"]
+	o.HeldKeys = o.Stats.HTTPKeys.By[string(idemhttp.StateFailed)] // held for reconciliation
 	if ok, _ := tableExists(ctx, c.d, "effects"); ok {
-		es, err := c.ledger.List(ctx, effect.InProgress, 10_000)
-		if err != nil {
+		// In progress with the lease ended (held ones included: they have
+		// no lease), and failed.
+		if o.HeldEffects, err = countAbandonedEffects(ctx, c.d, now); err != nil {
 			return o, err
-		}
-		for _, e := range es {
-			if !e.LeaseUntil.After(now) {
-				o.HeldEffects++
-			}
 		}
 		o.HeldEffects += o.Stats.Effects.By[string(effect.Failed)]
 	}
@@ -84,7 +82,7 @@ func (c *Console[TTx]) Sample(ctx context.Context) (Overview, error) {
 		o.HeldSagas, o.SagasKnown = n[saga.Held], true
 	}
 	if ok, _ := tableExists(ctx, c.d, "inbox"); ok {
-		if o.InboxStates, err = countInboxStates(ctx, c.d); err != nil {
+		if o.InboxStates, err = inbox.Counts(ctx, c.d); err != nil {
 			return o, err
 		}
 	}

@@ -62,7 +62,7 @@ func (c *Console[TTx]) render(w http.ResponseWriter, r *http.Request, status int
 		Done: doneMessage(r.URL.Query()), Data: data}
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, "layout.html", p); err != nil {
-		c.log.ErrorContext(r.Context(), "console: render", "page", name, "err", err)
+		c.log.ErrorContext(r.Context(), "console: render", "page", name, "error", err)
 		http.Error(w, "console: the page could not be rendered", http.StatusInternalServerError)
 		return
 	}
