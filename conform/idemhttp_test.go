@@ -11,12 +11,22 @@ import (
 	"github.com/idemkit/idem/conform"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/store"
 )
 
-// Every check passes against idemhttp's middleware (two-phase, tenant from
-// a header) in front of a handler that fails with 500 when asked to.
+// Every check passes against idemhttp's middleware (both modes, tenant
+// from a header, on every driver) in front of a handler that fails with
+// 500 when asked to.
 func TestConformPassesAgainstTheMiddleware(t *testing.T) {
-	mw, err := idemhttp.New(testdb.SQLite(t), idemhttp.Config{Mode: idemhttp.TwoPhase,
+	for _, mode := range []idemhttp.Mode{idemhttp.TwoPhase, idemhttp.Transactional} {
+		t.Run(mode.String(), func(t *testing.T) {
+			testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { conformMiddleware(t, d.D, mode) })
+		})
+	}
+}
+
+func conformMiddleware(t *testing.T, d store.Driver[any], mode idemhttp.Mode) {
+	mw, err := idemhttp.New(d, idemhttp.Config{Mode: mode,
 		Tenant: func(r *http.Request) (string, error) { return r.Header.Get("X-Tenant-ID"), nil }})
 	if err != nil {
 		t.Fatal(err)
