@@ -75,6 +75,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Op is the half of a step: its action or its compensation.
@@ -223,7 +224,7 @@ type Sagas[TTx any] struct {
 	l    *effect.Ledger[TTx]
 	cfg  Config
 	log  *slog.Logger
-	q    queries
+	q    sqlset.Sagas
 	defs map[string]*def[TTx]
 }
 
@@ -252,7 +253,7 @@ func New[TTx any](d store.Driver[TTx], l *effect.Ledger[TTx], cfg Config, defs .
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Sagas[TTx]{d: d, l: l, cfg: cfg, log: log.With("component", "saga"), q: newQueries(d), defs: map[string]*def[TTx]{}}
+	s := &Sagas[TTx]{d: d, l: l, cfg: cfg, log: log.With("component", "saga"), q: d.Statements().Sagas, defs: map[string]*def[TTx]{}}
 	for _, df := range defs {
 		if err := validate(df); err != nil {
 			return nil, err
@@ -348,7 +349,7 @@ func (s *Sagas[TTx]) StartTx(ctx context.Context, tx TTx, name, id string, input
 	now := store.Micros(s.cfg.Now())
 	first := Key(id, df.Steps[0].Name, Do)
 	for range 10 {
-		got, err := scanSaga(q.QueryRow(ctx, s.q.insert, id, name, fp, input, len(df.Steps), first, now))
+		got, err := scanSaga(q.QueryRow(ctx, s.q.Insert, id, name, fp, input, len(df.Steps), first, now))
 		if err == nil {
 			if _, err := s.schedule(ctx, tx, df, id, 0, Do); err != nil {
 				return Saga{}, false, fmt.Errorf("saga %q: %w", id, err)
@@ -359,7 +360,7 @@ func (s *Sagas[TTx]) StartTx(ctx context.Context, tx TTx, name, id string, input
 			return Saga{}, false, fmt.Errorf("saga: start %q: %w", id, err)
 		}
 		var storedFP []byte
-		got, err = scanSaga(q.QueryRow(ctx, s.q.getFP, id), &storedFP)
+		got, err = scanSaga(q.QueryRow(ctx, s.q.GetFingerprint, id), &storedFP)
 		if errors.Is(err, store.ErrNoRows) {
 			continue
 		}
@@ -421,7 +422,7 @@ func (s *Sagas[TTx]) Abort(ctx context.Context, id, reason string) error {
 			state, key          string
 			step, steps, abortq int64
 		)
-		err := q.QueryRow(ctx, s.q.lockSaga, id).Scan(&state, &step, &steps, &key, &abortq)
+		err := q.QueryRow(ctx, s.q.LockSaga, id).Scan(&state, &step, &steps, &key, &abortq)
 		if errors.Is(err, store.ErrNoRows) {
 			return fmt.Errorf("saga %q: %w", id, idem.ErrNotFound)
 		}
@@ -433,7 +434,7 @@ func (s *Sagas[TTx]) Abort(ctx context.Context, id, reason string) error {
 		}
 		// Wait for (or keep out) the step that holds the awaited effect.
 		var eState string
-		if err := q.QueryRow(ctx, s.q.lockEffect, key).Scan(&eState); err != nil && !errors.Is(err, store.ErrNoRows) {
+		if err := q.QueryRow(ctx, s.q.LockEffect, key).Scan(&eState); err != nil && !errors.Is(err, store.ErrNoRows) {
 			return fmt.Errorf("saga: abort %q: lock %q: %w", id, key, err)
 		}
 		if abortq == 0 && step == steps-1 {
@@ -442,7 +443,7 @@ func (s *Sagas[TTx]) Abort(ctx context.Context, id, reason string) error {
 			}
 			var origin, outcome string
 			var res []byte
-			err := q.QueryRow(ctx, s.q.getBarrier, id, step, string(Do)).Scan(&origin, &outcome, &res)
+			err := q.QueryRow(ctx, s.q.GetBarrier, id, step, string(Do)).Scan(&origin, &outcome, &res)
 			if err != nil && !errors.Is(err, store.ErrNoRows) {
 				return fmt.Errorf("saga: abort %q: barrier: %w", id, err)
 			}
@@ -450,7 +451,7 @@ func (s *Sagas[TTx]) Abort(ctx context.Context, id, reason string) error {
 				return fmt.Errorf("saga %q: %w", id, ErrLastStepApplied)
 			}
 		}
-		n, err := q.Exec(ctx, s.q.abort, id, "aborted: "+reason, store.Micros(s.cfg.Now()))
+		n, err := q.Exec(ctx, s.q.Abort, id, "aborted: "+reason, store.Micros(s.cfg.Now()))
 		if err != nil {
 			return fmt.Errorf("saga: abort %q: %w", id, err)
 		}
@@ -463,7 +464,7 @@ func (s *Sagas[TTx]) Abort(ctx context.Context, id, reason string) error {
 
 // Get returns saga id, or an error wrapping [idem.ErrNotFound].
 func (s *Sagas[TTx]) Get(ctx context.Context, id string) (Saga, error) {
-	sg, err := scanSaga(s.d.Pool().QueryRow(ctx, s.q.get, id))
+	sg, err := scanSaga(s.d.Pool().QueryRow(ctx, s.q.Get, id))
 	if errors.Is(err, store.ErrNoRows) {
 		return Saga{}, fmt.Errorf("saga %q: %w", id, idem.ErrNotFound)
 	}
@@ -479,7 +480,7 @@ func (s *Sagas[TTx]) List(ctx context.Context, state State, limit int) ([]Saga, 
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := s.d.Pool().Query(ctx, s.q.list, string(state), limit)
+	rows, err := s.d.Pool().Query(ctx, s.q.List, string(state), limit)
 	if err != nil {
 		return nil, fmt.Errorf("saga: list: %w", err)
 	}
@@ -495,29 +496,24 @@ func (s *Sagas[TTx]) List(ctx context.Context, state State, limit int) ([]Saga, 
 	return out, rows.Err()
 }
 
-// Counts returns the number of sagas per state.
+// Counts returns the number of sagas per state; see the package-level
+// [Counts].
 func (s *Sagas[TTx]) Counts(ctx context.Context) (map[State]int64, error) {
-	rows, err := s.d.Pool().Query(ctx, s.q.counts)
+	c, err := Counts(ctx, s.d)
 	if err != nil {
-		return nil, fmt.Errorf("saga: counts: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
-	out := map[State]int64{}
-	for rows.Next() {
-		var st string
-		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, err
-		}
+	out := make(map[State]int64, len(c))
+	for st, n := range c {
 		out[State(st)] = n
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Steps returns the barrier rows of saga id in step order, action before
 // compensation.
 func (s *Sagas[TTx]) Steps(ctx context.Context, id string) ([]StepRecord, error) {
-	rows, err := s.d.Pool().Query(ctx, s.q.steps, id)
+	rows, err := s.d.Pool().Query(ctx, s.q.Steps, id)
 	if err != nil {
 		return nil, fmt.Errorf("saga: steps %q: %w", id, err)
 	}
@@ -538,4 +534,20 @@ func (s *Sagas[TTx]) Steps(ctx context.Context, id string) ([]StepRecord, error)
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+func scanSaga(r store.Row, extra ...any) (Saga, error) {
+	var (
+		s                  Saga
+		state              string
+		step, steps, abort int64
+		created, upd       int64
+	)
+	dest := append([]any{&s.ID, &s.Name, &state, &step, &steps, &s.CurrentKey, &abort, &s.version, &s.LastError, &s.Input, &created, &upd}, extra...)
+	if err := r.Scan(dest...); err != nil {
+		return Saga{}, err
+	}
+	s.State, s.Step, s.Steps, s.AbortRequested = State(state), int(step), int(steps), abort != 0
+	s.CreatedAt, s.UpdatedAt = store.FromMicros(created), store.FromMicros(upd)
+	return s, nil
 }

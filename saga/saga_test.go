@@ -22,15 +22,6 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
-// forEachStore runs test on SQLite and on PostgreSQL through pgx.
-func forEachStore(t *testing.T, test func(t *testing.T, d store.Driver[any])) {
-	t.Helper()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); test(t, erase(testdb.SQLite(t))) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); test(t, erase(testdb.Pgx(t))) })
-}
-
-func erase[TTx any](d store.Driver[TTx]) store.Driver[any] { return testdb.Erase(d) }
-
 // fixture is a small order system: orders, seat reservations and a payment
 // provider, with an "order" saga reserve → charge → confirm.
 type fixture struct {
@@ -287,7 +278,8 @@ func (f *fixture) invariants() {
 }
 
 func TestSagaRunsStepsInOrderAndHandsResultsOn(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+	testdb.EachDriver(t, func(t *testing.T, drv testdb.Driver) {
+		d := drv.D
 		f := newFixture(t, d, 5*time.Second)
 		ctx := context.Background()
 		sg, created, err := f.start(ctx, f.s, "o-1", 900)
@@ -322,11 +314,12 @@ func TestSagaRunsStepsInOrderAndHandsResultsOn(t *testing.T) {
 			}
 		}
 		f.invariants()
-	})
+	}, testdb.NoSQLPostgres)
 }
 
 func TestSagaStartInsideARolledBackTransactionLeavesNothing(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+	testdb.EachDriver(t, func(t *testing.T, drv testdb.Driver) {
+		d := drv.D
 		f := newFixture(t, d, 5*time.Second)
 		ctx := context.Background()
 		boom := errors.New("business change failed")
@@ -345,11 +338,12 @@ func TestSagaStartInsideARolledBackTransactionLeavesNothing(t *testing.T) {
 		if _, err := f.l.Get(ctx, "saga/o-rb/reserve/do"); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("effect after rollback: %v", err)
 		}
-	})
+	}, testdb.NoSQLPostgres)
 }
 
 func TestSagaRacingDuplicateStartsAreOneSaga(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+	testdb.EachDriver(t, func(t *testing.T, drv testdb.Driver) {
+		d := drv.D
 		f := newFixture(t, d, 5*time.Second)
 		ctx := context.Background()
 		var created atomic.Int64
@@ -386,11 +380,12 @@ func TestSagaRacingDuplicateStartsAreOneSaga(t *testing.T) {
 			t.Fatalf("%d orders", n)
 		}
 		f.invariants()
-	})
+	}, testdb.NoSQLPostgres)
 }
 
 func TestSagaDeclinedChargeReleasesSeatsInReverse(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+	testdb.EachDriver(t, func(t *testing.T, drv testdb.Driver) {
+		d := drv.D
 		f := newFixture(t, d, 5*time.Second)
 		ctx := context.Background()
 		f.p.Inject(fakeprovider.Fault{On: fakeprovider.Charges, Status: http.StatusPaymentRequired})
@@ -414,11 +409,12 @@ func TestSagaDeclinedChargeReleasesSeatsInReverse(t *testing.T) {
 			t.Fatalf("a failed action was dead-lettered (%d)", f.failed.Load())
 		}
 		f.invariants()
-	})
+	}, testdb.NoSQLPostgres)
 }
 
 func TestSagaTimedOutChargeThatWentThroughIsRefundedOnce(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+	testdb.EachDriver(t, func(t *testing.T, drv testdb.Driver) {
+		d := drv.D
 		f := newFixture(t, d, 5*time.Second)
 		ctx := context.Background()
 		// Every charge is made and then hangs past the client's time-out:
@@ -437,11 +433,12 @@ func TestSagaTimedOutChargeThatWentThroughIsRefundedOnce(t *testing.T) {
 			t.Fatalf("charge retried %d times, want ≥ 2 calls with one key", c.Calls)
 		}
 		f.invariants()
-	})
+	}, testdb.NoSQLPostgres)
 }
 
 func TestSagaProviderTimeoutDuringRefund(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+	testdb.EachDriver(t, func(t *testing.T, drv testdb.Driver) {
+		d := drv.D
 		f := newFixture(t, d, 5*time.Second)
 		ctx := context.Background()
 		perm := idem.Permanent(errors.New("event cancelled"))
@@ -461,11 +458,12 @@ func TestSagaProviderTimeoutDuringRefund(t *testing.T) {
 			t.Fatalf("refund calls %d, want ≥ 3 (two time-outs, then a replay)", r.Calls)
 		}
 		f.invariants()
-	})
+	}, testdb.NoSQLPostgres)
 }
 
 func TestSagaNullCompensationRefusesTheLateAction(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+	testdb.EachDriver(t, func(t *testing.T, drv testdb.Driver) {
+		d := drv.D
 		f := newFixture(t, d, 5*time.Second)
 		ctx := context.Background()
 		if _, _, err := f.start(ctx, f.s, "o-null", 400); err != nil {
@@ -499,11 +497,12 @@ func TestSagaNullCompensationRefusesTheLateAction(t *testing.T) {
 		if err := f.s.Abort(ctx, "o-null", "again"); !errors.Is(err, saga.ErrNotRunning) {
 			t.Fatalf("abort of a compensated saga: %v", err)
 		}
-	})
+	}, testdb.NoSQLPostgres)
 }
 
 func TestSagaCompensationRacingAnInFlightAction(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+	testdb.EachDriver(t, func(t *testing.T, drv testdb.Driver) {
+		d := drv.D
 		f := newFixture(t, d, 5*time.Second)
 		f.c.Timeout = 3 * time.Second
 		ctx := context.Background()
@@ -558,11 +557,12 @@ func TestSagaCompensationRacingAnInFlightAction(t *testing.T) {
 			}
 		}
 		f.invariants()
-	})
+	}, testdb.NoSQLPostgres)
 }
 
 func TestSagaZombieWorkerAfterProviderCallIsFenced(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+	testdb.EachDriver(t, func(t *testing.T, drv testdb.Driver) {
+		d := drv.D
 		f := newFixture(t, d, 1*time.Second)
 		f.c.Timeout = 400 * time.Millisecond
 		ctx := context.Background()
@@ -609,11 +609,12 @@ func TestSagaZombieWorkerAfterProviderCallIsFenced(t *testing.T) {
 			t.Fatalf("charges=%d calls=%d, want one charge for ≥ 2 calls", n, ch.Calls)
 		}
 		f.invariants()
-	})
+	}, testdb.NoSQLPostgres)
 }
 
 func TestSagaFailedCompensationHoldsAndResumesAfterRedrive(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+	testdb.EachDriver(t, func(t *testing.T, drv testdb.Driver) {
+		d := drv.D
 		f := newFixture(t, d, 5*time.Second)
 		ctx := context.Background()
 		perm := idem.Permanent(errors.New("event cancelled"))
@@ -639,7 +640,7 @@ func TestSagaFailedCompensationHoldsAndResumesAfterRedrive(t *testing.T) {
 		}
 		f.wait("o-held", saga.Compensated)
 		f.invariants()
-	})
+	}, testdb.NoSQLPostgres)
 }
 
 // TestExamplePgx runs Example_pgx against the test server and checks what it
@@ -670,7 +671,8 @@ func TestExamplePgx(t *testing.T) {
 // completes and nothing is refunded or released. Before the fix, PostgreSQL
 // accepted the abort, refunded and released a confirmed order.
 func TestSagaAbortRacingTheLastStepCommitIsRefused(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+	testdb.EachDriver(t, func(t *testing.T, drv testdb.Driver) {
+		d := drv.D
 		f := newFixture(t, d, 5*time.Second)
 		ctx := context.Background()
 		abortErr := make(chan error, 1)
@@ -715,7 +717,7 @@ func TestSagaAbortRacingTheLastStepCommitIsRefused(t *testing.T) {
 		if err := f.s.Abort(ctx, "o-late", "again"); !errors.Is(err, saga.ErrNotRunning) {
 			t.Errorf("abort of a completed saga: %v", err)
 		}
-	})
+	}, testdb.NoSQLPostgres)
 }
 
 // The garbage collector (package retention) deletes a finished saga's
@@ -723,7 +725,8 @@ func TestSagaAbortRacingTheLastStepCommitIsRefused(t *testing.T) {
 // finds no barrier row: it is refused because the saga finished, and never
 // reaches the provider.
 func TestSagaRedrivenActionOfAGarbageCollectedSagaIsRefused(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+	testdb.EachDriver(t, func(t *testing.T, drv testdb.Driver) {
+		d := drv.D
 		f := newFixture(t, d, 5*time.Second)
 		ctx := context.Background()
 		f.p.Inject(fakeprovider.Fault{On: fakeprovider.Charges, Status: http.StatusPaymentRequired})
@@ -750,5 +753,5 @@ func TestSagaRedrivenActionOfAGarbageCollectedSagaIsRefused(t *testing.T) {
 		if sg, err := f.s.Get(ctx, "o-gc"); err != nil || sg.State != saga.Compensated {
 			t.Fatalf("saga after the refused action: %+v %v", sg, err)
 		}
-	})
+	}, testdb.NoSQLPostgres)
 }

@@ -111,7 +111,7 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 		for ctx.Err() == nil {
 			n, err := w.AdvanceOnce(ctx)
 			if err != nil && ctx.Err() == nil {
-				w.s.log.WarnContext(ctx, "advance failed", "err", err)
+				w.s.log.WarnContext(ctx, "advance failed", "error", err)
 			}
 			if n < w.cfg.Batch {
 				break
@@ -129,7 +129,7 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 // effect settled or that was asked to abort, and returns how many it
 // looked at. [Worker.Run] calls it every PollInterval.
 func (w *Worker[TTx]) AdvanceOnce(ctx context.Context) (int, error) {
-	rows, err := w.s.d.Pool().Query(ctx, w.s.q.due, w.cfg.Batch)
+	rows, err := w.s.d.Pool().Query(ctx, w.s.q.Due, w.cfg.Batch)
 	if err != nil {
 		return 0, fmt.Errorf("saga: due: %w", err)
 	}
@@ -210,7 +210,7 @@ func (w *Worker[TTx]) advance(ctx context.Context, df *def[TTx], sg Saga, eState
 	now := store.Micros(w.s.cfg.Now())
 	return store.InTx(ctx, w.s.d, func(tx TTx) error {
 		q := w.s.d.Tx(tx)
-		n, err := q.Exec(ctx, w.s.q.advance, sg.ID, sg.version, string(state), step, key, lastErr, now)
+		n, err := q.Exec(ctx, w.s.q.Advance, sg.ID, sg.version, string(state), step, key, lastErr, now)
 		if err != nil {
 			return fmt.Errorf("saga: advance %q: %w", sg.ID, err)
 		}
@@ -221,7 +221,7 @@ func (w *Worker[TTx]) advance(ctx context.Context, df *def[TTx], sg Saga, eState
 			if eResult == nil {
 				eResult = []byte{}
 			}
-			if _, err := q.Exec(ctx, w.s.q.setBarrier, sg.ID, i, string(curOp), OutcomeApplied, eResult, now, OutcomeStarted); err != nil {
+			if _, err := q.Exec(ctx, w.s.q.SetBarrier, sg.ID, i, string(curOp), OutcomeApplied, eResult, now, OutcomeStarted); err != nil {
 				return fmt.Errorf("saga: record result of %q: %w", sg.CurrentKey, err)
 			}
 		}
@@ -251,7 +251,7 @@ func (w *Worker[TTx]) performer(df *def[TTx], op Op) effect.Performer {
 		}
 		st := df.Steps[p.Step]
 		var token int64
-		if err := w.s.d.Pool().QueryRow(ctx, w.s.q.token, key).Scan(&token); err != nil {
+		if err := w.s.d.Pool().QueryRow(ctx, w.s.q.Token, key).Scan(&token); err != nil {
 			return nil, fmt.Errorf("saga: effect %q: read fencing token: %w", key, err)
 		}
 		sg, err := w.s.Get(ctx, p.Saga)
@@ -274,7 +274,7 @@ func (w *Worker[TTx]) performer(df *def[TTx], op Op) effect.Performer {
 }
 
 func (w *Worker[TTx]) results(ctx context.Context, id string) (map[string][]byte, error) {
-	rows, err := w.s.d.Pool().Query(ctx, w.s.q.results, id)
+	rows, err := w.s.d.Pool().Query(ctx, w.s.q.Results, id)
 	if err != nil {
 		return nil, fmt.Errorf("saga: results of %q: %w", id, err)
 	}
@@ -294,7 +294,7 @@ func (w *Worker[TTx]) results(ctx context.Context, id string) (map[string][]byte
 // fence proves, inside tx, that the effect is still claimed under token
 // (and locks its row), so a zombie's local change rolls back.
 func (w *Worker[TTx]) fence(ctx context.Context, q store.Querier, key string, token int64) error {
-	n, err := q.Exec(ctx, w.s.q.fence, key, token)
+	n, err := q.Exec(ctx, w.s.q.Fence, key, token)
 	if err != nil {
 		return fmt.Errorf("saga: fence %q: %w", key, err)
 	}
@@ -306,7 +306,7 @@ func (w *Worker[TTx]) fence(ctx context.Context, q store.Querier, key string, to
 
 func (w *Worker[TTx]) barrier(ctx context.Context, q store.Querier, c Call, op Op) (origin Op, outcome string, result []byte, found bool, err error) {
 	var o string
-	err = q.QueryRow(ctx, w.s.q.getBarrier, c.SagaID, c.Index, string(op)).Scan(&o, &outcome, &result)
+	err = q.QueryRow(ctx, w.s.q.GetBarrier, c.SagaID, c.Index, string(op)).Scan(&o, &outcome, &result)
 	if errors.Is(err, store.ErrNoRows) {
 		return "", "", nil, false, nil
 	}
@@ -317,7 +317,7 @@ func (w *Worker[TTx]) barrier(ctx context.Context, q store.Querier, c Call, op O
 }
 
 func (w *Worker[TTx]) insertBarrier(ctx context.Context, q store.Querier, c Call, op, origin Op, outcome string) (bool, error) {
-	n, err := q.Exec(ctx, w.s.q.insertBarrier, c.SagaID, c.Index, string(op), c.Step, string(origin), outcome, store.Micros(w.s.cfg.Now()))
+	n, err := q.Exec(ctx, w.s.q.InsertBarrier, c.SagaID, c.Index, string(op), c.Step, string(origin), outcome, store.Micros(w.s.cfg.Now()))
 	if err != nil {
 		return false, fmt.Errorf("saga: barrier %s/%s/%s: %w", c.SagaID, c.Step, op, err)
 	}
@@ -328,7 +328,7 @@ func (w *Worker[TTx]) setBarrier(ctx context.Context, q store.Querier, c Call, o
 	if result == nil {
 		result = []byte{}
 	}
-	n, err := q.Exec(ctx, w.s.q.setBarrier, c.SagaID, c.Index, string(op), outcome, result, store.Micros(w.s.cfg.Now()), from)
+	n, err := q.Exec(ctx, w.s.q.SetBarrier, c.SagaID, c.Index, string(op), outcome, result, store.Micros(w.s.cfg.Now()), from)
 	if err != nil {
 		return false, fmt.Errorf("saga: barrier %s/%s/%s: %w", c.SagaID, c.Step, op, err)
 	}
@@ -361,7 +361,7 @@ var errFinished = fmt.Errorf("saga finished: %w", ErrNotRunning)
 func (w *Worker[TTx]) live(ctx context.Context, q store.Querier, id string) error {
 	var state string
 	var abortq int64
-	err := q.QueryRow(ctx, w.s.q.aborting, id).Scan(&state, &abortq)
+	err := q.QueryRow(ctx, w.s.q.Aborting, id).Scan(&state, &abortq)
 	if errors.Is(err, store.ErrNoRows) {
 		return fmt.Errorf("saga %q: %w (%w)", id, errFinished, idem.ErrNotFound)
 	}
@@ -397,7 +397,7 @@ func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call)
 			// its compensation is a null one.
 			var state string
 			var abortq int64
-			if err := q.QueryRow(ctx, w.s.q.aborting, c.SagaID).Scan(&state, &abortq); err != nil {
+			if err := q.QueryRow(ctx, w.s.q.Aborting, c.SagaID).Scan(&state, &abortq); err != nil {
 				return fmt.Errorf("saga: read %q: %w", c.SagaID, err)
 			}
 			if State(state) != Running || abortq != 0 {
