@@ -10,6 +10,7 @@ import (
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/internal/sqlmeta"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 )
 
@@ -126,7 +127,7 @@ func (c *dbCollector[TTx]) collectTable(ctx context.Context, ch chan<- prometheu
 			ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(n), kind)
 		}
 	case "outbox":
-		b, err := outboxBacklog(ctx, c.d, c.cfg.Now())
+		b, err := outbox.Backlog(ctx, c.d, c.cfg.Now())
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 )
 
@@ -24,7 +25,7 @@ func counts[TTx any](ctx context.Context, d store.Driver[TTx], name string) (map
 	case "idempotency_keys":
 		return idemhttp.Counts(ctx, d)
 	case "outbox":
-		return outboxCounts(ctx, d)
+		return outbox.Counts(ctx, d)
 	case "effects":
 		return effect.Counts(ctx, d)
 	case "dead_letters":

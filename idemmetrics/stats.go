@@ -10,6 +10,7 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/sqlmeta"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 )
 
@@ -84,14 +85,14 @@ func Snapshot[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) 
 			return err
 		}},
 		{"outbox", func() error {
-			by, err := outboxCounts(ctx, d)
+			by, err := outbox.Counts(ctx, d)
 			if err != nil {
 				return err
 			}
 			// The JSON keeps its names: published is the completed state,
 			// parked the failed one (migration 0010).
 			st.Outbox = OutboxStats{Pending: by[lease.Pending], Published: by[lease.Completed], Parked: by[lease.Failed]}
-			b, err := outboxBacklog(ctx, d, now)
+			b, err := outbox.Backlog(ctx, d, now)
 			st.Outbox.LagSeconds = b.Oldest.Seconds()
 			return err
 		}},

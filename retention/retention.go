@@ -55,6 +55,8 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/sqlmeta"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/saga"
 	"github.com/idemkit/idem/store"
 )
 
@@ -183,12 +185,12 @@ func (g *GC[TTx]) rules(now time.Time) []rule[TTx] {
 	return []rule[TTx]{
 		{"inbox", now, g.expireInbox},
 		{"idempotency_keys", now, idemhttp.Expire[TTx]},
-		{"outbox", now.Add(-g.cfg.OutboxRetention), outboxExpire[TTx]},
+		{"outbox", now.Add(-g.cfg.OutboxRetention), outbox.Expire[TTx]},
 		{"effects", now, effect.Expire[TTx]},
 		{"dead_letters", now.Add(-g.cfg.DLQRetention), dlq.Expire[TTx]},
 		// Steps before their sagas: a saga whose steps remain waits.
-		{"saga_steps", sagas, sagaExpireSteps[TTx]},
-		{"sagas", sagas, sagaExpire[TTx]},
+		{"saga_steps", sagas, saga.ExpireSteps[TTx]},
+		{"sagas", sagas, saga.ExpireSagas[TTx]},
 	}
 }
 
