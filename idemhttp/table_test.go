@@ -2,6 +2,7 @@ package idemhttp_test
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net/http"
 	"testing"
@@ -76,6 +77,22 @@ func TestCountsListHeldExpire(t *testing.T) {
 			!got.ExpiresAt.Equal(want.ExpiresAt) || got.Header == nil {
 			t.Fatalf("ListHeld record %+v, want %+v", got, want)
 		}
+
+		// The operator resolves the held key: a retry replays the given
+		// response; releasing a key that is not held is refused.
+		if err := idemhttp.ResolveHeld(ctx, d.D, "acme", "POST /orders", "held", 201, http.Header{"Location": {"/orders/x"}},
+			[]byte(`{"resolved":true}`), clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+		w := do(h, req{tenant: "acme", key: "held", body: `{"a":1}`})
+		wantStatus(t, w, 201)
+		if w.Body.String() != `{"resolved":true}` || w.Header().Get("Location") != "/orders/x" || w.Header().Get(idemhttp.HeaderReplayed) != "true" {
+			t.Fatalf("replay after ResolveHeld: %s %v", w.Body, w.Header())
+		}
+		if err := idemhttp.ReleaseHeld(ctx, d.D, "acme", "POST /orders", "done"); !errors.Is(err, idemhttp.ErrNotHeld) {
+			t.Fatalf("ReleaseHeld of a completed key = %v, want ErrNotHeld", err)
+		}
+		counts(map[string]int64{"completed": 2})
 
 		// Nothing is past its retention yet.
 		if n, err := idemhttp.Expire(ctx, d.D, clk.Now(), 10); err != nil || n != 0 {

@@ -45,7 +45,7 @@ type Route struct {
 	// (default 24h).
 	Retention time.Duration
 	// Lease bounds one upstream call (default 30s): the upstream request
-	// is cancelled when it ends, and a pending key whose lease ended is
+	// is cancelled when it ends, and an in-progress key whose lease ended is
 	// recovered by ExpiredPolicy.
 	Lease time.Duration
 	// ExpiredPolicy is idem.Retake ("re-execute", the default) or

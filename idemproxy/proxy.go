@@ -1,7 +1,7 @@
 // Package idemproxy puts the Idempotency-Key contract in front of any HTTP
 // service, whatever its language: a reverse proxy
 // (net/http/httputil.ReverseProxy) whose configured routes go through
-// idemhttp's two-phase mode. A new key commits a pending record with a
+// idemhttp's two-phase mode. A new key commits an in_progress record with a
 // lease, the request is forwarded with its Idempotency-Key (so the
 // upstream can hand it to its own providers), and the upstream's answer is
 // recorded fenced by the record's token; a retry replays it with
@@ -18,7 +18,7 @@
 // executes). When the request had been sent and the answer never came
 // (the upstream crashed or the connection broke mid-request, or the lease
 // ran out), nobody knows whether the effect happened: the proxy answers
-// 502 (504 for a timeout), records no response and leaves the key pending
+// 502 (504 for a timeout), records no response and leaves the key in progress
 // (idemhttp.KeepPending); after its lease the route's ExpiredPolicy
 // decides — re-execute once (the upstream gets the same key again), or
 // hold it for an operator.
@@ -66,7 +66,7 @@ const (
 	TypeUpstreamUnavailable = problemBase + "TypeUpstreamUnavailable"
 	// TypeUpstreamOutcomeUnknown: the request was sent but the connection
 	// broke before the answer; nothing was recorded and the key stays
-	// pending until its lease ends, then the route's expired-lease policy
+	// in progress until its lease ends, then the route's expired-lease policy
 	// decides (502).
 	TypeUpstreamOutcomeUnknown = problemBase + "TypeUpstreamOutcomeUnknown"
 	// TypeUpstreamTimeout: no answer within the route's lease; handled like
@@ -74,7 +74,7 @@ const (
 	TypeUpstreamTimeout = problemBase + "TypeUpstreamTimeout"
 	// TypeShuttingDown: the proxy stopped while the request was in flight
 	// (503). Under the re-execute policy its key was released (the retry
-	// executes); under hold it stays pending for the policy.
+	// executes); under hold it stays in progress for the policy.
 	TypeShuttingDown = problemBase + "TypeShuttingDown"
 )
 
@@ -507,7 +507,7 @@ func cleanPath(p string) string {
 // Close cancels every upstream call still in flight and waits (bounded by
 // ctx) until their requests are answered: a keyed call cancelled this way
 // is released under the re-execute policy (the retry executes; the
-// upstream sees the same key) and left pending under hold. Call it after
+// upstream sees the same key) and left in progress under hold. Call it after
 // http.Server.Shutdown gave in-flight requests their grace period.
 func (p *Proxy) Close(ctx context.Context) error {
 	p.closedOnce.Do(p.cancel)
@@ -524,7 +524,7 @@ func (p *Proxy) Close(ctx context.Context) error {
 // Shutdown stops srv, which serves p, gracefully: in-flight requests get
 // grace to finish (their answers are recorded as usual). Requests still
 // running then have their upstream calls cancelled — a keyed call's key is
-// released under the re-execute policy and left pending under hold — and
+// released under the re-execute policy and left in progress under hold — and
 // their 503 answers get up to drain to reach the clients before srv
 // closes. It returns an error only when something was still running after
 // drain (its key is then recovered after its lease).
