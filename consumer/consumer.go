@@ -39,7 +39,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -49,7 +48,6 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/dlq"
-	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
@@ -57,27 +55,40 @@ import (
 
 // Backoff is an exponential backoff with full jitter: the delay before
 // retry n (n = the failed delivery's attempt, 1-based) is uniformly random
-// in [0, min(Max, Base·2^(n-1))].
-type Backoff struct {
-	// Base is the first retry's upper bound. Defaults to 1s.
-	Base time.Duration
-	// Max caps the delay. Defaults to 1 minute.
-	Max time.Duration
+// in [0, min(Max, Base·2^(n-1))]. It is idem.Backoff, idem's one backoff;
+// the consumer's defaults are Base 1s, Max 1 minute.
+type Backoff = idem.Backoff
+
+// Observer receives the consumer's metrics. *idemmetrics.Metrics
+// implements it (and is nil-safe); a nil Observer records nothing.
+type Observer interface {
+	// Start counts a handler run in flight; done ends it and observes its
+	// duration.
+	Start(consumer string) (done func())
+	// Processed counts a message whose handler ran and committed.
+	Processed(consumer string)
+	// DuplicateContext counts a duplicate suppressed by component
+	// ("consumer"), with ctx for an exemplar.
+	DuplicateContext(ctx context.Context, component, consumer string)
+	// FingerprintConflict counts a message id reused with another payload.
+	FingerprintConflict(component, consumer string)
+	// Failed counts a failed processing attempt by error class.
+	Failed(consumer, class string)
+	// Retry counts a delivery sent back for redelivery.
+	Retry(consumer string)
+	// DeadLetteredContext counts a message parked in the dead-letter
+	// store, by error class.
+	DeadLetteredContext(ctx context.Context, consumer, class string)
+	// Unidentified counts a message parked for having no usable id.
+	Unidentified(consumer string)
 }
 
-// Delay returns the delay before retrying a delivery whose attempt failed.
-// rnd returns a float in [0, 1); nil uses math/rand/v2.
-func (b Backoff) Delay(attempt int, rnd func() float64) time.Duration {
-	if rnd == nil {
-		rnd = rand.Float64
-	}
-	ceil := b.Base
-	for i := 1; i < attempt && ceil < b.Max; i++ {
-		ceil *= 2
-	}
-	ceil = min(ceil, b.Max)
-	return time.Duration(rnd() * float64(ceil))
-}
+// Tracer is the hook of an extra span around each handler run, for
+// tracers that are not OpenTelemetry (idem's own idem.consume span uses
+// Config.TracerProvider): Start opens a span named name with attrs and
+// returns the context carrying it and the function that ends it with the
+// handler's error. It is idemmetrics.Tracer.
+type Tracer = obs.TraceHook
 
 // Hooks are test and drill seams.
 type Hooks struct {
@@ -142,17 +153,18 @@ type Config[TTx any] struct {
 	// the handler runs; an invalid or non-JSON payload is dead-lettered.
 	Schema []byte
 	// Metrics, if set, receives processed / duplicate / conflict / failure
-	// / retry / dead-letter counts, in-flight and handler duration.
-	Metrics *idemmetrics.Metrics
+	// / retry / dead-letter counts, in-flight and handler duration; pass
+	// an *idemmetrics.Metrics.
+	Metrics Observer
 	// Logger receives warnings (retries, dead letters, failed acks) and
 	// errors (a message without a usable id, a dead letter that could not
 	// be stored and is retried). Defaults to discarding, following idem's
 	// convention: then only the dead-letter store and Metrics show what
 	// happened to a message, so set it in production.
 	Logger *slog.Logger
-	// Tracer opens a span per processed delivery (or batch). Defaults to
-	// idemmetrics.NopTracer.
-	Tracer idemmetrics.Tracer
+	// Tracer opens a span around each handler run. Defaults to a tracer
+	// that does nothing (idemmetrics.NopTracer).
+	Tracer Tracer
 	// TracerProvider supplies the tracer of the idem.consume span opened
 	// per delivery: a child of the traceparent in the message's headers,
 	// with idem.consumer, idem.message_id and idem.decision (processed,
@@ -228,7 +240,10 @@ func New[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], sub broker.Subscrib
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Tracer == nil {
-		cfg.Tracer = idemmetrics.NopTracer{}
+		cfg.Tracer = obs.NopTraceHook{}
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = nopObserver{}
 	}
 	if cfg.DLQ == nil {
 		s, err := dlq.New(d, dlq.Config{Logger: cfg.Logger})
@@ -357,7 +372,7 @@ func (c *Consumer[TTx]) handler() inbox.Handler[TTx] {
 		ctx = handlerContext(ctx, msg)
 		done := c.cfg.Metrics.Start(c.cfg.Name)
 		defer done()
-		ctx, end := c.cfg.Tracer.Start(ctx, "idem.consumer.handle", idemmetrics.MessageAttrs(c.cfg.Name, msg)...)
+		ctx, end := c.cfg.Tracer.Start(ctx, "idem.consumer.handle", obs.MessageAttrs(c.cfg.Name, msg)...)
 		err := c.cfg.Handler(ctx, tx, msg)
 		end(err)
 		return err
@@ -594,10 +609,22 @@ func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.M
 }
 
 func attrs(consumer string, msg idem.Message) []any {
-	as := idemmetrics.MessageAttrs(consumer, msg)
+	as := obs.MessageAttrs(consumer, msg)
 	out := make([]any, len(as))
 	for i, a := range as {
 		out[i] = a
 	}
 	return out
 }
+
+// nopObserver is the Observer of a consumer without Metrics.
+type nopObserver struct{}
+
+func (nopObserver) Start(string) func()                                 { return func() {} }
+func (nopObserver) Processed(string)                                    {}
+func (nopObserver) DuplicateContext(context.Context, string, string)    {}
+func (nopObserver) FingerprintConflict(string, string)                  {}
+func (nopObserver) Failed(string, string)                               {}
+func (nopObserver) Retry(string)                                        {}
+func (nopObserver) DeadLetteredContext(context.Context, string, string) {}
+func (nopObserver) Unidentified(string)                                 {}

@@ -28,10 +28,11 @@ func memBroker(t *testing.T) *memory.Broker {
 func TestPoisonPaths(t *testing.T) {
 	t.Parallel()
 	for _, batch := range []int{1, 4} {
-		t.Run(fmt.Sprintf("sqlite/batch%d", batch), func(t *testing.T) { t.Parallel(); testPoisonPaths(t, testdb.SQLite(t), batch) })
-		t.Run(fmt.Sprintf("pgx/batch%d", batch), func(t *testing.T) { t.Parallel(); testPoisonPaths(t, testdb.Pgx(t), batch) })
+		t.Run(fmt.Sprintf("batch%d", batch), func(t *testing.T) {
+			t.Parallel()
+			testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { testPoisonPaths(t, d.D, batch) })
+		})
 	}
-	t.Run("sql-postgres/batch4", func(t *testing.T) { t.Parallel(); testPoisonPaths(t, testdb.SQLPostgres(t), 4) })
 }
 
 // Changed payload, schema violations, non-JSON payloads and exhausted
@@ -157,8 +158,7 @@ func TestConfigValidation(t *testing.T) {
 // under different ids have one effect; an undecodable key is dead-lettered.
 func TestBusinessKeyMessageID(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testBusinessKey(t, testdb.SQLite(t)) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testBusinessKey(t, testdb.Pgx(t)) })
+	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { testBusinessKey(t, d.D) })
 }
 
 func testBusinessKey[TTx any](t *testing.T, d store.Driver[TTx]) {

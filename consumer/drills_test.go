@@ -89,8 +89,7 @@ func testCrashBeforeAck[TTx any](t *testing.T, d store.Driver[TTx], batch int) {
 // (two subscriptions deliver every message to both) → one effect.
 func TestDrill9ConcurrentInstances(t *testing.T) {
 	t.Parallel()
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testConcurrentInstances(t, testdb.Pgx(t)) })
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testConcurrentInstances(t, testdb.SQLite(t)) })
+	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { testConcurrentInstances(t, d.D) })
 }
 
 func testConcurrentInstances[TTx any](t *testing.T, d store.Driver[TTx]) {
@@ -138,8 +137,7 @@ func testConcurrentInstances[TTx any](t *testing.T, d store.Driver[TTx]) {
 // effect. Then /metrics shows counters matching what happened.
 func TestDrill10RetryDeadLetterRedrive(t *testing.T) {
 	t.Parallel()
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); testRetryDeadLetterRedrive(t, testdb.Pgx(t)) })
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testRetryDeadLetterRedrive(t, testdb.SQLite(t)) })
+	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { testRetryDeadLetterRedrive(t, d.D) })
 }
 
 func testRetryDeadLetterRedrive[TTx any](t *testing.T, d store.Driver[TTx]) {

@@ -53,6 +53,13 @@ func newInbox[TTx any](t *testing.T, d store.Driver[TTx]) *inbox.Inbox[TTx] {
 	return ib
 }
 
+// idemmetrics attaches to the consumer through consumer.Observer and
+// consumer.Tracer.
+var (
+	_ consumer.Observer = (*idemmetrics.Metrics)(nil)
+	_ consumer.Tracer   = idemmetrics.NopTracer{}
+)
+
 func newMetrics(t *testing.T) (*prometheus.Registry, *idemmetrics.Metrics) {
 	reg := prometheus.NewRegistry()
 	m, err := idemmetrics.New(reg, idemmetrics.Options{})
