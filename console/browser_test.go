@@ -328,11 +328,12 @@ func TestBrowser(t *testing.T) {
 	shot("keys")
 
 	// The outbox page, with a parked event holding two back.
-	for i, st := range []string{"parked", "pending", "pending"} {
+	// A parked event is stored failed (migration 0010).
+	for i, st := range []string{"failed", "pending", "pending"} {
 		if _, err := db.Pool().Exec(ctx, `INSERT INTO `+db.Table("outbox")+` (source, event_id, type, subject, time, ordering_key, payload,
  state, attempts, last_error, created_at) VALUES ('screenshot', $1, 'OrderShipped', 'shipments', $2, 'ord-blocked', $3, $4, $5, $6, $2)`,
-			fmt.Sprintf("ship-%d", i), now, []byte(fmt.Sprintf(`{"n":%d}`, i)), st, map[bool]int{true: 5}[st == "parked"],
-			map[bool]string{true: "nats: no responders available for request"}[st == "parked"]); err != nil {
+			fmt.Sprintf("ship-%d", i), now, []byte(fmt.Sprintf(`{"n":%d}`, i)), st, map[bool]int{true: 5}[st == "failed"],
+			map[bool]string{true: "nats: no responders available for request"}[st == "failed"]); err != nil {
 			t.Fatal(err)
 		}
 	}

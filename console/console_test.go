@@ -142,21 +142,11 @@ func newHarness[TTx any](t *testing.T, d store.Driver[TTx], cfg console.Config) 
 	}
 }
 
-// eachDB runs fn on SQLite, on PostgreSQL through database/sql and on
-// PostgreSQL through pgx (both skipped without IDEM_TEST_POSTGRES_URL).
+// eachDB runs fn on every driver (testdb.EachDriver: SQLite, and
+// PostgreSQL through pgx and through database/sql, those skipped without
+// IDEM_TEST_POSTGRES_URL).
 func eachDB(t *testing.T, cfg console.Config, fn func(t *testing.T, h *harness)) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		fn(t, newHarness(t, testdb.SQLite(t), cfg))
-	})
-	t.Run("postgres-sql", func(t *testing.T) {
-		t.Parallel()
-		fn(t, newHarness(t, testdb.SQLPostgres(t), cfg))
-	})
-	t.Run("postgres-pgx", func(t *testing.T) {
-		t.Parallel()
-		fn(t, newHarness(t, testdb.Pgx(t), cfg))
-	})
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { fn(t, newHarness(t, e.D, cfg)) })
 }
 
 // req is one request to the console.
@@ -624,7 +614,7 @@ func TestOutboxParkedEvents(t *testing.T) {
 			outbox.Event{Type: "OrderConfirmed", Topic: "orders", Key: "order-2", Payload: []byte(`{"n":4}`)},
 		)
 		park := func(seq int64) {
-			h.exec(`UPDATE `+h.table("outbox")+` SET state = 'parked', attempts = 5, last_error = 'broker said <no>' WHERE seq = $1`, seq)
+			h.exec(`UPDATE `+h.table("outbox")+` SET state = 'failed', attempts = 5, last_error = 'broker said <no>' WHERE seq = $1`, seq)
 		}
 		park(evs[0].Seq)
 		park(evs[3].Seq)
@@ -672,10 +662,10 @@ func TestOverviewCounts(t *testing.T) {
 		for i := range 3 {
 			h.park(letter("billing", "orders", fmt.Sprintf("m-%d", i), `{}`))
 		}
-		h.exec(`INSERT INTO `+h.table("inbox")+` (consumer, message_id, fingerprint, state, received_at, expires_at) VALUES ('billing', 'in-1', $1, 'processing', 1, $2)`,
+		h.exec(`INSERT INTO `+h.table("inbox")+` (consumer, message_id, fingerprint, state, received_at, expires_at) VALUES ('billing', 'in-1', $1, 'in_progress', 1, $2)`,
 			[]byte("fp"), store.Micros(time.Now().Add(time.Hour)))
 		page := h.get("/console/")
-		for _, want := range []string{"inbox (by state)", "<td>processing</td>", `data-testid="dlq-count">3<`, `data-testid="outbox-lag"`, `data-testid="chart-dlq"`, "<svg", "billing"} {
+		for _, want := range []string{"inbox (by state)", "<td>in_progress</td>", `data-testid="dlq-count">3<`, `data-testid="outbox-lag"`, `data-testid="chart-dlq"`, "<svg", "billing"} {
 			if !strings.Contains(page, want) {
 				t.Errorf("overview lacks %q", want)
 			}

@@ -103,20 +103,8 @@ func newSagaHelpers[TTx any](t *testing.T, d store.Driver[TTx]) *sagaHelpers {
 
 // sagaDB runs fn on each database with the saga helpers.
 func sagaDB(t *testing.T, fn func(t *testing.T, h *harness, sh *sagaHelpers)) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		d := testdb.SQLite(t)
-		fn(t, newHarness(t, d, console.Config{}), newSagaHelpers(t, d))
-	})
-	t.Run("postgres-sql", func(t *testing.T) {
-		t.Parallel()
-		d := testdb.SQLPostgres(t)
-		fn(t, newHarness(t, d, console.Config{}), newSagaHelpers(t, d))
-	})
-	t.Run("postgres-pgx", func(t *testing.T) {
-		t.Parallel()
-		d := testdb.Pgx(t)
-		fn(t, newHarness(t, d, console.Config{}), newSagaHelpers(t, d))
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		fn(t, newHarness(t, e.D, console.Config{}), newSagaHelpers(t, e.D))
 	})
 }
 
