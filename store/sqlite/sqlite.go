@@ -36,5 +36,7 @@ func Statements(n store.Names) *sqlset.Set {
 		DeadLetters: deadLetters(t),
 		Sagas:       sagas(t),
 		Meta:        meta(t, n),
+		Audit:       audit(t),
+		SQLMeta:     sqlMeta(),
 	}
 }

@@ -28,4 +28,6 @@ type Set struct {
 	DeadLetters DeadLetters
 	Sagas       Sagas
 	Meta        Meta
+	Audit       Audit
+	SQLMeta     SQLMeta
 }
