@@ -52,7 +52,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		if t.Dialect == store.Postgres {
 			cfg.Postgres = t.Conn
 		} else {
-			cfg.SQLiteDir = filepath.Dir(t.Conn)
+			cfg.SQLiteDir = filepath.Dir(t.Path)
 		}
 	}
 	if cfg.Peer != "" && cfg.Postgres == "" {

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/idemkit/idem/boxoffice"
@@ -43,8 +42,10 @@ func runConsole(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("%w: give --nats or --broker, not both", errUsage)
 	}
 	nurl := dlqOr(dlqOr(*natsURL, *brokerURL), env.Getenv("IDEM_NATS_URL"))
-	if nurl != "" && !strings.HasPrefix(nurl, "nats://") && !strings.HasPrefix(nurl, "tls://") {
-		return fmt.Errorf("%w: the broker URL must be nats://… or tls://… (NATS JetStream)", errUsage)
+	if nurl != "" {
+		if err := parseNATSURL(nurl); err != nil {
+			return err
+		}
 	}
 	tok, tokenFrom := *token, "--token"
 	if tok == "" {

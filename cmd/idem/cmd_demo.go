@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/internal/redact"
+	"github.com/idemkit/idem/store"
 )
 
 // runDemo starts the reference system (boxoffice) in one process: the HTTP
@@ -181,8 +183,8 @@ func describeDB(db, data string) string {
 	if db == "" {
 		return "SQLite " + filepath.Join(data, "idem.db") + " (embedded default)"
 	}
-	if strings.HasPrefix(db, "postgres") {
-		return "PostgreSQL " + redact.URL(db)
+	if t, err := dsn.ParseDatabase(db); err == nil && t.Dialect == store.Postgres {
+		return "PostgreSQL " + redact.URL(db) + " (pgx)"
 	}
 	return redact.URL(db)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/drill"
+	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/redact"
 )
 
@@ -46,8 +48,11 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
-	if *db != "" && !strings.HasPrefix(*db, "postgres://") && !strings.HasPrefix(*db, "postgresql://") {
-		return fmt.Errorf("%w: --db must be a postgres:// URL (the drill's default is a fresh SQLite file per scenario)", errUsage)
+	if *db != "" {
+		// A postgres:// URL that does not parse is reported by drill.Check.
+		if _, err := dsn.ParsePostgres(*db); err != nil && !errors.Is(err, dsn.ErrInvalid) {
+			return fmt.Errorf("%w: --db must be a postgres:// URL (the drill's default is a fresh SQLite file per scenario)", errUsage)
+		}
 	}
 	cfg := drill.Config{
 		Orders: *orders, Duplicates: *duplicates, Crash: *crash, Workers: *workers, Seed: *seed,

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -20,11 +19,11 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/idemproxy"
+	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/pgxstore"
 )
 
 // listFlag is a repeatable string flag (--route A --route B).
@@ -131,11 +130,11 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 		close func() error
 	)
 	if target.Dialect == store.Postgres {
-		d, closePool, err := openProxyPool(ctx, target.Conn)
+		d, err := dsn.OpenPgx(ctx, target, dsn.Options{MaxConns: proxyPoolConns})
 		if err != nil {
 			return hideURL(err, u)
 		}
-		close = closePool
+		close = d.Close
 		p, err = startProxyStore(ctx, d, cfg, reg)
 		if err != nil {
 			_ = close()
@@ -236,30 +235,6 @@ func startProxyStore[TTx any](ctx context.Context, d store.Driver[TTx], cfg idem
 // (pgx's own default is four connections on a small machine, which
 // serialises a busy proxy); pool_max_conns in the URL overrides it.
 const proxyPoolConns = 32
-
-func openProxyPool(ctx context.Context, conn string) (*pgxstore.Driver, func() error, error) {
-	cfg, err := pgxpool.ParseConfig(conn)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: the PostgreSQL URL does not parse", errUsage)
-	}
-	if !strings.Contains(conn, "pool_max_conns") {
-		cfg.MaxConns = proxyPoolConns
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, nil, fmt.Errorf("connect: %w", err)
-	}
-	d, err := pgxstore.New(pool, pgxstore.Config{})
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return d, func() error { err := d.Close(); pool.Close(); return err }, nil
-}
 
 func describeRoute(r idemproxy.Route) string {
 	pat := r.Path

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 
+	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/redact"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"
 )
 
@@ -26,34 +25,26 @@ func databaseURL(env *Env, flagValue string) string {
 	return defaultDatabaseURL
 }
 
-// dbTarget is a parsed database URL.
-type dbTarget struct {
-	Dialect store.Dialect
-	// Conn is the PostgreSQL connection string or the SQLite file path.
-	Conn string
+// parseDatabaseURL parses a database URL (internal/dsn: postgres://,
+// postgresql://, sqlite://path, sqlite:///abs/path); a refused one is a
+// usage error that never echoes the URL (it may carry a password).
+func parseDatabaseURL(u string) (dsn.Database, error) {
+	t, err := dsn.ParseDatabase(u)
+	if err != nil {
+		return t, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return t, nil
 }
 
-// parseDatabaseURL accepts postgres://, postgresql:// and sqlite://path
-// (sqlite:///abs/path for an absolute path).
-func parseDatabaseURL(u string) (dbTarget, error) {
-	switch {
-	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
-		return dbTarget{Dialect: store.Postgres, Conn: u}, nil
-	case strings.HasPrefix(u, "sqlite://"):
-		p := strings.TrimPrefix(u, "sqlite://")
-		if i := strings.IndexByte(p, '?'); i >= 0 {
-			p = p[:i]
-		}
-		if p == "" {
-			return dbTarget{}, fmt.Errorf("%w: the sqlite:// database URL has no file path (want sqlite://path/to/file.db)", errUsage)
-		}
-		return dbTarget{Dialect: store.SQLite, Conn: filepath.Clean(p)}, nil
+// parseNATSURL checks a NATS JetStream URL (internal/dsn: nats://… or
+// tls://…, several servers comma-separated); anything else is a usage
+// error that never echoes the URL.
+func parseNATSURL(u string) error {
+	b, err := dsn.ParseBroker(u)
+	if err != nil || b.Kind != dsn.NATS {
+		return fmt.Errorf("%w: the broker URL must be nats://… or tls://… (NATS JetStream)", errUsage)
 	}
-	// Never echo u: it may carry a password.
-	if sc := redact.Scheme(u); sc != "" {
-		return dbTarget{}, fmt.Errorf("%w: database URL scheme %q is not supported: want postgres://… or sqlite://path", errUsage, sc)
-	}
-	return dbTarget{}, fmt.Errorf("%w: the database URL has no scheme: want postgres://… or sqlite://path", errUsage)
+	return nil
 }
 
 // mustExist is openSQL's create argument for the commands that must not
@@ -70,15 +61,11 @@ func openSQL(ctx context.Context, u string, create bool) (*sqlstore.Driver, erro
 	if err != nil {
 		return nil, err
 	}
-	if t.Dialect == store.Postgres {
-		d, err := sqlstore.OpenPostgres(ctx, t.Conn, sqlstore.Config{})
-		return d, hideURL(err, u)
-	}
-	d, err := sqlstore.OpenSQLite(t.Conn, sqlstore.SQLiteOptions{MustExist: !create}, sqlstore.Config{})
+	d, err := dsn.OpenSQL(ctx, t, dsn.Options{SQLite: sqlstore.SQLiteOptions{MustExist: !create}})
 	if errors.Is(err, sqlstore.ErrNoDatabase) {
-		return nil, fmt.Errorf("no database at %s (check the path; 'idem migrate up' creates one)", t.Conn)
+		return nil, fmt.Errorf("no database at %s (check the path; 'idem migrate up' creates one)", t.Path)
 	}
-	return d, err
+	return d, hideURL(err, u)
 }
 
 // hideURL returns err with every occurrence of the raw URL u in its message

@@ -23,6 +23,7 @@ func TestParseDatabase(t *testing.T) {
 	}{
 		{"postgres://u:p@h:5432/db?sslmode=disable", store.Postgres, "postgres://u:p@h:5432/db?sslmode=disable", ""},
 		{"postgresql://h/db", store.Postgres, "postgresql://h/db", ""},
+		{"postgres://h1:5432,h2:5433/db?target_session_attrs=read-write", store.Postgres, "postgres://h1:5432,h2:5433/db?target_session_attrs=read-write", ""},
 		{"sqlite://./idem-data/idem.db", store.SQLite, "", "idem-data/idem.db"},
 		{"sqlite:///var/lib/idem.db?_busy=1", store.SQLite, "", "/var/lib/idem.db"},
 		{"sqlite://a/../b.db", store.SQLite, "", "b.db"},
@@ -50,6 +51,7 @@ func TestParseDatabaseRefusals(t *testing.T) {
 		{"mysql://root:secretpw@h/db", dsn.ErrUnsupported, "mysql", `scheme "mysql" is not supported: want postgres`},
 		{"sqlite://", dsn.ErrNoPath, "sqlite", "has no file path"},
 		{"sqlite://?mode=ro", dsn.ErrNoPath, "sqlite", "has no file path"},
+		{"postgres://u:secretpw@127.0.0.1:bad/x", dsn.ErrInvalid, "postgres", "the PostgreSQL URL does not parse"},
 	} {
 		_, err := dsn.ParseDatabase(c.in)
 		if !errors.Is(err, c.reason) {
