@@ -1,7 +1,6 @@
 package idemmetrics
 
 import (
-	"context"
 	"log/slog"
 
 	"github.com/idemkit/idem"
@@ -9,12 +8,15 @@ import (
 )
 
 // The slog attribute keys idem uses in every log line about a message, so
-// logs of all components can be joined on them.
+// logs of all components can be joined on them (the one log-key
+// vocabulary; see ARCHITECTURE.md).
 const (
-	KeyConsumer  = "consumer"
-	KeyMessageID = "message_id"
-	KeyKey       = "key"
-	KeyAttempt   = "attempt"
+	KeyConsumer  = obs.LogConsumer
+	KeyMessageID = obs.LogMessageID
+	// KeyKey is the ordering key's attribute, "ordering_key" (never a bare
+	// "key").
+	KeyKey     = obs.LogOrderingKey
+	KeyAttempt = obs.LogAttempt
 	// KeyTraceID and KeySpanID join a log record to its trace; see
 	// [TraceLogHandler].
 	KeyTraceID = obs.LogTraceID
@@ -40,33 +42,17 @@ func Key(k string) slog.Attr { return slog.String(KeyKey, k) }
 func Attempt(n int) slog.Attr { return slog.Int(KeyAttempt, n) }
 
 // MessageAttrs returns the attributes of msg seen by consumer: consumer,
-// message id, key (when set) and attempt. The payload is never logged.
+// message id, ordering key (when set) and attempt. The payload is never
+// logged. The consumer logs these same attributes.
 func MessageAttrs(consumer string, msg idem.Message) []slog.Attr {
-	attrs := []slog.Attr{Consumer(consumer), MessageID(msg.ID)}
-	if msg.Key != "" {
-		attrs = append(attrs, Key(msg.Key))
-	}
-	return append(attrs, Attempt(msg.Attempt))
+	return obs.MessageAttrs(consumer, msg)
 }
 
 // Tracer is a tracing hook: Start opens a span named name with attrs and
 // returns the context carrying it and the function that ends it with the
-// operation's error (nil on success). Implementations must be safe for
-// concurrent use.
-//
-// idem's own spans (idem.http, idem.outbox.enqueue, idem.relay.publish,
-// idem.consume, idem.effect.call, idem.webhook) use the OpenTelemetry API
-// directly, through each component's TracerProvider option (default
-// otel.GetTracerProvider()); this hook is an extra span around a
-// consumer's handler for tracers that are not OpenTelemetry.
-type Tracer interface {
-	Start(ctx context.Context, name string, attrs ...slog.Attr) (context.Context, func(err error))
-}
+// operation's error (nil on success). It is consumer.Tracer; see
+// internal/obs.TraceHook.
+type Tracer = obs.TraceHook
 
 // NopTracer is a Tracer that does nothing; the default.
-type NopTracer struct{}
-
-// Start returns ctx and a no-op end function.
-func (NopTracer) Start(ctx context.Context, _ string, _ ...slog.Attr) (context.Context, func(error)) {
-	return ctx, func(error) {}
-}
+type NopTracer = obs.NopTraceHook
