@@ -62,8 +62,8 @@
 //
 // In [Transactional] mode (the default) the handler runs inside the
 // transaction that holds the key record; it gets it with [Tx] (e.g.
-// Tx[pgx.Tx]) or [SQLTx]. The response is buffered and sent only after the commit: a
-// crash, panic or 5xx leaves nothing recorded and a retry executes; a
+// Tx[pgx.Tx]) or [SQLTx]. The response is buffered and sent only after the
+// commit: a crash, panic or 5xx leaves nothing recorded and a retry executes; a
 // commit that fails answers 503 with nothing recorded. A concurrent
 // duplicate blocks on the primary key (PostgreSQL: at most
 // Config.LockTimeout; SQLite: BEGIN IMMEDIATE serialises writers) and then
@@ -81,8 +81,8 @@
 // retention is treated as absent — and "idem gc" deletes such rows. [Lookup]
 // and [Forget] (and "idem keys show") give operators access to one record.
 //
-// In [TwoPhase] mode an in_progress record with a lease is committed before the
-// handler runs and completed afterwards; see [ExpiredPolicy] for recovery
+// In [TwoPhase] mode an in_progress record with a lease is committed before
+// the handler runs and completed afterwards; see [ExpiredPolicy] for recovery
 // of an abandoned lease, and the fencing token that rejects a zombie's late
 // finalisation.
 //
@@ -284,7 +284,7 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 		case outMismatch:
 			m.log.InfoContext(r.Context(), "key reused with a different request", "idempotency_key", key, "tenant", tenant, "operation", op,
 				"stored", rec.Fingerprint.Short(), "received", req.fp.Short())
-			m.fail(w, r, &idem.FingerprintMismatchError{Key: req.scope.String(), Stored: rec.Fingerprint, Received: req.fp}, key, "")
+			m.fail(w, r, idem.CheckFingerprint(req.scope.String(), rec.Fingerprint[:], req.fp), key, "")
 			return DecisionMismatch, nil
 		case outHeld:
 			m.log.WarnContext(r.Context(), "key held for reconciliation", "idempotency_key", key, "tenant", tenant, "operation", op)
