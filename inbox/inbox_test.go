@@ -35,6 +35,7 @@ type env struct {
 	release      func(ctx context.Context, l *inbox.Lease) error
 	fail         func(ctx context.Context, l *inbox.Lease) error
 	expire       func(ctx context.Context, horizon time.Time, limit int) (int64, error)
+	expireKeep   func(ctx context.Context, horizon time.Time, limit int, keep map[string]time.Time) (int64, error)
 	counts       func(ctx context.Context) (map[string]int64, error)
 	clock        *clock
 }
@@ -109,6 +110,9 @@ func newEnv[TTx any](t *testing.T, d store.Driver[TTx]) env {
 		fail:    ib.Fail,
 		expire: func(ctx context.Context, horizon time.Time, limit int) (int64, error) {
 			return inbox.Expire(ctx, d, horizon, limit)
+		},
+		expireKeep: func(ctx context.Context, horizon time.Time, limit int, keep map[string]time.Time) (int64, error) {
+			return inbox.ExpireKeeping(ctx, d, horizon, limit, keep)
 		},
 		counts: func(ctx context.Context) (map[string]int64, error) { return inbox.Counts(ctx, d) },
 		clock:  clk,

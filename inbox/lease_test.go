@@ -211,3 +211,46 @@ func TestExpireAndCounts(t *testing.T) {
 		}
 	})
 }
+
+// ExpireKeeping spares, per consumer, the records received since a given
+// time, and expires the others like Expire.
+func TestExpireKeeping(t *testing.T) {
+	t.Parallel()
+	forEachDriver(t, func(t *testing.T, e env) {
+		ctx := context.Background()
+		t0 := e.clock.Now()
+		for _, c := range []string{"a", "b", "c"} {
+			for i := range 3 {
+				if _, err := e.process(ctx, c, msg(fmt.Sprintf("m-%d", i), `{}`), nil); err != nil {
+					t.Fatal(err)
+				}
+				e.clock.Add(time.Hour)
+			}
+		}
+		// Every record is past its expires_at. Consumer a keeps what it
+		// received from its second record on, b everything, c nothing.
+		horizon := e.clock.Now().Add(8 * 24 * time.Hour)
+		keep := map[string]time.Time{"a": t0.Add(time.Hour), "b": t0}
+		var total int64
+		for {
+			n, err := e.expireKeep(ctx, horizon, 2, keep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if total += n; n < 2 {
+				break
+			}
+		}
+		if total != 4 {
+			t.Fatalf("expired %d records, want 4 (a's first and all of c's)", total)
+		}
+		for c, want := range map[string]int{"a": 2, "b": 3, "c": 0} {
+			if n := e.count(t, `SELECT count(*) FROM `+e.table+` WHERE consumer = $1`, c); n != want {
+				t.Errorf("consumer %s keeps %d records, want %d", c, n, want)
+			}
+		}
+		if n, err := e.expireKeep(ctx, horizon, 10, nil); err != nil || n != 5 {
+			t.Fatalf("ExpireKeeping without keep = %d, %v; want the 5 left", n, err)
+		}
+	})
+}

@@ -3,6 +3,8 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/idemkit/idem/store"
@@ -17,6 +19,29 @@ func Expire[TTx any](ctx context.Context, d store.Driver[TTx], horizon time.Time
 		return 0, fmt.Errorf("inbox: expire: limit %d must be positive", limit)
 	}
 	n, err := d.Pool().Exec(ctx, d.Statements().Inbox.Expire, store.Micros(horizon), limit)
+	if err != nil {
+		return n, fmt.Errorf("inbox: expire: %w", err)
+	}
+	return n, nil
+}
+
+// ExpireKeeping is Expire sparing, for each consumer in keep, the records
+// it received at or after keep[consumer] (the retention GC's
+// Config.InboxMinAge: a consumer's retention lengthened after its rows
+// were written). An empty keep is Expire.
+func ExpireKeeping[TTx any](ctx context.Context, d store.Driver[TTx], horizon time.Time, limit int, keep map[string]time.Time) (int64, error) {
+	if len(keep) == 0 {
+		return Expire(ctx, d, horizon, limit)
+	}
+	if limit <= 0 {
+		return 0, fmt.Errorf("inbox: expire: limit %d must be positive", limit)
+	}
+	args := make([]any, 0, 2+2*len(keep))
+	args = append(args, store.Micros(horizon))
+	for _, c := range slices.Sorted(maps.Keys(keep)) { // one statement text per set of consumers
+		args = append(args, c, store.Micros(keep[c]))
+	}
+	n, err := d.Pool().Exec(ctx, d.Statements().Inbox.ExpireKeeping(len(keep)), append(args, limit)...)
 	if err != nil {
 		return n, fmt.Errorf("inbox: expire: %w", err)
 	}

@@ -65,5 +65,14 @@ WHERE consumer = $1 AND state = 'in_progress' AND lease_until <= $2 ORDER BY lea
 
 		Expire:       `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table + ` WHERE expires_at < $1 LIMIT $2) AND expires_at < $1`,
 		CountByState: `SELECT state, count(*) FROM ` + table + ` GROUP BY state`,
+		ExpireKeeping: func(n int) string {
+			var cond strings.Builder
+			cond.WriteString(`expires_at < $1`)
+			for i := range n {
+				cond.WriteString(` AND NOT (consumer = $` + strconv.Itoa(2+2*i) + ` AND received_at >= $` + strconv.Itoa(3+2*i) + `)`)
+			}
+			c := cond.String()
+			return `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table + ` WHERE ` + c + ` LIMIT $` + strconv.Itoa(2+2*n) + `) AND ` + c
+		},
 	}
 }

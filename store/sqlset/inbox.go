@@ -83,6 +83,11 @@ type Inbox struct {
 	// Expire deletes at most a batch of records whose expires_at passed.
 	// $1 horizon (expires_at < $1), $2 the most rows to delete.
 	Expire string
+	// ExpireKeeping is Expire sparing, for n consumers, the records
+	// received since a given time. $1 horizon, then for consumer i
+	// (0-based) $(2+2i) consumer and $(3+2i) the received_at from which
+	// its records are kept, then $(2+2n) the most rows to delete.
+	ExpireKeeping func(n int) string
 	// CountByState counts the records per state: state, count. No
 	// arguments.
 	CountByState string
