@@ -63,7 +63,7 @@ func ListAudit[TTx any](ctx context.Context, d store.Driver[TTx], f AuditFilter)
 	if limit < 0 {
 		limit = math.MaxInt64
 	}
-	rows, err := d.Pool().Query(ctx, auditSQL(d).List, f.Actor, action, from, to, f.Target, f.Outcome, since, max(f.BeforeID, 0), limit)
+	rows, err := d.Pool().Query(ctx, d.Statements().Audit.List, f.Actor, action, from, to, f.Target, f.Outcome, since, max(f.BeforeID, 0), limit)
 	if err != nil {
 		return nil, auditErr(ctx, d, err)
 	}
@@ -93,7 +93,7 @@ func auditErr[TTx any](ctx context.Context, d store.Driver[TTx], err error) erro
 // entry's id. Nothing may be done when it fails.
 func auditStart[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time, actor, action, target, reason, details string) (int64, error) {
 	var id int64
-	err := d.Pool().QueryRow(ctx, auditSQL(d).Start,
+	err := d.Pool().QueryRow(ctx, d.Statements().Audit.Start,
 		store.Micros(now), clean(actor), action, clean(target), clean(reason), clean(details)).Scan(&id)
 	if err != nil {
 		return 0, auditErr(ctx, d, err)
@@ -108,7 +108,7 @@ func auditEnd[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time, 
 	if err != nil {
 		outcome = "failed: " + err.Error()
 	}
-	_, e := d.Pool().Exec(context.WithoutCancel(ctx), auditSQL(d).End, id, clean(outcome), store.Micros(now), clean(details))
+	_, e := d.Pool().Exec(context.WithoutCancel(ctx), d.Statements().Audit.End, id, clean(outcome), store.Micros(now), clean(details))
 	if e != nil {
 		return fmt.Errorf("console: audit log: %w", e)
 	}

@@ -8,18 +8,7 @@ import (
 )
 
 // statements returns d's catalogue statements.
-//
-// Interim, until sqlset.Set carries them (field SQLMeta, filled by
-// store/postgres and store/sqlite sqlMeta): the same texts as those files.
-func statements[TTx any](d store.Driver[TTx]) sqlset.SQLMeta {
-	if d.Dialect() == store.Postgres {
-		return sqlset.SQLMeta{
-			TableExists:  `SELECT count(*) FROM pg_catalog.pg_class WHERE oid = to_regclass($1) AND relkind IN ('r', 'p')`,
-			EstimateRows: `SELECT coalesce((SELECT reltuples::float8 FROM pg_catalog.pg_class WHERE oid = to_regclass($1)), -1)`,
-		}
-	}
-	return sqlset.SQLMeta{TableExists: `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = $1`}
-}
+func statements[TTx any](d store.Driver[TTx]) sqlset.SQLMeta { return d.Statements().SQLMeta }
 
 // Exists reports whether idem's table name exists, on q of dialect d.
 //
