@@ -197,14 +197,11 @@ func (g *GC[TTx]) rules(now time.Time) []rule[TTx] {
 // expireInbox is inbox.Expire, keeping the rows of the consumers of
 // Config.InboxMinAge received within their minimum age.
 func (g *GC[TTx]) expireInbox(ctx context.Context, d store.Driver[TTx], horizon time.Time, limit int) (int64, error) {
-	if len(g.cfg.InboxMinAge) == 0 {
-		return inbox.Expire(ctx, d, horizon, limit)
-	}
 	keep := make(map[string]time.Time, len(g.cfg.InboxMinAge))
 	for c, age := range g.cfg.InboxMinAge {
 		keep[c] = horizon.Add(-age)
 	}
-	return inboxExpireKeeping(ctx, d, horizon, limit, keep)
+	return inbox.ExpireKeeping(ctx, d, horizon, limit, keep)
 }
 
 // RunOnce deletes every expired record, batch by batch, until no table has
