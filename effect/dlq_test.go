@@ -8,7 +8,6 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
 
@@ -44,6 +43,5 @@ func TestOnFailedParksInDeadLetterStore(t *testing.T) {
 			t.Fatalf("letter %+v", lt)
 		}
 	}
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); run(t, erase(testdb.SQLite(t))) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); run(t, erase(testdb.Pgx(t))) })
+	forEachStore(t, run)
 }

@@ -1,13 +1,13 @@
 package effect
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/store"
 )
 
@@ -28,9 +28,11 @@ type CallFunc func(ctx context.Context, key string) ([]byte, error)
 //   - in_progress under a live lease (another caller is running it):
 //     an error wrapping [idem.ErrInProgress]; retry later.
 //   - in_progress with an expired lease (the earlier caller crashed or
-//     hung): per [Config.ExpiredLease], ReCall takes it over and calls fn
-//     again with the same key (default), Hold returns
-//     [idem.ErrNeedsReconciliation].
+//     hung): per [Config.ExpiredLease], idem.Retake takes it over and
+//     calls fn again with the same key (default), idem.Hold returns
+//     [idem.ErrNeedsReconciliation]. Of many callers racing for one
+//     expired key, exactly one takes it over (the take-over is fenced on
+//     the token read); the others see its live lease.
 //   - pending (an earlier call failed transiently): fn is called again.
 //   - failed (an earlier call failed permanently): a permanent error
 //     wrapping [ErrFailed]; [Ledger.Retry] redrives it.
@@ -55,61 +57,93 @@ func (l *Ledger[TTx]) Do(ctx context.Context, key string, fn CallFunc) ([]byte, 
 	if fn == nil {
 		return nil, idem.InvalidOptionf("effect: nil fn")
 	}
-	pool := l.d.Pool()
-	for range 20 {
-		now := l.now()
-		lease := store.Micros(now.Add(l.cfg.Lease))
-		// Fast path for the common replay: a plain read. It decides nothing
-		// by itself; a missing row goes through the insert below, where the
-		// primary key decides.
-		e, err := scanEffect(pool.QueryRow(ctx, l.q.get, key))
-		if errors.Is(err, store.ErrNoRows) {
-			e, err = scanEffect(pool.QueryRow(ctx, l.q.inline, key, inlineFingerprint, lease, store.Micros(now), []byte{}))
-			if err == nil {
-				return l.run(ctx, e, fn)
-			}
-			if !errors.Is(err, store.ErrNoRows) {
-				return nil, fmt.Errorf("effect: do %q: %w", key, err)
-			}
-			e, err = scanEffect(pool.QueryRow(ctx, l.q.get, key))
-			if errors.Is(err, store.ErrNoRows) {
-				continue // deleted in between: insert again
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("effect: do %q: %w", key, err)
-		}
-		if !bytes.Equal(e.fingerprint, inlineFingerprint) {
-			return nil, mismatch(key, e.fingerprint, inlineFingerprint)
-		}
-		switch e.State {
-		case Completed:
-			return e.Result, nil
-		case Failed:
-			return nil, idem.Permanent(&FailedError{Key: key, LastError: e.LastError})
-		case InProgress:
-			if e.LeaseUntil.After(now) {
-				return nil, fmt.Errorf("effect %q is in progress until %s: %w", key, e.LeaseUntil.Format(time.RFC3339Nano), idem.ErrInProgress)
-			}
-			if l.cfg.ExpiredLease == Hold {
-				return nil, fmt.Errorf("effect %q: lease expired at %s, outcome unknown: %w", key, e.LeaseUntil.Format(time.RFC3339Nano), idem.ErrNeedsReconciliation)
-			}
-		}
-		// pending, or in_progress abandoned under ReCall: take it over with a
-		// compare-and-set on the observed token.
-		got, err := scanEffect(pool.QueryRow(ctx, l.q.takeOver, key, e.Token, lease, store.Micros(now)))
-		if errors.Is(err, store.ErrNoRows) {
-			continue // someone else moved first; look again
-		}
-		if err != nil {
-			return nil, fmt.Errorf("effect: do %q: %w", key, err)
-		}
-		if got.State == InProgress && e.State == InProgress {
-			l.log.WarnContext(ctx, "re-calling an abandoned effect with the same key", "key", key, "token", got.Token)
-		}
-		return l.run(ctx, got, fn)
+	c, err := lease.Run(ctx, l.doOps(key), l.cfg.ExpiredLease, l.now, 20)
+	if err != nil {
+		return nil, fmt.Errorf("effect: do %q: %w", key, err)
 	}
-	return nil, fmt.Errorf("effect: do %q: too much contention: %w", key, idem.ErrInProgress)
+	e := c.Row
+	switch c.Decision {
+	case lease.Acquire:
+		if c.TookOver && c.Record.State == lease.InProgress {
+			l.log.WarnContext(ctx, "re-calling an abandoned effect with the same key", "effect_key", key, "token", e.Token)
+		}
+		return l.run(ctx, e, fn)
+	case lease.Done:
+		return e.Result, nil
+	case lease.Ended:
+		return nil, idem.Permanent(&FailedError{Key: key, LastError: e.LastError})
+	case lease.Busy:
+		return nil, fmt.Errorf("effect %q is in progress until %s: %w", key, e.LeaseUntil.Format(time.RFC3339Nano), idem.ErrInProgress)
+	case lease.Held:
+		return nil, fmt.Errorf("effect %q: lease expired at %s, outcome unknown: %w", key, e.LeaseUntil.Format(time.RFC3339Nano), idem.ErrNeedsReconciliation)
+	case lease.Mismatch:
+		return nil, checkFingerprint(e, inlineFingerprint)
+	}
+	return nil, fmt.Errorf("effect: do %q: unexpected lease decision %s", key, c.Decision)
+}
+
+// doOps are Do's statements for the lease machine. The first Insert looks
+// before it inserts: the common call of Do is the replay of a completed
+// key, answered by that one read (which Read then hands over without a
+// second one); a missing row goes on to the INSERT, where the primary key
+// decides. A fresh key costs a read and an insert, as a replay costs one
+// read.
+func (l *Ledger[TTx]) doOps(key string) lease.Ops[Effect] {
+	pool := l.d.Pool()
+	looked := false
+	var seen *Effect // read by the first Insert, not yet handed to Read
+	get := func(ctx context.Context) (Effect, lease.Record, bool, error) {
+		e, err := scanEffect(pool.QueryRow(ctx, l.q.Get, key))
+		if errors.Is(err, store.ErrNoRows) {
+			return Effect{}, lease.Record{}, false, nil
+		}
+		if err != nil {
+			return Effect{}, lease.Record{}, false, err
+		}
+		return e, record(e, inlineFingerprint), true, nil
+	}
+	return lease.Ops[Effect]{
+		Insert: func(ctx context.Context, now time.Time) (Effect, bool, error) {
+			if !looked {
+				looked = true
+				e, _, found, err := get(ctx)
+				if err != nil {
+					return Effect{}, false, err
+				}
+				if found {
+					seen = &e
+					return Effect{}, false, nil
+				}
+			}
+			e, err := scanEffect(pool.QueryRow(ctx, l.q.Insert, key, inlineFingerprint.Bytes(),
+				store.Micros(now.Add(l.cfg.Lease)), store.Micros(now), []byte{}))
+			if errors.Is(err, store.ErrNoRows) {
+				return Effect{}, false, nil // a row exists
+			}
+			return e, err == nil, err
+		},
+		Read: func(ctx context.Context, _ time.Time) (Effect, lease.Record, bool, error) {
+			if seen != nil {
+				e := *seen
+				seen = nil
+				return e, record(e, inlineFingerprint), true, nil
+			}
+			return get(ctx)
+		},
+		TakeOver: func(ctx context.Context, rec lease.Record, now time.Time) (Effect, bool, error) {
+			e, err := scanEffect(pool.QueryRow(ctx, l.q.TakeOver, key, rec.Token, store.Micros(now.Add(l.cfg.Lease)), store.Micros(now)))
+			if errors.Is(err, store.ErrNoRows) {
+				return Effect{}, false, nil // another owner moved first
+			}
+			return e, err == nil, err
+		},
+	}
+}
+
+// record is what the effect e says about its lease, for fp.
+func record(e Effect, fp idem.Fingerprint) lease.Record {
+	return lease.Record{State: string(e.State), Token: e.Token, LeaseUntil: e.LeaseUntil,
+		Same: idem.SameFingerprint(e.fingerprint, fp)}
 }
 
 // run calls fn for the claimed effect e and finalises under its token.

@@ -199,3 +199,74 @@ func TestDoExpiredLeasePolicies(t *testing.T) {
 		}
 	})
 }
+
+// A caller hung holding the lease of a key until it expired; N callers then
+// race for the key at once, on every driver: exactly one of them takes it
+// over (new token) and calls fn, every other one sees the winner's live
+// lease (idem.ErrInProgress), and the hung caller, waking up, is fenced out
+// (idem.ErrLeaseLost).
+func TestDoExpiredLeaseTakenOverByExactlyOneRacer(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+		ctx := context.Background()
+		cfg := effect.Config{Lease: time.Minute, CallTimeout: time.Minute}
+		hung := newLedger(t, d, cfg)
+		hungIn, hungOut := make(chan struct{}), make(chan struct{})
+		hungErr := make(chan error, 1)
+		go func() {
+			_, err := hung.Do(ctx, "charge:race", func(context.Context, string) ([]byte, error) {
+				close(hungIn)
+				<-hungOut
+				return []byte("zombie"), nil
+			})
+			hungErr <- err
+		}()
+		<-hungIn
+
+		// The racers' clock is past the hung caller's lease.
+		later := cfg
+		later.Now = func() time.Time { return time.Now().Add(2 * time.Minute) }
+		racers := newLedger(t, d, later)
+		const n = 8
+		var calls, inProgress, ok atomic.Int64
+		release := make(chan struct{})
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				<-start
+				res, err := racers.Do(ctx, "charge:race", func(context.Context, string) ([]byte, error) {
+					calls.Add(1)
+					<-release // hold the new lease while the others look
+					return []byte("winner"), nil
+				})
+				switch {
+				case errors.Is(err, idem.ErrInProgress):
+					inProgress.Add(1)
+				case err == nil && string(res) == "winner":
+					ok.Add(1)
+				default:
+					t.Errorf("racer Do: %s %v", res, err)
+				}
+			})
+		}
+		close(start)
+		waitFor(t, "the losers to be refused", func() bool { return inProgress.Load() == n-1 })
+		if c := calls.Load(); c != 1 {
+			t.Fatalf("fn called %d times by %d racers, want 1", c, n)
+		}
+		close(release)
+		wg.Wait()
+		if calls.Load() != 1 || ok.Load() != 1 || inProgress.Load() != n-1 {
+			t.Fatalf("calls = %d, ok = %d, in progress = %d", calls.Load(), ok.Load(), inProgress.Load())
+		}
+		close(hungOut)
+		if err := <-hungErr; !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("hung caller: %v", err)
+		}
+		e := get(t, racers, "charge:race")
+		if e.State != effect.Completed || string(e.Result) != "winner" || e.Token != 2 || e.Attempts != 2 {
+			t.Fatalf("effect after the race: %+v", e)
+		}
+	})
+}

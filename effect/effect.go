@@ -25,11 +25,14 @@
 // number of effects; the provider's unique effects cannot.
 //
 // The table is {{t}}effects (migration 0004_effects; 0007_trace_context
-// adds the trace context columns).
+// adds the trace context columns, 0009 the key-lifetime columns). This
+// package owns it: its states, its statements (store/sqlset.Effects,
+// written once per dialect in store/postgres and store/sqlite), its
+// counts ([Counts]) and its expiry ([Expire]). Claims, take-overs and
+// fenced writes run on idem's one lease machine (internal/lease).
 package effect
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -39,19 +42,22 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
 )
 
 // State is the lifecycle state of an effect.
 type State string
 
-// The states of an effect.
+// The states of an effect: the lease machine's one vocabulary
+// (internal/lease), stored as these strings.
 const (
-	Pending    State = "pending"     // scheduled, waiting to be claimed (or released after a transient error)
-	InProgress State = "in_progress" // claimed under a lease; the call may or may not have reached the provider
-	Completed  State = "completed"   // the provider answered; Result holds the answer
-	Failed     State = "failed"      // permanent error or attempts exhausted; redrive with Retry
+	Pending    State = lease.Pending    // scheduled, waiting to be claimed (or released after a transient error)
+	InProgress State = lease.InProgress // claimed under a lease; the call may or may not have reached the provider
+	Completed  State = lease.Completed  // the provider answered; Result holds the answer
+	Failed     State = lease.Failed     // permanent error or attempts exhausted; redrive with Retry
 )
 
 // Effect is one external side effect. Key, Kind, Payload and NotBefore are
@@ -101,19 +107,22 @@ type Effect struct {
 
 // ExpiredLeasePolicy decides what [Ledger.Do] does with a key whose
 // in_progress lease ran out: the earlier caller crashed or hung, and nobody
-// knows whether its call reached the provider.
-type ExpiredLeasePolicy int
+// knows whether its call reached the provider. It is idem's one
+// expired-lease policy type.
+type ExpiredLeasePolicy = idem.ExpiredLease
 
 const (
 	// ReCall takes the key over (new fencing token) and calls fn again with
 	// the same key; safe when the provider honours idempotency keys. The
 	// default.
-	ReCall ExpiredLeasePolicy = iota
+	//
+	// Deprecated: use idem.Retake.
+	ReCall = idem.Retake
 	// Hold leaves the record untouched and returns
 	// [idem.ErrNeedsReconciliation]: an operator checks the provider and
 	// then calls [Ledger.Resolve] (it happened) or [Ledger.Retry] (call
-	// again).
-	Hold
+	// again). Same as idem.Hold.
+	Hold = idem.Hold
 )
 
 // Config configures a Ledger.
@@ -131,7 +140,7 @@ type Config struct {
 	// completed effects forever. Failed effects are always kept.
 	Retention time.Duration
 	// ExpiredLease is Do's policy for an abandoned in_progress key.
-	// Defaults to ReCall.
+	// Defaults to idem.Retake.
 	ExpiredLease ExpiredLeasePolicy
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
@@ -151,7 +160,7 @@ type Config struct {
 type Ledger[TTx any] struct {
 	d   store.Driver[TTx]
 	cfg Config
-	q   queries
+	q   sqlset.Effects
 	log *slog.Logger
 	tr  trace.Tracer
 }
@@ -205,8 +214,8 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Ledger[TTx], error) {
 	if cfg.Retention == 0 {
 		cfg.Retention = 30 * 24 * time.Hour
 	}
-	if cfg.ExpiredLease != ReCall && cfg.ExpiredLease != Hold {
-		return nil, idem.InvalidOptionf("effect: unknown ExpiredLease policy %d", cfg.ExpiredLease)
+	if !cfg.ExpiredLease.Valid() {
+		return nil, idem.InvalidOptionf("effect: unknown ExpiredLease policy %d", int(cfg.ExpiredLease))
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -218,7 +227,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Ledger[TTx], error) {
 	return &Ledger[TTx]{
 		d:   d,
 		cfg: cfg,
-		q:   newQueries(d.Dialect(), d.Table("effects")),
+		q:   d.Statements().Effects,
 		log: obs.Logger(log).With("component", "effect"),
 		tr:  obs.Tracer(cfg.TracerProvider),
 	}, nil
@@ -233,16 +242,18 @@ func (l *Ledger[TTx]) expiresAt(now time.Time) int64 {
 	return store.Micros(now.Add(l.cfg.Retention))
 }
 
-func scheduledFingerprint(kind string, payload []byte) []byte {
-	return idem.FingerprintOf([]byte("scheduled"), []byte(kind), idem.PayloadFingerprint(payload).Bytes()).Bytes()
+func scheduledFingerprint(kind string, payload []byte) idem.Fingerprint {
+	return idem.FingerprintOf([]byte("scheduled"), []byte(kind), idem.PayloadFingerprint(payload).Bytes())
 }
 
-var inlineFingerprint = idem.FingerprintOf([]byte("inline")).Bytes()
+// inlineFingerprint is the fingerprint of every Do key: a Do key and a
+// scheduled key never match.
+var inlineFingerprint = idem.FingerprintOf([]byte("inline"))
 
-func mismatch(key string, stored, received []byte) error {
-	s, _ := idem.FingerprintFromBytes(stored)
-	r, _ := idem.FingerprintFromBytes(received)
-	return &idem.FingerprintMismatchError{Key: "effect/" + key, Stored: s, Received: r}
+// checkFingerprint returns nil when the effect e was written with fp, and
+// otherwise the mismatch error naming the key.
+func checkFingerprint(e Effect, fp idem.Fingerprint) error {
+	return idem.CheckFingerprint("effect/"+e.Key, e.fingerprint, fp)
 }
 
 // Schedule records effect e in the caller's transaction tx; it is performed
@@ -278,7 +289,7 @@ func (l *Ledger[TTx]) ScheduleTx(ctx context.Context, tx TTx, e Effect) (Effect,
 	q := l.d.Tx(tx)
 	tp, ts := obs.Current(ctx)
 	for range 10 {
-		got, err := scanEffect(q.QueryRow(ctx, l.q.schedule, e.Key, e.Kind, payload, fp, store.Micros(due), store.Micros(now), tp, ts))
+		got, err := scanEffect(q.QueryRow(ctx, l.q.Schedule, e.Key, e.Kind, payload, fp.Bytes(), store.Micros(due), store.Micros(now), tp, ts))
 		if err == nil {
 			return got, true, nil
 		}
@@ -287,15 +298,15 @@ func (l *Ledger[TTx]) ScheduleTx(ctx context.Context, tx TTx, e Effect) (Effect,
 		}
 		// A conflicting row exists and its transaction has finished; read it
 		// in a new statement. It may have vanished (GC), then insert again.
-		got, err = scanEffect(q.QueryRow(ctx, l.q.get, e.Key))
+		got, err = scanEffect(q.QueryRow(ctx, l.q.Get, e.Key))
 		if errors.Is(err, store.ErrNoRows) {
 			continue
 		}
 		if err != nil {
 			return Effect{}, false, fmt.Errorf("effect: schedule %q: %w", e.Key, err)
 		}
-		if !bytes.Equal(got.fingerprint, fp) {
-			return Effect{}, false, mismatch(e.Key, got.fingerprint, fp)
+		if err := checkFingerprint(got, fp); err != nil {
+			return Effect{}, false, err
 		}
 		return got, false, nil
 	}
@@ -305,7 +316,7 @@ func (l *Ledger[TTx]) ScheduleTx(ctx context.Context, tx TTx, e Effect) (Effect,
 // Get returns the effect stored under key, or an error wrapping
 // [idem.ErrNotFound].
 func (l *Ledger[TTx]) Get(ctx context.Context, key string) (Effect, error) {
-	e, err := scanEffect(l.d.Pool().QueryRow(ctx, l.q.get, key))
+	e, err := scanEffect(l.d.Pool().QueryRow(ctx, l.q.Get, key))
 	if errors.Is(err, store.ErrNoRows) {
 		return Effect{}, fmt.Errorf("effect %q: %w", key, idem.ErrNotFound)
 	}
@@ -318,7 +329,7 @@ func (l *Ledger[TTx]) List(ctx context.Context, state State, limit int) ([]Effec
 	if limit <= 0 {
 		limit = 100
 	}
-	return l.list(ctx, l.q.listState, string(state), limit)
+	return l.list(ctx, l.q.ListState, string(state), limit)
 }
 
 // list runs a query returning effects.
@@ -350,39 +361,28 @@ func (l *Ledger[TTx]) ListHeld(ctx context.Context, limit int) ([]Effect, error)
 	if limit <= 0 {
 		limit = 100
 	}
-	return l.list(ctx, l.q.listHeld, limit)
+	return l.list(ctx, l.q.ListHeld, limit)
 }
 
 // hold marks the claimed effect held under the token: no lease, never
 // claimed again until Resolve or Retry; the claim's attempt is not counted.
 func (l *Ledger[TTx]) hold(ctx context.Context, key string, token int64, cause error) error {
-	n, err := l.d.Pool().Exec(ctx, l.q.hold, key, token, store.Micros(l.now()), cause.Error())
-	if err != nil {
-		return fmt.Errorf("effect: hold %q: %w", key, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("effect %q (token %d): %w", key, token, idem.ErrLeaseLost)
-	}
-	return nil
+	n, err := l.d.Pool().Exec(ctx, l.q.Hold, key, token, store.Micros(l.now()), cause.Error())
+	return lease.Fence(n, err, fmt.Sprintf("effect: hold %q", key), token)
 }
 
-// Counts returns the number of effects per state.
+// Counts returns the number of effects per state (see the package-level
+// [Counts]).
 func (l *Ledger[TTx]) Counts(ctx context.Context) (map[State]int64, error) {
-	rows, err := l.d.Pool().Query(ctx, l.q.counts)
+	c, err := Counts(ctx, l.d)
 	if err != nil {
-		return nil, fmt.Errorf("effect: counts: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
-	out := map[State]int64{}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return nil, err
-		}
+	out := make(map[State]int64, len(c))
+	for s, n := range c {
 		out[State(s)] = n
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Retry redrives a failed effect, or one abandoned in_progress (lease run
@@ -392,7 +392,7 @@ func (l *Ledger[TTx]) Counts(ctx context.Context) (map[State]int64, error) {
 // deduplicates on the key. It fails with [ErrNotRetryable] for a pending,
 // completed or live effect and [idem.ErrNotFound] for an unknown key.
 func (l *Ledger[TTx]) Retry(ctx context.Context, key string) error {
-	n, err := l.d.Pool().Exec(ctx, l.q.redrive, key, store.Micros(l.now()))
+	n, err := l.d.Pool().Exec(ctx, l.q.Redrive, key, store.Micros(l.now()))
 	if err != nil {
 		return fmt.Errorf("effect: retry %q: %w", key, err)
 	}
@@ -411,7 +411,7 @@ func (l *Ledger[TTx]) Resolve(ctx context.Context, key string, result []byte) er
 	if result == nil {
 		result = []byte{}
 	}
-	n, err := l.d.Pool().Exec(ctx, l.q.resolve, key, result, store.Micros(now), l.expiresAt(now))
+	n, err := l.d.Pool().Exec(ctx, l.q.Resolve, key, result, store.Micros(now), l.expiresAt(now))
 	if err != nil {
 		return fmt.Errorf("effect: resolve %q: %w", key, err)
 	}
@@ -435,14 +435,8 @@ func (l *Ledger[TTx]) complete(ctx context.Context, key string, token int64, res
 		result = []byte{}
 	}
 	now := l.now()
-	n, err := l.d.Pool().Exec(ctx, l.q.complete, key, token, result, store.Micros(now), l.expiresAt(now))
-	if err != nil {
-		return fmt.Errorf("effect: complete %q: %w", key, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("effect %q (token %d): %w", key, token, idem.ErrLeaseLost)
-	}
-	return nil
+	n, err := l.d.Pool().Exec(ctx, l.q.Complete, key, token, result, store.Micros(now), l.expiresAt(now))
+	return lease.Fence(n, err, fmt.Sprintf("effect: complete %q", key), token)
 }
 
 // release puts the effect back to pending, due at next, under the token.
@@ -455,14 +449,8 @@ func (l *Ledger[TTx]) release(ctx context.Context, key string, token int64, next
 	if cause != nil {
 		msg = cause.Error()
 	}
-	n, err := l.d.Pool().Exec(ctx, l.q.release, key, token, store.Micros(next), msg, store.Micros(l.now()), delta)
-	if err != nil {
-		return fmt.Errorf("effect: release %q: %w", key, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("effect %q (token %d): %w", key, token, idem.ErrLeaseLost)
-	}
-	return nil
+	n, err := l.d.Pool().Exec(ctx, l.q.Release, key, token, store.Micros(next), msg, store.Micros(l.now()), delta)
+	return lease.Fence(n, err, fmt.Sprintf("effect: release %q", key), token)
 }
 
 // fail marks the effect failed under the token and runs hook in the same
@@ -470,12 +458,13 @@ func (l *Ledger[TTx]) release(ctx context.Context, key string, token int64, next
 func (l *Ledger[TTx]) fail(ctx context.Context, key string, token int64, cause error, hook func(ctx context.Context, tx TTx, e Effect) error) (Effect, error) {
 	var failed Effect
 	err := store.InTx(ctx, l.d, func(tx TTx) error {
-		e, err := scanEffect(l.d.Tx(tx).QueryRow(ctx, l.q.fail, key, token, cause.Error(), store.Micros(l.now())))
+		e, err := scanEffect(l.d.Tx(tx).QueryRow(ctx, l.q.Fail, key, token, cause.Error(), store.Micros(l.now())))
+		n := int64(1)
 		if errors.Is(err, store.ErrNoRows) {
-			return fmt.Errorf("effect %q (token %d): %w", key, token, idem.ErrLeaseLost)
+			n, err = 0, nil // no row under the token: the lease was lost
 		}
-		if err != nil {
-			return fmt.Errorf("effect: fail %q: %w", key, err)
+		if err := lease.Fence(n, err, fmt.Sprintf("effect: fail %q", key), token); err != nil {
+			return err
 		}
 		failed = e
 		if hook != nil {

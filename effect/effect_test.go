@@ -16,12 +16,11 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
-// forEachStore runs test on SQLite, pgx and database/sql PostgreSQL.
-func forEachStore(t *testing.T, test func(t *testing.T, d store.Driver[any])) {
+// forEachStore runs test on SQLite, pgx and database/sql PostgreSQL
+// (testdb.EachDriver), each on its own migrated store.
+func forEachStore(t *testing.T, test func(t *testing.T, d store.Driver[any]), opts ...testdb.Option) {
 	t.Helper()
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); test(t, erase(testdb.SQLite(t))) })
-	t.Run("pgx", func(t *testing.T) { t.Parallel(); test(t, erase(testdb.Pgx(t))) })
-	t.Run("sql-postgres", func(t *testing.T) { t.Parallel(); test(t, erase(testdb.SQLPostgres(t))) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { test(t, e.D) }, opts...)
 }
 
 func erase[TTx any](d store.Driver[TTx]) store.Driver[any] { return testdb.Erase(d) }
@@ -591,6 +590,14 @@ func TestWorkerConfigErrors(t *testing.T) {
 	}
 	if _, err := effect.NewWorker(l, effect.WorkerConfig[any]{Concurrency: -1}); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("negative concurrency: %v", err)
+	}
+	// The policy is idem's one type; the old names are its values.
+	var policy effect.ExpiredLeasePolicy = idem.Hold
+	if policy != effect.Hold || effect.ReCall != idem.Retake {
+		t.Fatal("effect policies are not idem.ExpiredLease values")
+	}
+	if _, err := effect.New(d, effect.Config{ExpiredLease: 7}); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Fatalf("unknown policy: %v", err)
 	}
 }
 

@@ -16,6 +16,9 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
+// *idemmetrics.Metrics is the worker's Observer.
+var _ effect.Observer = (*idemmetrics.Metrics)(nil)
+
 // An effect whose first call reached the provider but whose answer was lost
 // is retried with the same key; once that key is older than the provider's
 // key lifetime the worker holds the effect instead of calling: the provider
@@ -69,6 +72,12 @@ func TestKeyLifetimeHoldsInsteadOfCalling(t *testing.T) {
 		held, err := l.ListHeld(ctx, 10)
 		if err != nil || len(held) != 1 || held[0].Key != "charge:1" {
 			t.Fatalf("ListHeld = %v, %v", held, err)
+		}
+		if held, err := effect.CountHeld(ctx, d); err != nil || len(held) != 1 || held["charge"] != 1 {
+			t.Fatalf("CountHeld = %v, %v", held, err)
+		}
+		if c, err := effect.Counts(ctx, d); err != nil || c["in_progress"] != 1 {
+			t.Fatalf("Counts of a held effect = %v, %v", c, err)
 		}
 		if n := counterValue(t, reg, "idem_effects_held_total"); n != 1 {
 			t.Fatalf("idem_effects_held_total = %v, want 1", n)

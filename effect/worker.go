@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -15,7 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
@@ -93,7 +92,9 @@ type WorkerConfig[TTx any] struct {
 	// marked failed. Defaults to 10.
 	MaxAttempts int
 	// Backoff returns the delay before attempt+1 after a transient failure
-	// of attempt (1-based). Defaults to FullJitter(time.Second, 5*time.Minute).
+	// of attempt (1-based). Defaults to FullJitter(time.Second, 5*time.Minute),
+	// idem's one full-jitter backoff (idem.Backoff{Base: time.Second,
+	// Max: 5*time.Minute}).
 	Backoff func(attempt int) time.Duration
 	// OnFailed runs in the transaction that marks an effect failed
 	// (permanent error or attempts exhausted), with the error that failed
@@ -118,8 +119,17 @@ type WorkerConfig[TTx any] struct {
 	// Logger receives the worker's logs. Defaults to the Ledger's.
 	Logger *slog.Logger
 	// Metrics, if set, counts effects held for reconciliation
-	// (idem_effects_held_total, see [WithKeyLifetime]).
-	Metrics *idemmetrics.Metrics
+	// (idem_effects_held_total, see [WithKeyLifetime]); *idemmetrics.Metrics
+	// implements it.
+	Metrics Observer
+}
+
+// Observer receives the worker's events for metrics. *idemmetrics.Metrics
+// implements it.
+type Observer interface {
+	// EffectHeld counts an effect of kind held for reconciliation because
+	// its provider key is older than the kind's key lifetime.
+	EffectHeld(kind string)
 }
 
 // Worker claims due scheduled effects and performs them with the registered
@@ -234,10 +244,6 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 		}
 		return 1
 	})
-	claimSQL := make(map[string]string, len(kinds))
-	for _, k := range kinds {
-		claimSQL[k.name] = w.l.q.claim([]string{k.name})
-	}
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -267,10 +273,10 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 				}
 				n = min(n, tok)
 			}
-			claimed, err := w.claim(ctx, claimSQL[k.name], k, n)
+			claimed, err := w.claim(ctx, k, n)
 			if err != nil {
 				if ctx.Err() == nil {
-					w.log.WarnContext(ctx, "claim failed", "kind", k.name, "err", err)
+					w.log.WarnContext(ctx, "claim failed", "kind", k.name, "error", err)
 				}
 				break
 			}
@@ -316,14 +322,22 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker[TTx]) claim(ctx context.Context, sql string, k *kind, n int) ([]Effect, error) {
+// claim leases up to n due effects of kind k in one statement: the lease
+// machine's Acquire for many rows at once. Its condition is
+// [lease.Decide]'s Acquire under idem.Retake, written in SQL so that the
+// batch costs one round trip: pending effects that are due, and
+// in_progress ones whose lease ended (an in_progress row's next_attempt_at
+// is its lease_until); held effects are never claimed. Every claimed row
+// gets a new token, so the worker whose lease ran out writes nothing more
+// ([lease.Fence]).
+func (w *Worker[TTx]) claim(ctx context.Context, k *kind, n int) ([]Effect, error) {
 	now := w.l.now()
-	return w.l.list(ctx, sql, store.Micros(now), n, store.Micros(now.Add(w.l.cfg.Lease)), k.name)
+	return w.l.list(ctx, w.l.q.Claim, store.Micros(now), n, store.Micros(now.Add(w.l.cfg.Lease)), k.name)
 }
 
 // perform runs one claimed effect and records its outcome under its token.
 func (w *Worker[TTx]) perform(ctx context.Context, k *kind, e Effect) {
-	log := w.log.With("key", e.Key, "kind", k.name, "attempt", e.Attempts, "token", e.Token)
+	log := w.log.With("effect_key", e.Key, "kind", k.name, "attempt", e.Attempts, "token", e.Token)
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer fcancel()
 	if e.Attempts > k.maxAttempts {
@@ -341,7 +355,9 @@ func (w *Worker[TTx]) perform(ctx context.Context, k *kind, e Effect) {
 			w.logFinalise(fctx, log, "hold", err)
 			return
 		}
-		w.cfg.Metrics.EffectHeld(k.name)
+		if w.cfg.Metrics != nil {
+			w.cfg.Metrics.EffectHeld(k.name)
+		}
 		log.WarnContext(fctx, "effect held for reconciliation: provider key lifetime exceeded", "age", age, "key_lifetime", k.keyLifetime)
 		return
 	}
@@ -371,7 +387,7 @@ func (w *Worker[TTx]) perform(ctx context.Context, k *kind, e Effect) {
 	default:
 		endCall(span, outcomeRetry, err)
 		next := w.l.now().Add(w.cfg.Backoff(e.Attempts))
-		log.DebugContext(fctx, "transient failure, retrying later", "err", err, "next", next)
+		log.DebugContext(fctx, "transient failure, retrying later", "error", err, "next", next)
 		if rerr := w.l.release(fctx, e.Key, e.Token, next, err, false); rerr != nil {
 			w.logFinalise(fctx, log, "release", rerr)
 		}
@@ -385,15 +401,15 @@ func (w *Worker[TTx]) failEffect(ctx context.Context, log *slog.Logger, k *kind,
 	}
 	_, err := w.l.fail(ctx, e.Key, e.Token, cause, hook)
 	if err == nil {
-		log.WarnContext(ctx, "effect failed", "err", cause, "class", idem.ErrorClass(cause))
+		log.WarnContext(ctx, "effect failed", "error", cause, "class", idem.ErrorClass(cause))
 		return
 	}
-	if errors.Is(err, idem.ErrLeaseLost) {
+	if lease.Lost(err) {
 		w.logFinalise(ctx, log, "fail", err)
 		return
 	}
 	// The hook or the store failed: keep the effect alive and try later.
-	log.ErrorContext(ctx, "cannot mark the effect failed; retrying later", "err", err, "cause", cause)
+	log.ErrorContext(ctx, "cannot mark the effect failed; retrying later", "error", err, "cause", cause)
 	next := w.l.now().Add(w.cfg.Backoff(e.Attempts))
 	if rerr := w.l.release(ctx, e.Key, e.Token, next, errors.Join(cause, err), false); rerr != nil {
 		w.logFinalise(ctx, log, "release", rerr)
@@ -401,27 +417,17 @@ func (w *Worker[TTx]) failEffect(ctx context.Context, log *slog.Logger, k *kind,
 }
 
 func (w *Worker[TTx]) logFinalise(ctx context.Context, log *slog.Logger, op string, err error) {
-	if errors.Is(err, idem.ErrLeaseLost) {
-		log.WarnContext(ctx, "lease lost before "+op+"; another worker owns the effect, nothing written", "err", err)
+	if lease.Lost(err) {
+		log.WarnContext(ctx, "lease lost before "+op+"; another worker owns the effect, nothing written", "error", err)
 		return
 	}
-	log.ErrorContext(ctx, op+" failed; the effect is retried once its lease runs out", "err", err)
+	log.ErrorContext(ctx, op+" failed; the effect is retried once its lease runs out", "error", err)
 }
 
 // FullJitter returns an exponential backoff with full jitter: a uniformly
-// random delay in [0, min(max, base·2^(attempt-1))]. Safe for concurrent use.
+// random delay in [0, min(max, base·2^(attempt-1))], computed by idem's one
+// backoff, [idem.Backoff]. Safe for concurrent use.
 func FullJitter(base, max time.Duration) func(attempt int) time.Duration {
-	return func(attempt int) time.Duration {
-		ceil := base
-		for i := 1; i < attempt && ceil < max; i++ {
-			ceil *= 2
-		}
-		if ceil > max {
-			ceil = max
-		}
-		if ceil <= 0 {
-			return 0
-		}
-		return time.Duration(rand.Int64N(int64(ceil) + 1))
-	}
+	b := idem.Backoff{Base: base, Max: max}
+	return func(attempt int) time.Duration { return b.Delay(attempt, nil) }
 }
