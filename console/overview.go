@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemmetrics"
@@ -109,7 +110,7 @@ func (c *Console[TTx]) Sample(ctx context.Context) (Overview, error) {
 			}
 		}
 	}
-	s := sample{At: now, DeadParked: float64(o.Stats.DeadLetters.By["parked"]), OutboxLag: o.Stats.Outbox.LagSeconds,
+	s := sample{At: now, DeadParked: float64(o.Stats.DeadLetters.By[string(dlq.Parked)]), OutboxLag: o.Stats.Outbox.LagSeconds,
 		OutboxPending: float64(o.Stats.Outbox.Pending), OutboxParked: float64(o.Stats.Outbox.Parked),
 		HeldKeys: float64(o.HeldKeys), HeldEffects: float64(o.HeldEffects), Duplicates: o.Duplicates, Conflicts: o.Conflicts,
 		countersKnown: o.CountersKnown}
