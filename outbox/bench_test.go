@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -153,7 +154,7 @@ func benchLatency(b *testing.B) {
 	tick.Stop()
 	close(work)
 	wg.Wait()
-	for countState(b, d, "published") < total {
+	for countState(b, d, lease.Completed) < total {
 		time.Sleep(5 * time.Millisecond)
 	}
 	b.StopTimer()

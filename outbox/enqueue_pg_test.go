@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -65,7 +66,7 @@ func testEnqueueOneStatement[TTx any](t *testing.T, base store.Driver[TTx]) {
 			t.Fatalf("seq %d after %d: not in argument order", out[i].Seq, out[i-1].Seq)
 		}
 	}
-	mustEqual(t, "rows", countState(t, base, "pending"), len(evs))
+	mustEqual(t, "rows", countState(t, base, lease.Pending), len(evs))
 	// A retried enqueue: nothing inserted, one more statement per existing
 	// event for the content comparison.
 	n.Store(0)
@@ -101,7 +102,7 @@ func TestCoalescedNotifyRecheck(t *testing.T) {
 	// us that LISTEN is established once it is published.
 	enqueueTx(t, d, o, ev("warm", 0))
 	startRelay(t, r) // LISTEN connect wakes the relay once
-	waitFor(t, "warm-up published", func() bool { return countState(t, d, "published") == 1 })
+	waitFor(t, "warm-up published", func() bool { return countState(t, d, lease.Completed) == 1 })
 
 	o2, _ := New(d, Config{NotifyInterval: time.Hour})
 	a, err := d.Begin(ctx)
@@ -125,6 +126,6 @@ func TestCoalescedNotifyRecheck(t *testing.T) {
 	if err := d.Commit(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "both published", func() bool { return countState(t, d, "published") == 3 })
+	waitFor(t, "both published", func() bool { return countState(t, d, lease.Completed) == 3 })
 	checkKeyOrder(t, pub.snapshot())
 }

@@ -100,16 +100,6 @@ func (s *serialPub) Publish(ctx context.Context, msgs ...idem.Message) error {
 	return err
 }
 
-// forEachDriver runs body for SQLite, pgx and (when sqlPG) database/sql on
-// PostgreSQL.
-func forEachDriver(t *testing.T, sqlPG bool, sqlite func(t *testing.T), pgx func(t *testing.T), sqlPostgres func(t *testing.T)) {
-	t.Run("sqlite", sqlite)
-	t.Run("pgx", pgx)
-	if sqlPG {
-		t.Run("sql-postgres", sqlPostgres)
-	}
-}
-
 // startRelay runs r until the returned stop function is called; stop
 // returns Run's error.
 func startRelay[TTx any](t testing.TB, r *Relay[TTx]) (stop func() error) {

@@ -23,13 +23,7 @@ func (r *Relay[TTx]) RetrySpan() time.Duration {
 
 // backoffCeil is the upper bound of the full-jitter delay after the n-th
 // attempt (n ≥ 1).
-func (r *Relay[TTx]) backoffCeil(n int) time.Duration {
-	ceil := r.cfg.BaseBackoff << min(n-1, 30)
-	if ceil <= 0 || ceil > r.cfg.MaxBackoff {
-		ceil = r.cfg.MaxBackoff
-	}
-	return ceil
-}
+func (r *Relay[TTx]) backoffCeil(n int) time.Duration { return r.bo.Ceil(n) }
 
 // warnHorizon logs a warning when the relay's retry span outlives the
 // broker's duplicate window (RelayConfig.DuplicateWindow): a republish

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/broker/jetstream"
 	"github.com/idemkit/idem/broker/jetstream/embedded"
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -53,9 +54,7 @@ func streamMsgs(t testing.TB, s js.Stream) uint64 {
 // mark; the takeover republishes with the same Nats-Msg-Id, the stream
 // reports every copy as a duplicate and stores each event once.
 func TestJetStreamCrashAfterAckDuplicate(t *testing.T) {
-	forEachDriver(t, false,
-		func(t *testing.T) { testJetStreamCrashAfterAck(t, testdb.SQLite(t)) },
-		func(t *testing.T) { testJetStreamCrashAfterAck(t, testdb.Pgx(t)) }, nil)
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testJetStreamCrashAfterAck(t, e.D) }, testdb.NoSQLPostgres)
 }
 
 func testJetStreamCrashAfterAck[TTx any](t *testing.T, d store.Driver[TTx]) {
@@ -80,7 +79,7 @@ func testJetStreamCrashAfterAck[TTx any](t *testing.T, d store.Driver[TTx]) {
 	cfg.OnDuplicate = func(context.Context, Event) { dups.Add(1) }
 	r2, _ := NewRelay(d, pub, cfg)
 	startRelay(t, r2)
-	waitFor(t, "20 published", func() bool { return countState(t, d, "published") == 20 })
+	waitFor(t, "20 published", func() bool { return countState(t, d, lease.Completed) == 20 })
 	mustEqual(t, "duplicates reported to the relay", dups.Load(), 20)
 	mustEqual(t, "duplicates reported by the publisher", pub.Duplicates(), 20)
 	mustEqual(t, "stored once", streamMsgs(t, stream), 20)
@@ -100,17 +99,17 @@ func TestJetStreamBrokerDown(t *testing.T) {
 	for i := range 20 {
 		enqueueTx(t, d, o, ev(fmt.Sprintf("k%d", i%4), i/4))
 	}
-	waitFor(t, "first 20", func() bool { return countState(t, d, "published") == 20 })
+	waitFor(t, "first 20", func() bool { return countState(t, d, lease.Completed) == 20 })
 	srv.Stop()
 	for i := 20; i < 100; i++ {
 		enqueueTx(t, d, o, ev(fmt.Sprintf("k%d", i%4), i/4))
 	}
 	time.Sleep(time.Second) // the relay keeps failing meanwhile
-	mustEqual(t, "parked during outage", countState(t, d, "parked"), 0)
+	mustEqual(t, "parked during outage", countState(t, d, lease.Failed), 0)
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "100 published", func() bool { return countState(t, d, "published") == 100 })
-	mustEqual(t, "parked", countState(t, d, "parked"), 0)
+	waitFor(t, "100 published", func() bool { return countState(t, d, lease.Completed) == 100 })
+	mustEqual(t, "parked", countState(t, d, lease.Failed), 0)
 	mustEqual(t, "stored once each", streamMsgs(t, stream), 100)
 }

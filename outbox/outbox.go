@@ -23,8 +23,15 @@
 //     A parked event blocks its key until it is retried ([Outbox.RetryParked])
 //     or deleted by an operator.
 //   - Never dropped: an event that fails Config.MaxAttempts times is parked
-//     (state 'parked', last_error kept), reported through the relay's hooks
-//     and logs, and counted by [Outbox.Stats].
+//     (a parked event is stored as failed, last_error kept), reported
+//     through the relay's hooks and logs, and counted by [Outbox.Stats].
+//
+// # States
+//
+// The outbox table uses internal/lease's vocabulary: a pending event waits
+// to be published (claimed by a relay or not), a published event is stored
+// as completed and a parked event as failed. The API and the docs keep the
+// names published and parked.
 //
 // # Identity
 //
@@ -45,11 +52,13 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -58,17 +67,64 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
 )
+
+const (
+	// insertArgs is the number of arguments per event of
+	// sqlset.Outbox.Insert.
+	insertArgs = 13
+	// maxRowsPerInsert bounds the bind variables of one INSERT (PostgreSQL:
+	// 65535, SQLite: 32766).
+	maxRowsPerInsert = 500
+)
+
+// lockKeys are the arguments of the outbox's advisory locks and the
+// channel of its notifications, derived from the driver's table names so
+// that two outboxes in one database (two schemas) never share them. Drivers
+// without advisory locks or LISTEN never see them.
+type lockKeys struct {
+	space   int32  // key-lock namespace (two-int advisory lock space)
+	relay   int64  // relays' lock (bigint advisory lock space)
+	channel string // notification channel
+}
+
+func newLockKeys(names store.Names) lockKeys {
+	h := fnv.New64a()
+	h.Write([]byte("idem.outbox." + names.Schema + "." + names.Prefix))
+	sum := h.Sum64()
+	k := lockKeys{space: int32(sum >> 32), relay: int64(sum), channel: "idem_outbox_" + names.Schema}
+	if len(k.channel) > 63 {
+		k.channel = k.channel[:63]
+	}
+	return k
+}
+
+// seqsArg binds a list of seqs as the statements take it: a JSON array of
+// integers.
+func seqsArg(seqs []int64) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, s := range seqs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(s, 10))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
 
 // Config configures an Outbox.
 type Config struct {
 	// Source is the CloudEvents source given to events that have none.
 	// Defaults to "idem".
 	Source string
-	// DisableKeyLock skips the per-ordering-key advisory lock Enqueue takes
-	// on PostgreSQL. Without it, two concurrent transactions enqueuing for
+	// DisableKeyLock skips the per-ordering-key advisory lock EnqueueTx
+	// takes on PostgreSQL. Without it, two concurrent transactions enqueuing for
 	// the same key may commit out of seq order and the relay may publish
 	// the later one first. Defaults to false (lock taken). Ignored on SQLite,
 	// where writers are serialized anyway.
@@ -105,11 +161,12 @@ type Config struct {
 // Outbox writes events in the caller's transaction and administers the
 // outbox table. It is safe for concurrent use.
 type Outbox[TTx any] struct {
-	d   store.Driver[TTx]
-	cfg Config
-	q   queries
-	log *slog.Logger
-	tr  trace.Tracer
+	d    store.Driver[TTx]
+	cfg  Config
+	q    sqlset.Outbox
+	keys lockKeys
+	log  *slog.Logger
+	tr   trace.Tracer
 
 	epoch      time.Time    // monotonic origin of lastNotify
 	lastNotify atomic.Int64 // ns since epoch of the last notifying Enqueue
@@ -130,13 +187,13 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.NotifyInterval = cmp.Or(cfg.NotifyInterval, 5*time.Millisecond)
-	o := &Outbox[TTx]{d: d, cfg: cfg, q: newQueries(d.Dialect(), d.Names(), d.Table), log: obs.Logger(cfg.Logger).With("component", "idem.outbox"),
+	o := &Outbox[TTx]{d: d, cfg: cfg, q: d.Statements().Outbox, keys: newLockKeys(d.Names()), log: obs.Logger(cfg.Logger).With("component", "idem.outbox"),
 		tr: obs.Tracer(cfg.TracerProvider), epoch: time.Now()}
 	o.lastNotify.Store(-int64(time.Hour))
 	return o, nil
 }
 
-// Enqueue writes events in the caller's transaction tx and returns them with
+// EnqueueTx writes events in the caller's transaction tx and returns them with
 // ID, Source, Time and Seq filled in. Nothing is visible to the relay until
 // tx commits; if tx rolls back, the events never existed.
 //
@@ -147,7 +204,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 // returns an error wrapping [idem.ErrFingerprintMismatch]. Other errors
 // leave tx in an unknown state: roll it back.
 //
-// On PostgreSQL Enqueue is one statement (one round trip): it takes the
+// On PostgreSQL EnqueueTx is one statement (one round trip): it takes the
 // ordering-key locks (see Config.DisableKeyLock) before inserting, inserts
 // the rows and, at most once per Config.NotifyInterval, queues a pg_notify
 // that wakes listening relays after commit. On SQLite call [Relay.Notify]
@@ -207,8 +264,8 @@ func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, events ...Event) (_
 	}
 	q := o.d.Tx(tx)
 	seqs := make(map[ident]int64, len(out))
-	if o.q.dialect == store.Postgres {
-		err = o.insertPG(ctx, q, out, now, anyKey, seqs)
+	if o.q.Enqueue != "" {
+		err = o.insertArrays(ctx, q, out, now, anyKey, seqs)
 	} else {
 		err = o.insertChunks(ctx, q, out, now, seqs)
 	}
@@ -233,9 +290,10 @@ func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, events ...Event) (_
 
 type ident struct{ source, id string }
 
-// insertPG writes out in one statement (one round trip): key locks, rows and
-// a coalesced notify (see pgEnqueue and Config.NotifyInterval).
-func (o *Outbox[TTx]) insertPG(ctx context.Context, q store.Querier, out []Event, now time.Time, anyKey bool, seqs map[ident]int64) error {
+// insertArrays writes out in one statement (one round trip): key locks,
+// rows and a coalesced notify (see sqlset.Outbox.Enqueue and
+// Config.NotifyInterval).
+func (o *Outbox[TTx]) insertArrays(ctx context.Context, q store.Querier, out []Event, now time.Time, anyKey bool, seqs map[ident]int64) error {
 	n := len(out)
 	src, id, typ, topic, subj, ct, key, hdr := make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -253,15 +311,16 @@ func (o *Outbox[TTx]) insertPG(ctx context.Context, q store.Querier, out []Event
 			payload[i] = []byte{}
 		}
 	}
-	rows, err := q.Query(ctx, o.q.enqueue, src, id, typ, topic, subj, tm, ct, key, hdr, payload,
-		store.Micros(now), o.q.ns32, anyKey && !o.cfg.DisableKeyLock, o.q.channel, o.notifyNow(), tp, ts)
+	rows, err := q.Query(ctx, o.q.Enqueue, src, id, typ, topic, subj, tm, ct, key, hdr, payload,
+		store.Micros(now), o.keys.space, anyKey && !o.cfg.DisableKeyLock, o.keys.channel, o.notifyNow(), tp, ts)
 	if err != nil {
 		return fmt.Errorf("outbox: insert: %w", err)
 	}
 	return scanInserted(rows, seqs)
 }
 
-// insertChunks writes out with multi-row INSERTs (SQLite).
+// insertChunks writes out with multi-row INSERTs (where the dialect has no
+// one-statement Enqueue: SQLite).
 func (o *Outbox[TTx]) insertChunks(ctx context.Context, q store.Querier, out []Event, now time.Time, seqs map[ident]int64) error {
 	for start := 0; start < len(out); start += maxRowsPerInsert {
 		chunk := out[start:min(start+maxRowsPerInsert, len(out))]
@@ -278,7 +337,7 @@ func (o *Outbox[TTx]) insertChunks(ctx context.Context, q store.Querier, out []E
 			args = append(args, e.Source, e.ID, e.Type, e.Topic, e.Subject, store.Micros(e.Time),
 				e.DataContentType, e.Key, h, payload, store.Micros(now), e.TraceParent, e.TraceState)
 		}
-		rows, err := q.Query(ctx, o.q.insert(len(chunk)), args...)
+		rows, err := q.Query(ctx, o.q.Insert(len(chunk)), args...)
 		if err != nil {
 			return fmt.Errorf("outbox: insert: %w", err)
 		}
@@ -336,22 +395,23 @@ func (o *Outbox[TTx]) notifyNow() bool {
 func (o *Outbox[TTx]) compareExisting(ctx context.Context, q store.Querier, e Event) error {
 	var typ, topic string
 	var payload []byte
-	err := q.QueryRow(ctx, o.q.existing, e.Source, e.ID).Scan(&typ, &topic, &payload)
+	err := q.QueryRow(ctx, o.q.Existing, e.Source, e.ID).Scan(&typ, &topic, &payload)
 	if err != nil {
 		return fmt.Errorf("outbox: re-read duplicate event %s/%s: %w", e.Source, e.ID, err)
 	}
 	// The payloads are compared as canonical JSON, like the inbox's, so a
-	// retried Enqueue whose JSON keys come in another order is the same
+	// retried EnqueueTx whose JSON keys come in another order is the same
 	// event; type and topic are part of the fingerprint, so a mismatch on
 	// them shows two different fingerprints too.
-	if stored, received := eventFingerprint(typ, topic, payload), eventFingerprint(e.Type, e.Topic, e.Payload); stored != received {
-		return &idem.FingerprintMismatchError{Key: e.Source + "/" + e.ID, Stored: stored, Received: received}
+	stored := eventFingerprint(typ, topic, payload)
+	if err := idem.CheckFingerprint(e.Source+"/"+e.ID, stored[:], eventFingerprint(e.Type, e.Topic, e.Payload)); err != nil {
+		return err
 	}
-	o.log.DebugContext(ctx, "duplicate enqueue ignored", "source", e.Source, "id", e.ID)
+	o.log.DebugContext(ctx, "duplicate enqueue ignored", "source", e.Source, "event_id", e.ID)
 	return nil
 }
 
-// eventFingerprint is what a duplicate Enqueue must repeat: the type, the
+// eventFingerprint is what a duplicate EnqueueTx must repeat: the type, the
 // topic and the payload as canonical JSON (raw bytes when it is not JSON).
 func eventFingerprint(typ, topic string, payload []byte) idem.Fingerprint {
 	p := idem.PayloadFingerprint(payload)
@@ -381,10 +441,10 @@ func (o *Outbox[TTx]) Prune(ctx context.Context, olderThan time.Duration, batch 
 	if batch <= 0 {
 		batch = 1000
 	}
-	before := store.Micros(o.cfg.Now().Add(-olderThan))
+	horizon := o.cfg.Now().Add(-olderThan)
 	var total int64
 	for {
-		n, err := o.d.Pool().Exec(ctx, o.q.prune, before, batch)
+		n, err := Expire(ctx, o.d, horizon, batch)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("outbox: prune: %w", err)
@@ -395,6 +455,95 @@ func (o *Outbox[TTx]) Prune(ctx context.Context, olderThan time.Duration, batch 
 	}
 }
 
+// Expire deletes up to limit published events (stored as completed) whose
+// published_at is before horizon, oldest first, and returns how many it
+// deleted (defaults to 1000 when limit ≤ 0). Pending and parked events are
+// never deleted; call it again while it returns limit. It is the outbox's
+// retention step (package retention calls it with now - OutboxRetention).
+func Expire[TTx any](ctx context.Context, d store.Driver[TTx], horizon time.Time, limit int) (int64, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	n, err := d.Pool().Exec(ctx, d.Statements().Outbox.Expire, store.Micros(horizon), limit)
+	if err != nil {
+		return n, fmt.Errorf("outbox: expire: %w", err)
+	}
+	return n, nil
+}
+
+// Counts returns the number of outbox events per stored state:
+// lease.Pending ("pending"), lease.Completed ("completed": published) and
+// lease.Failed ("failed": parked). States without events are absent.
+func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
+	rows, err := d.Pool().Query(ctx, d.Statements().Outbox.Counts)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var state string
+		var n int64
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, fmt.Errorf("outbox: counts: %w", err)
+		}
+		out[state] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: counts: %w", err)
+	}
+	return out, nil
+}
+
+// BacklogStats is the outbox's backlog, as [Backlog] measures it.
+type BacklogStats struct {
+	// Pending is the number of events not yet published (claimed ones
+	// included).
+	Pending int64
+	// Oldest is the age of the oldest pending event (by seq) at the time
+	// given to Backlog: the outbox lag. 0 when nothing is pending.
+	Oldest time.Duration
+}
+
+// Backlog measures the outbox lag at now: how many events are pending and
+// how old the oldest of them is. It is the one outbox-lag computation
+// (metrics, console, stats all use it); one statement, one snapshot.
+func Backlog[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) (BacklogStats, error) {
+	b, _, err := backlog(ctx, d)
+	if err != nil {
+		return BacklogStats{}, err
+	}
+	return b.at(now), nil
+}
+
+// pendingBacklog is Backlog before it is aged: the count and the created_at
+// of the oldest pending event (zero when none).
+type pendingBacklog struct {
+	pending int64
+	oldest  time.Time
+}
+
+func (b pendingBacklog) at(now time.Time) BacklogStats {
+	s := BacklogStats{Pending: b.pending}
+	if b.pending > 0 {
+		s.Oldest = max(0, now.Sub(b.oldest))
+	}
+	return s
+}
+
+func backlog[TTx any](ctx context.Context, d store.Driver[TTx]) (pendingBacklog, bool, error) {
+	var b pendingBacklog
+	var created int64
+	if err := d.Pool().QueryRow(ctx, d.Statements().Outbox.Backlog).Scan(&b.pending, &created); err != nil {
+		return b, false, fmt.Errorf("outbox: backlog: %w", err)
+	}
+	if b.pending == 0 {
+		return b, false, nil
+	}
+	b.oldest = store.FromMicros(created)
+	return b, true, nil
+}
+
 // RetryParked moves parked events (all of them, or only those with the
 // given seqs) back to pending with their attempts reset, and returns how
 // many it moved. Their keys are unblocked once they are published.
@@ -402,16 +551,16 @@ func (o *Outbox[TTx]) RetryParked(ctx context.Context, seqs ...int64) (int64, er
 	var n int64
 	err := store.InTx(ctx, o.d, func(tx TTx) error {
 		q := o.d.Tx(tx)
-		if o.q.dialect == store.Postgres {
-			if _, err := q.Exec(ctx, o.q.lockOwner, o.q.ns64); err != nil {
+		if o.q.LockShared != "" {
+			if _, err := q.Exec(ctx, o.q.LockShared, o.keys.relay); err != nil {
 				return err
 			}
 		}
 		var err error
 		if len(seqs) == 0 {
-			n, err = q.Exec(ctx, o.q.retryParked)
+			n, err = q.Exec(ctx, o.q.RetryParked)
 		} else {
-			n, err = q.Exec(ctx, o.q.retryParkedS, o.q.seqArg(seqs))
+			n, err = q.Exec(ctx, o.q.RetryParkedSeqs, seqsArg(seqs))
 		}
 		return err
 	})
@@ -429,28 +578,24 @@ type Stats struct {
 	Lag           time.Duration // age of the oldest pending event (outbox lag); 0 if none
 }
 
-// Stats counts pending and parked events and measures the outbox lag.
+// Stats counts pending and parked events and measures the outbox lag (see
+// [Backlog]).
 func (o *Outbox[TTx]) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
-	p := o.d.Pool()
-	if err := p.QueryRow(ctx, o.q.countState, "pending").Scan(&s.Pending); err != nil {
-		return s, fmt.Errorf("outbox: stats: %w", err)
+	b, ok, err := backlog(ctx, o.d)
+	if err != nil {
+		return s, err
 	}
-	if err := p.QueryRow(ctx, o.q.countState, "parked").Scan(&s.Parked); err != nil {
-		return s, fmt.Errorf("outbox: stats: %w", err)
+	s.Pending = b.pending
+	if ok {
+		s.OldestPending = b.oldest
+		s.Lag = b.at(o.cfg.Now()).Oldest
 	}
-	var created int64
-	switch err := p.QueryRow(ctx, o.q.oldest).Scan(&created); {
-	case err == nil:
-		s.OldestPending = store.FromMicros(created)
-		s.Lag = max(0, o.cfg.Now().Sub(s.OldestPending))
-	case !isNoRows(err):
+	if err := o.d.Pool().QueryRow(ctx, o.q.CountState, lease.Failed).Scan(&s.Parked); err != nil {
 		return s, fmt.Errorf("outbox: stats: %w", err)
 	}
 	return s, nil
 }
-
-func isNoRows(err error) bool { return errors.Is(err, store.ErrNoRows) }
 
 func sortBySeq(evs []Event) {
 	slices.SortFunc(evs, func(a, b Event) int { return cmp.Compare(a.Seq, b.Seq) })

@@ -17,15 +17,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
 
 func TestEnqueueRelay(t *testing.T) {
-	forEachDriver(t, true,
-		func(t *testing.T) { testEnqueueRelay(t, testdb.SQLite(t)) },
-		func(t *testing.T) { testEnqueueRelay(t, testdb.Pgx(t)) },
-		func(t *testing.T) { testEnqueueRelay(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testEnqueueRelay(t, e.D) })
 }
 
 func testEnqueueRelay[TTx any](t *testing.T, d store.Driver[TTx]) {
@@ -53,7 +51,7 @@ func testEnqueueRelay[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 	stop := startRelay(t, r)
 	r.Notify()
-	waitFor(t, "2 published", func() bool { return countState(t, d, "published") == 2 })
+	waitFor(t, "2 published", func() bool { return countState(t, d, lease.Completed) == 2 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -97,10 +95,7 @@ func testEnqueueRelay[TTx any](t *testing.T, d store.Driver[TTx]) {
 }
 
 func TestEnqueueDuplicateID(t *testing.T) {
-	forEachDriver(t, true,
-		func(t *testing.T) { testEnqueueDuplicateID(t, testdb.SQLite(t)) },
-		func(t *testing.T) { testEnqueueDuplicateID(t, testdb.Pgx(t)) },
-		func(t *testing.T) { testEnqueueDuplicateID(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testEnqueueDuplicateID(t, e.D) })
 }
 
 func testEnqueueDuplicateID[TTx any](t *testing.T, d store.Driver[TTx]) {
@@ -146,9 +141,7 @@ func testEnqueueDuplicateID[TTx any](t *testing.T, d store.Driver[TTx]) {
 // Rollback: 1,000 transactions, 10% rolled back after Enqueue → exactly the
 // committed 90% reach the broker.
 func TestRollback(t *testing.T) {
-	forEachDriver(t, false,
-		func(t *testing.T) { testRollback(t, testdb.SQLite(t)) },
-		func(t *testing.T) { testRollback(t, testdb.Pgx(t)) }, nil)
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testRollback(t, e.D) }, testdb.NoSQLPostgres)
 }
 
 func testRollback[TTx any](t *testing.T, d store.Driver[TTx]) {
@@ -180,7 +173,7 @@ func testRollback[TTx any](t *testing.T, d store.Driver[TTx]) {
 		}
 		r.Notify()
 	}
-	waitFor(t, "900 published", func() bool { return countState(t, d, "published") == 900 })
+	waitFor(t, "900 published", func() bool { return countState(t, d, lease.Completed) == 900 })
 	got := map[string]int{}
 	for _, m := range pub.snapshot() {
 		if rolled[m.ID] {
@@ -198,10 +191,7 @@ func testRollback[TTx any](t *testing.T, d store.Driver[TTx]) {
 // Crash after the broker ack and before the mark → the event is published
 // again with the same message id.
 func TestCrashAfterAck(t *testing.T) {
-	forEachDriver(t, true,
-		func(t *testing.T) { testCrashAfterAck(t, testdb.SQLite(t)) },
-		func(t *testing.T) { testCrashAfterAck(t, testdb.Pgx(t)) },
-		func(t *testing.T) { testCrashAfterAck(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testCrashAfterAck(t, e.D) })
 }
 
 func testCrashAfterAck[TTx any](t *testing.T, d store.Driver[TTx]) {
@@ -216,13 +206,13 @@ func testCrashAfterAck[TTx any](t *testing.T, d store.Driver[TTx]) {
 	if err := r1.Run(ctx); !errors.Is(err, errCrashed) {
 		t.Fatalf("Run = %v, want simulated crash", err)
 	}
-	mustEqual(t, "published after crash", countState(t, d, "published"), 0)
+	mustEqual(t, "published after crash", countState(t, d, lease.Completed), 0)
 	mustEqual(t, "broker got", len(pub.snapshot()), 3)
 
 	cfg.Name = "survivor"
 	r2, _ := NewRelay(d, pub, cfg)
 	startRelay(t, r2)
-	waitFor(t, "3 published", func() bool { return countState(t, d, "published") == 3 })
+	waitFor(t, "3 published", func() bool { return countState(t, d, lease.Completed) == 3 })
 	msgs := pub.snapshot()
 	mustEqual(t, "broker got", len(msgs), 6)
 	for i, e := range out {
@@ -262,11 +252,11 @@ func testLateCommit[TTx any](t *testing.T, d store.Driver[TTx]) {
 	if early[0].Seq <= lateEv[0].Seq {
 		t.Fatalf("late seq %d should be lower than %d", lateEv[0].Seq, early[0].Seq)
 	}
-	waitFor(t, "early published", func() bool { return countState(t, d, "published") == 5 })
+	waitFor(t, "early published", func() bool { return countState(t, d, lease.Completed) == 5 })
 	if err := d.Commit(ctx, late); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "late published", func() bool { return countState(t, d, "published") == 6 })
+	waitFor(t, "late published", func() bool { return countState(t, d, lease.Completed) == 6 })
 	msgs := pub.snapshot()
 	mustEqual(t, "last published", msgs[len(msgs)-1].ID, lateEv[0].ID)
 }
@@ -298,7 +288,7 @@ func TestKeyLockOrdersCommits(t *testing.T) {
 	pub := &fakePub{}
 	r, _ := NewRelay(d, pub, fastRelay("r1"))
 	startRelay(t, r)
-	waitFor(t, "2 published", func() bool { return countState(t, d, "published") == 2 })
+	waitFor(t, "2 published", func() bool { return countState(t, d, lease.Completed) == 2 })
 	mustEqual(t, "second published last", pub.snapshot()[1].ID, out[0].ID)
 	checkKeyOrder(t, pub.snapshot())
 }
@@ -306,9 +296,7 @@ func TestKeyLockOrdersCommits(t *testing.T) {
 // A failing event blocks only its key; it is retried with backoff, parked
 // after MaxAttempts, and its key stays blocked until RetryParked.
 func TestRetryAndPark(t *testing.T) {
-	forEachDriver(t, false,
-		func(t *testing.T) { testRetryAndPark(t, testdb.SQLite(t)) },
-		func(t *testing.T) { testRetryAndPark(t, testdb.Pgx(t)) }, nil)
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testRetryAndPark(t, e.D) }, testdb.NoSQLPostgres)
 }
 
 func testRetryAndPark[TTx any](t *testing.T, d store.Driver[TTx]) {
@@ -326,14 +314,14 @@ func testRetryAndPark[TTx any](t *testing.T, d store.Driver[TTx]) {
 	cfg.OnParked = func(_ context.Context, e Event, _ error) { mu.Lock(); parked = append(parked, e); mu.Unlock() }
 	r, _ := NewRelay(d, pub, cfg)
 	stop := startRelay(t, r)
-	waitFor(t, "parked", func() bool { return countState(t, d, "parked") == 1 })
-	waitFor(t, "good published", func() bool { return countState(t, d, "published") == 2 })
+	waitFor(t, "parked", func() bool { return countState(t, d, lease.Failed) == 1 })
+	waitFor(t, "good published", func() bool { return countState(t, d, lease.Completed) == 2 })
 	// Give the relay a few more rounds: bad:1 must stay blocked behind the parked bad:0.
 	for range 5 {
 		r.Notify()
 		time.Sleep(20 * time.Millisecond)
 	}
-	mustEqual(t, "pending (blocked)", countState(t, d, "pending"), 1)
+	mustEqual(t, "pending (blocked)", countState(t, d, lease.Pending), 1)
 	for _, m := range pub.snapshot() {
 		if m.ID == out[2].ID {
 			t.Fatal("bad:1 published while bad:0 is parked")
@@ -346,7 +334,7 @@ func testRetryAndPark[TTx any](t *testing.T, d store.Driver[TTx]) {
 	mu.Unlock()
 	var lastErr string
 	var attempts int
-	if err := d.Pool().QueryRow(ctx, `SELECT last_error, attempts FROM `+d.Table("outbox")+` WHERE state = 'parked'`).Scan(&lastErr, &attempts); err != nil {
+	if err := d.Pool().QueryRow(ctx, `SELECT last_error, attempts FROM `+d.Table("outbox")+` WHERE state = 'failed'`).Scan(&lastErr, &attempts); err != nil {
 		t.Fatal(err)
 	}
 	mustEqual(t, "last_error", lastErr, "message too large")
@@ -360,7 +348,7 @@ func testRetryAndPark[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatalf("RetryParked = %d, %v", n, err)
 	}
 	r.Notify()
-	waitFor(t, "all published", func() bool { return countState(t, d, "published") == 4 })
+	waitFor(t, "all published", func() bool { return countState(t, d, lease.Completed) == 4 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -376,17 +364,15 @@ func TestPermanentErrorParks(t *testing.T) {
 	pub.setFail(out[0].ID, idem.Permanent(errors.New("schema rejected")))
 	r, _ := NewRelay(d, pub, fastRelay("r1"))
 	startRelay(t, r)
-	waitFor(t, "parked", func() bool { return countState(t, d, "parked") == 1 })
-	waitFor(t, "other published", func() bool { return countState(t, d, "published") == 1 })
-	mustEqual(t, "attempts", testdb.Count(t, d, `SELECT attempts FROM `+d.Table("outbox")+` WHERE state = 'parked'`), 1)
+	waitFor(t, "parked", func() bool { return countState(t, d, lease.Failed) == 1 })
+	waitFor(t, "other published", func() bool { return countState(t, d, lease.Completed) == 1 })
+	mustEqual(t, "attempts", testdb.Count(t, d, `SELECT attempts FROM `+d.Table("outbox")+` WHERE state = 'failed'`), 1)
 }
 
 // Broker down for a while: events wait, nothing is parked or lost, the relay
 // resumes on its own.
 func TestBrokerDown(t *testing.T) {
-	forEachDriver(t, false,
-		func(t *testing.T) { testBrokerDown(t, testdb.SQLite(t)) },
-		func(t *testing.T) { testBrokerDown(t, testdb.Pgx(t)) }, nil)
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testBrokerDown(t, e.D) }, testdb.NoSQLPostgres)
 }
 
 func testBrokerDown[TTx any](t *testing.T, d store.Driver[TTx]) {
@@ -402,10 +388,10 @@ func testBrokerDown[TTx any](t *testing.T, d store.Driver[TTx]) {
 		r.Notify()
 	}
 	time.Sleep(300 * time.Millisecond) // the relay keeps failing meanwhile
-	mustEqual(t, "parked during outage", countState(t, d, "parked"), 0)
+	mustEqual(t, "parked during outage", countState(t, d, lease.Failed), 0)
 	mustEqual(t, "attempts counted during outage", testdb.Count(t, d, `SELECT coalesce(sum(attempts), 0) FROM `+d.Table("outbox")), 0)
 	pub.setDown(false)
-	waitFor(t, "50 published", func() bool { return countState(t, d, "published") == 50 })
+	waitFor(t, "50 published", func() bool { return countState(t, d, lease.Completed) == 50 })
 	mustEqual(t, "distinct", pub.distinct(), 50)
 	checkKeyOrder(t, pub.snapshot())
 }
@@ -413,9 +399,7 @@ func testBrokerDown[TTx any](t *testing.T, d store.Driver[TTx]) {
 // Clean shutdown releases nothing half-done: after Run returns, no row is
 // left claimed.
 func TestShutdownReleases(t *testing.T) {
-	forEachDriver(t, false,
-		func(t *testing.T) { testShutdownReleases(t, testdb.SQLite(t)) },
-		func(t *testing.T) { testShutdownReleases(t, testdb.Pgx(t)) }, nil)
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testShutdownReleases(t, e.D) }, testdb.NoSQLPostgres)
 }
 
 // blockingPub blocks every Publish until ctx is done.
@@ -444,7 +428,7 @@ func testShutdownReleases[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 	mustEqual(t, "claimed after stop", testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("outbox")+` WHERE claimed_by <> ''`), 0)
 	mustEqual(t, "attempts", testdb.Count(t, d, `SELECT coalesce(sum(attempts), 0) FROM `+d.Table("outbox")), 0)
-	mustEqual(t, "pending", countState(t, d, "pending"), 2)
+	mustEqual(t, "pending", countState(t, d, lease.Pending), 2)
 }
 
 // SQLite: two relays on one file take turns through the lease; only one
@@ -466,7 +450,7 @@ func TestSQLiteSingleWriterLease(t *testing.T) {
 		}
 	}
 	r2.Notify()
-	waitFor(t, "200 published", func() bool { return countState(t, d, "published") == 200 })
+	waitFor(t, "200 published", func() bool { return countState(t, d, lease.Completed) == 200 })
 	pub.mu.Lock()
 	mustEqual(t, "overlapping publishes", pub.overlap, 0)
 	pub.mu.Unlock()
@@ -566,9 +550,9 @@ func testMultiRelayChaos(t *testing.T, d store.Driver[pgx.Tx]) {
 	})
 	wg.Wait()
 	deadline := time.Now().Add(40 * time.Second)
-	for countState(t, d, "published") != events {
+	for countState(t, d, lease.Completed) != events {
 		if time.Now().After(deadline) {
-			rows, _ := d.Pool().Query(ctx, `SELECT seq, ordering_key, state, attempts, claimed_by, claim_until, next_attempt_at, last_error FROM `+d.Table("outbox")+` WHERE state <> 'published' ORDER BY seq LIMIT 10`)
+			rows, _ := d.Pool().Query(ctx, `SELECT seq, ordering_key, state, attempts, claimed_by, claim_until, next_attempt_at, last_error FROM `+d.Table("outbox")+` WHERE state <> 'completed' ORDER BY seq LIMIT 10`)
 			for rows.Next() {
 				var seq, cu, na int64
 				var k, st, cb, le string
@@ -586,7 +570,7 @@ func testMultiRelayChaos(t *testing.T, d store.Driver[pgx.Tx]) {
 			}
 			rows.Close()
 			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
-			t.Fatalf("timed out: %d of %d published", countState(t, d, "published"), events)
+			t.Fatalf("timed out: %d of %d published", countState(t, d, lease.Completed), events)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -628,7 +612,7 @@ func TestClaimPlanWithoutStatistics(t *testing.T) {
 	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET claimed_by = 'other', claim_until = 9e15 WHERE seq = 1`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET state = 'parked' WHERE seq = 2`); err != nil {
+	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET state = 'failed' WHERE seq = 2`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET next_attempt_at = 9e15 WHERE seq = 3`); err != nil {
@@ -637,13 +621,13 @@ func TestClaimPlanWithoutStatistics(t *testing.T) {
 	r, _ := NewRelay(d, &fakePub{}, fastRelay("plan"))
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		err := store.InTx(ctx, d, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, r.q.claimPlan, r.q.ns64, "10000"); err != nil {
+			if _, err := tx.Exec(ctx, r.q.LockClaim, r.keys.relay, "10000"); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `PREPARE claimplan(text, bigint, bigint, int) AS `+r.q.claim); err != nil {
+			if _, err := tx.Exec(ctx, `PREPARE claimplan(text, bigint, bigint, int) AS `+r.q.Claim); err != nil {
 				return err
 			}
 			var plan string

@@ -9,7 +9,8 @@ import (
 )
 
 // ParkedEvent is an event the relay gave up on (it exhausted its publish
-// attempts), with the last publish error. Later events of its ordering key
+// attempts), with the last publish error. A parked event is stored as
+// failed (lease.Failed). Later events of its ordering key
 // wait behind it until it is retried or discarded.
 type ParkedEvent struct {
 	Event
@@ -19,18 +20,6 @@ type ParkedEvent struct {
 // ErrNotParkedEvent reports a discard of an outbox event that is not (or no
 // longer) parked: nothing was done.
 var ErrNotParkedEvent = errors.New("outbox: event is not parked")
-
-// The operator statements of the parked-event views; $n placeholders on
-// both dialects.
-func parkedQueries(t string) (list, blocked, countBlocked, get, discard string) {
-	cols := claimCols + `, last_error`
-	list = `SELECT ` + cols + ` FROM ` + t + ` WHERE state = 'parked' ORDER BY ordering_key, seq LIMIT $1`
-	blocked = `SELECT ` + cols + ` FROM ` + t + ` WHERE ordering_key = $1 AND seq > $2 AND state = 'pending' ORDER BY seq LIMIT $3`
-	countBlocked = `SELECT count(*) FROM ` + t + ` WHERE ordering_key = $1 AND seq > $2 AND state = 'pending'`
-	get = `SELECT ` + cols + ` FROM ` + t + ` WHERE seq = $1 AND state = 'parked'`
-	discard = `DELETE FROM ` + t + ` WHERE seq = $1 AND state = 'parked'`
-	return
-}
 
 func scanParked(r interface{ Scan(...any) error }) (ParkedEvent, error) {
 	var lastErr string
@@ -52,8 +41,7 @@ func (o *Outbox[TTx]) ListParked(ctx context.Context, limit int) ([]ParkedEvent,
 	if limit <= 0 {
 		limit = 100
 	}
-	list, _, _, _, _ := parkedQueries(o.q.table)
-	rows, err := o.d.Pool().Query(ctx, list, limit)
+	rows, err := o.d.Pool().Query(ctx, o.q.ListParked, limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list parked: %w", err)
 	}
@@ -80,12 +68,11 @@ func (o *Outbox[TTx]) BlockedBehind(ctx context.Context, key string, seq int64, 
 	if limit <= 0 {
 		limit = 10
 	}
-	_, blocked, count, _, _ := parkedQueries(o.q.table)
 	var n int64
-	if err := o.d.Pool().QueryRow(ctx, count, key, seq).Scan(&n); err != nil {
+	if err := o.d.Pool().QueryRow(ctx, o.q.CountBlocked, key, seq).Scan(&n); err != nil {
 		return 0, nil, fmt.Errorf("outbox: blocked behind %d: %w", seq, err)
 	}
-	rows, err := o.d.Pool().Query(ctx, blocked, key, seq, limit)
+	rows, err := o.d.Pool().Query(ctx, o.q.BlockedBehind, key, seq, limit)
 	if err != nil {
 		return 0, nil, fmt.Errorf("outbox: blocked behind %d: %w", seq, err)
 	}
@@ -105,27 +92,27 @@ func (o *Outbox[TTx]) BlockedBehind(ctx context.Context, key string, seq int64, 
 // and the later events of its key are released to the relay, and returns
 // what was deleted (for the operator's record). An event that is not
 // parked is refused with [ErrNotParkedEvent]; an unknown seq too. Like
-// [Outbox.RetryParked] it takes the relays' shared lock on PostgreSQL, so
-// it never interleaves with a relay's settle of the same row.
+// [Outbox.RetryParked] it takes the relays' shared lock where the dialect
+// has advisory locks (PostgreSQL), so it never interleaves with a relay's
+// settle of the same row.
 func (o *Outbox[TTx]) DiscardParked(ctx context.Context, seq int64) (ParkedEvent, error) {
-	_, _, _, get, discard := parkedQueries(o.q.table)
 	var p ParkedEvent
 	err := store.InTx(ctx, o.d, func(tx TTx) error {
 		q := o.d.Tx(tx)
-		if o.q.dialect == store.Postgres {
-			if _, err := q.Exec(ctx, o.q.lockOwner, o.q.ns64); err != nil {
+		if o.q.LockShared != "" {
+			if _, err := q.Exec(ctx, o.q.LockShared, o.keys.relay); err != nil {
 				return err
 			}
 		}
 		var err error
-		p, err = scanParked(q.QueryRow(ctx, get, seq))
+		p, err = scanParked(q.QueryRow(ctx, o.q.GetParked, seq))
 		if errors.Is(err, store.ErrNoRows) {
 			return fmt.Errorf("%w: seq %d", ErrNotParkedEvent, seq)
 		}
 		if err != nil {
 			return err
 		}
-		n, err := q.Exec(ctx, discard, seq)
+		n, err := q.Exec(ctx, o.q.DiscardParked, seq)
 		if err != nil {
 			return err
 		}

@@ -17,14 +17,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
 )
 
 // RelayConfig configures a Relay. Zero fields take their defaults.
@@ -61,13 +61,15 @@ type RelayConfig struct {
 	// Defaults to 20.
 	MaxAttempts int
 	// BaseBackoff and MaxBackoff bound the exponential backoff with full
-	// jitter between attempts of an event, and the relay's pause while the
-	// broker is unavailable. Default to 100ms and 1m.
+	// jitter (idem.Backoff{Base, Max}) between attempts of an event, and
+	// the relay's pause while the broker is unavailable. Default to 100ms
+	// and 1m.
 	BaseBackoff time.Duration
 	MaxBackoff  time.Duration
 	// DisableListen turns off PostgreSQL LISTEN/NOTIFY wake-ups (the relay
-	// then only polls). LISTEN needs the pgxstore driver (it uses
-	// PgxPool()); with the database/sql driver the relay always polls.
+	// then only polls). LISTEN needs a driver that declares
+	// SupportsListener (pgxstore); with the database/sql driver the relay
+	// always polls.
 	DisableListen bool
 	// LeaseName names the SQLite single-writer lease row; relays sharing a
 	// name take turns. Defaults to "relay". Unused on PostgreSQL.
@@ -118,8 +120,9 @@ var ErrRelayRunning = errors.New("outbox: relay already running")
 // unpublished event of the same key blocks, publishes them in one Publish
 // call, and marks them published after the broker ack. Rounds are
 // pipelined: while a batch is published, one transaction marks the
-// previous (acked) batch published and claims the next batch (on
-// PostgreSQL with the pgx driver, that transaction is one round trip). If the batch fails,
+// previous (acked) batch published and claims the next batch (with a
+// driver that pipelines, pgxstore, that transaction is one round trip). If
+// the batch fails,
 // its events are published one at a time to find the failing ones: a failed
 // event gets an attempt counted, a backoff, and is parked after MaxAttempts
 // (at once for an [idem.Permanent] error); the later events of its key wait.
@@ -130,14 +133,15 @@ var ErrRelayRunning = errors.New("outbox: relay already running")
 // already failed while the broker accepted others keeps counting attempts
 // (it is the suspect), so a poison event is parked even when it is alone.
 type Relay[TTx any] struct {
-	d    store.Driver[TTx]
-	pub  broker.Publisher
-	cfg  RelayConfig
-	q    queries
-	log  *slog.Logger
-	tr   trace.Tracer
-	pool *pgxpool.Pool // LISTEN; nil when polling only
-	pgx  *pgxpool.Pool // one-round-trip claims; nil unless the pgx driver
+	d      store.Driver[TTx]
+	pub    broker.Publisher
+	cfg    RelayConfig
+	q      sqlset.Outbox
+	keys   lockKeys
+	log    *slog.Logger
+	tr     trace.Tracer
+	bo     idem.Backoff
+	listen bool // LISTEN/NOTIFY wake-ups (the driver has a listener)
 
 	wake    chan struct{}
 	running atomic.Bool
@@ -197,22 +201,19 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 		return nil, idem.InvalidOptionf("outbox: MaxBackoff %v < BaseBackoff %v", cfg.MaxBackoff, cfg.BaseBackoff)
 	}
 	r := &Relay[TTx]{
-		d:    d,
-		pub:  pub,
-		cfg:  cfg,
-		q:    newQueries(d.Dialect(), d.Names(), d.Table),
-		log:  obs.Logger(cfg.Logger).With("component", "idem.outbox.relay", "relay", cfg.Name),
-		tr:   obs.Tracer(cfg.TracerProvider),
-		wake: make(chan struct{}, 1),
-		rnd:  mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64())),
+		d:      d,
+		pub:    pub,
+		cfg:    cfg,
+		q:      d.Statements().Outbox,
+		keys:   newLockKeys(d.Names()),
+		log:    obs.Logger(cfg.Logger).With("component", "idem.outbox.relay", "relay", cfg.Name),
+		tr:     obs.Tracer(cfg.TracerProvider),
+		bo:     idem.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff},
+		listen: !cfg.DisableListen && d.SupportsListener(),
+		wake:   make(chan struct{}, 1),
+		rnd:    mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64())),
 	}
 	r.warnHorizon()
-	if p, ok := any(d).(interface{ PgxPool() *pgxpool.Pool }); ok && d.Dialect() == store.Postgres {
-		r.pgx = p.PgxPool()
-		if !cfg.DisableListen {
-			r.pool = r.pgx
-		}
-	}
 	return r, nil
 }
 
@@ -247,19 +248,19 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 	defer r.running.Store(false)
 	var wg sync.WaitGroup
 	lctx, stopListen := context.WithCancel(ctx)
-	if r.pool != nil {
-		wg.Go(func() { r.listen(lctx) })
+	if r.listen {
+		wg.Go(func() { r.listenLoop(lctx) })
 	}
 	defer func() {
 		stopListen()
 		wg.Wait()
-		if r.q.dialect == store.SQLite {
+		if r.q.ReleaseLease != "" {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_, _ = r.d.Pool().Exec(cctx, r.q.releaseLease, r.cfg.LeaseName, r.cfg.Name)
+			_, _ = r.d.Pool().Exec(cctx, r.q.ReleaseLease, r.cfg.LeaseName, r.cfg.Name)
 			cancel()
 		}
 	}()
-	r.log.InfoContext(ctx, "relay started", "listen", r.pool != nil)
+	r.log.InfoContext(ctx, "relay started", "listen", r.listen)
 	streak := 0
 	recheck := time.Duration(0) // next empty-round delay below PollInterval; 0 = none
 	var p pipe
@@ -277,9 +278,9 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 			streak++
 			d := r.pause(streak)
 			if errors.Is(err, errBrokerDown) {
-				r.log.WarnContext(ctx, "broker unavailable, pausing", "pause", d, "err", err)
+				r.log.WarnContext(ctx, "broker unavailable, pausing", "pause", d, "error", err)
 			} else {
-				r.log.ErrorContext(ctx, "relay round failed", "pause", d, "err", err)
+				r.log.ErrorContext(ctx, "relay round failed", "pause", d, "error", err)
 			}
 			sleep(ctx, d, nil)
 		case err != nil:
@@ -315,11 +316,13 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 }
 
 // backoff returns a full-jitter delay for the n-th attempt (n ≥ 1).
-func (r *Relay[TTx]) backoff(n int) time.Duration {
-	ceil := r.backoffCeil(n)
+func (r *Relay[TTx]) backoff(n int) time.Duration { return r.bo.Delay(n, r.float) }
+
+// float draws from the relay's own source (Delay's rnd).
+func (r *Relay[TTx]) float() float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return time.Duration(r.rnd.Int64N(int64(ceil) + 1))
+	return r.rnd.Float64()
 }
 
 // pause is the relay-level delay after failed rounds: at least BaseBackoff.
@@ -390,7 +393,7 @@ func (r *Relay[TTx]) round(ctx context.Context, p *pipe) (int, error) {
 	if ctx.Err() != nil {
 		return 0, r.settle(ctx, cur[:acked], nil, cur[acked:])
 	}
-	r.log.DebugContext(ctx, "batch publish failed, publishing one by one", "events", len(cur), "acked", acked, "err", pr.err)
+	r.log.DebugContext(ctx, "batch publish failed, publishing one by one", "events", len(cur), "acked", acked, "error", pr.err)
 	return len(cur), r.fallback(ctx, cur[:acked], cur[acked:])
 }
 
@@ -401,7 +404,7 @@ func (r *Relay[TTx]) flush(ctx context.Context, p *pipe) {
 		return
 	}
 	if err := r.settle(ctx, p.acked, nil, p.next); err != nil {
-		r.log.WarnContext(ctx, "shutdown: could not settle; the claims expire after ClaimTTL", "err", err)
+		r.log.WarnContext(ctx, "shutdown: could not settle; the claims expire after ClaimTTL", "error", err)
 	}
 	p.acked, p.next = nil, nil
 }
@@ -438,7 +441,7 @@ func (r *Relay[TTx]) publishQuiet(ctx context.Context, evs []Event, msgs []idem.
 		n++
 		if pr.Duplicate {
 			r.log.DebugContext(ctx, "broker reported a duplicate (republish inside its dedup window)",
-				"seq", evs[i].Seq, "id", evs[i].ID, "position", pr.Position)
+				"seq", evs[i].Seq, "event_id", evs[i].ID, "position", pr.Position)
 			dups = append(dups, evs[i])
 		}
 	}
@@ -524,57 +527,32 @@ func (r *Relay[TTx]) claim(ctx context.Context) ([]Event, error) {
 // error nothing was marked: done must be marked later (or its claims
 // expire and the events are published again with the same ids).
 //
-// On PostgreSQL the transaction first takes the exclusive relay lock in a
-// statement of its own, so the claim's snapshot (taken after the lock is
-// granted) sees every earlier row of a key in its settled state; the mark
-// runs before the claim, so the claim sees those rows published. With the
-// pgx driver the whole transaction (BEGIN, lock, mark, claim, COMMIT) is
-// sent as one pipelined batch: one round trip per batch of events.
+// With advisory locks (PostgreSQL) the transaction first takes the
+// exclusive relay lock in a statement of its own (sqlset.Outbox.LockClaim),
+// so the claim's snapshot (taken after the lock is granted) sees every
+// earlier row of a key in its settled state; the mark runs before the
+// claim, so the claim sees those rows published. The lock statement also
+// bounds the claim by a statement timeout (never hold the claim lock
+// longer than a claim's lease: a stalled claim is cancelled and the round
+// retried) and pins its plan to ordered index scans. With a driver that
+// pipelines (pgxstore) the whole transaction is one batch: one round trip
+// per batch of events. On SQLite the relays take turns through the
+// single-writer lease instead: a relay that does not hold it claims
+// nothing.
 func (r *Relay[TTx]) claimTx(ctx context.Context, done []Event) ([]Event, error) {
 	now := r.cfg.Now()
 	nowUS, until := store.Micros(now), store.Micros(now.Add(r.cfg.ClaimTTL))
-	timeout := strconv.FormatInt(max(1, r.cfg.PublishTimeout.Milliseconds()), 10)
 	var evs []Event
-	if r.pgx != nil {
-		var err error
-		evs, err = r.claimPgx(ctx, done, nowUS, until, timeout)
-		if err != nil {
-			return nil, fmt.Errorf("outbox: claim: %w", err)
-		}
-		sortBySeq(evs)
-		return evs, nil
+	var stmts []store.Stmt
+	if r.q.LockClaim != "" {
+		timeout := strconv.FormatInt(max(1, r.cfg.PublishTimeout.Milliseconds()), 10)
+		stmts = append(stmts, store.Stmt{SQL: r.q.LockClaim, Args: []any{r.keys.relay, timeout}})
 	}
-	err := store.InTx(ctx, r.d, func(tx TTx) error {
+	if len(done) > 0 {
+		stmts = append(stmts, store.Stmt{SQL: r.q.Complete, Args: []any{nowUS, seqsArg(seqsOf(done))}})
+	}
+	claim := store.Stmt{SQL: r.q.Claim, Args: []any{r.cfg.Name, until, nowUS, r.cfg.BatchSize}, Rows: func(rows store.Rows) error {
 		evs = evs[:0]
-		q := r.d.Tx(tx)
-		if r.q.dialect == store.Postgres {
-			// Never hold the claim lock longer than a claim's lease: a
-			// stalled claim statement is cancelled and the round retried
-			// (a backstop). The planner settings pin the claim's plan to
-			// ordered index scans (see queries.go).
-			if _, err := q.Exec(ctx, r.q.claimPlan, r.q.ns64, timeout); err != nil {
-				return fmt.Errorf("lock: %w", err)
-			}
-		}
-		if len(done) > 0 {
-			if _, err := q.Exec(ctx, r.q.markDone, nowUS, r.q.seqArg(seqsOf(done))); err != nil {
-				return fmt.Errorf("mark published: %w", err)
-			}
-		}
-		if r.q.dialect == store.SQLite {
-			n, err := q.Exec(ctx, r.q.acquireLease, r.cfg.LeaseName, r.cfg.Name, until, nowUS)
-			if err != nil {
-				return fmt.Errorf("lease: %w", err)
-			}
-			if n == 0 {
-				return nil // another relay holds the lease
-			}
-		}
-		rows, err := q.Query(ctx, r.q.claim, r.cfg.Name, until, nowUS, r.cfg.BatchSize)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
 		for rows.Next() {
 			e, err := scanEvent(rows)
 			if err != nil {
@@ -583,7 +561,26 @@ func (r *Relay[TTx]) claimTx(ctx context.Context, done []Event) ([]Event, error)
 			evs = append(evs, e)
 		}
 		return rows.Err()
-	})
+	}}
+	var err error
+	if r.q.AcquireLease == "" {
+		err = r.atomically(ctx, append(stmts, claim))
+	} else {
+		err = store.InTx(ctx, r.d, func(tx TTx) error {
+			q := r.d.Tx(tx)
+			if err := r.d.SendBatch(ctx, q, stmts); err != nil {
+				return err
+			}
+			n, err := q.Exec(ctx, r.q.AcquireLease, r.cfg.LeaseName, r.cfg.Name, until, nowUS)
+			if err != nil {
+				return fmt.Errorf("lease: %w", err)
+			}
+			if n == 0 {
+				return nil // another relay holds the lease
+			}
+			return r.d.SendBatch(ctx, q, []store.Stmt{claim})
+		})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
@@ -591,72 +588,16 @@ func (r *Relay[TTx]) claimTx(ctx context.Context, done []Event) ([]Event, error)
 	return evs, nil
 }
 
-// claimPgx is claimTx's transaction as one pipelined pgx batch. Any error
-// leaves the transaction rolled back (the connection is discarded when it
-// is not idle).
-func (r *Relay[TTx]) claimPgx(ctx context.Context, done []Event, nowUS, until int64, timeout string) (evs []Event, err error) {
-	conn, err := r.pgx.Acquire(ctx)
-	if err != nil {
-		return nil, err
+// atomically runs stmts as one transaction. With a driver that pipelines,
+// they are one batch on the pool: one round trip, and one implicit
+// transaction that commits when the last statement succeeded and rolls
+// back on any error (store.Driver.SendBatch); otherwise they run one by one
+// in a transaction of their own.
+func (r *Relay[TTx]) atomically(ctx context.Context, stmts []store.Stmt) error {
+	if r.d.SupportsPipeline() {
+		return r.d.SendBatch(ctx, r.d.Pool(), stmts)
 	}
-	defer func() {
-		if err != nil && conn.Conn().PgConn().TxStatus() != 'I' {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = conn.Hijack().Close(cctx)
-			cancel()
-			return
-		}
-		conn.Release()
-	}()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(r.q.claimPlan, r.q.ns64, timeout)
-	if len(done) > 0 {
-		b.Queue(r.q.markDone, nowUS, seqsOf(done))
-	}
-	b.Queue(r.q.claim, r.cfg.Name, until, nowUS, r.cfg.BatchSize)
-	b.Queue("COMMIT")
-	br := conn.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
-	}
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("lock: %w", err)
-	}
-	if len(done) > 0 {
-		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("mark published: %w", err)
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		evs = append(evs, e)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	tag, err := br.Exec()
-	if err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
-	}
-	if tag.String() != "COMMIT" {
-		return nil, fmt.Errorf("commit: transaction ended with %q", tag.String())
-	}
-	return evs, nil
+	return store.InTx(ctx, r.d, func(tx TTx) error { return r.d.SendBatch(ctx, r.d.Tx(tx), stmts) })
 }
 
 func scanEvent(rows interface{ Scan(...any) error }) (Event, error) {
@@ -679,78 +620,76 @@ func scanEvent(rows interface{ Scan(...any) error }) (Event, error) {
 // settle records the outcome of a round in one transaction: done events are
 // marked published, failed ones get an attempt (and are parked after the
 // last), rest are released untouched. It runs even when ctx is done, so a
-// shutdown never leaves a finished batch unmarked.
+// shutdown never leaves a finished batch unmarked. The failure records are
+// fenced by the claim (lease.Fence): an event whose claim was taken over
+// is left to its new owner. With a driver that pipelines it is one round
+// trip.
 func (r *Relay[TTx]) settle(ctx context.Context, done []Event, failed []failure, rest []Event) error {
+	if len(done) == 0 && len(failed) == 0 && len(rest) == 0 {
+		return nil
+	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
 	defer cancel()
 	now := r.cfg.Now()
-	type parked struct {
-		ev  Event
-		err error
+	var stmts []store.Stmt
+	if r.q.LockShared != "" {
+		stmts = append(stmts, store.Stmt{SQL: r.q.LockShared, Args: []any{r.keys.relay}})
 	}
-	var retried []failure
-	var nexts []time.Time
-	var parks []parked
-	err := store.InTx(sctx, r.d, func(tx TTx) error {
-		retried, nexts, parks = retried[:0], nexts[:0], parks[:0]
-		q := r.d.Tx(tx)
-		if r.q.dialect == store.Postgres {
-			if _, err := q.Exec(sctx, r.q.lockOwner, r.q.ns64); err != nil {
-				return fmt.Errorf("lock: %w", err)
-			}
+	if len(done) > 0 {
+		stmts = append(stmts, store.Stmt{SQL: r.q.Complete, Args: []any{store.Micros(now), seqsArg(seqsOf(done))}})
+	}
+	type outcome struct {
+		failure
+		park     bool
+		next     time.Time
+		affected int64
+	}
+	outs := make([]outcome, len(failed))
+	for i, f := range failed {
+		o := outcome{failure: f}
+		attempt := f.ev.Attempts + 1
+		state := lease.Pending
+		o.next = now.Add(r.backoff(attempt))
+		if attempt >= r.cfg.MaxAttempts || idem.IsPermanent(f.err) {
+			state, o.park, o.next = lease.Failed, true, time.Time{}
 		}
-		if len(done) > 0 {
-			if _, err := q.Exec(sctx, r.q.markDone, store.Micros(now), r.q.seqArg(seqsOf(done))); err != nil {
-				return fmt.Errorf("mark published: %w", err)
-			}
+		o.ev.Attempts = attempt
+		msg := f.err.Error()
+		if len(msg) > 2000 {
+			msg = msg[:2000]
 		}
-		for _, f := range failed {
-			attempt := f.ev.Attempts + 1
-			state, next := "pending", now.Add(r.backoff(attempt))
-			if attempt >= r.cfg.MaxAttempts || idem.IsPermanent(f.err) {
-				state, next = "parked", time.Time{}
-			}
-			msg := f.err.Error()
-			if len(msg) > 2000 {
-				msg = msg[:2000]
-			}
-			n, err := q.Exec(sctx, r.q.fail, r.cfg.Name, f.ev.Seq, state, msg, store.Micros(next))
-			if err != nil {
-				return fmt.Errorf("record failure: %w", err)
-			}
-			if n == 0 {
-				continue // our claim was taken over; the new owner decides
-			}
-			f.ev.Attempts = attempt
-			if state == "parked" {
-				parks = append(parks, parked{f.ev, f.err})
-			} else {
-				retried = append(retried, f)
-				nexts = append(nexts, next)
-			}
-		}
-		if len(rest) > 0 {
-			if _, err := q.Exec(sctx, r.q.release, r.cfg.Name, r.q.seqArg(seqsOf(rest))); err != nil {
-				return fmt.Errorf("release: %w", err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
+		outs[i] = o
+		stmts = append(stmts, store.Stmt{SQL: r.q.Fail, Args: []any{r.cfg.Name, f.ev.Seq, state, msg, store.Micros(o.next)},
+			Affected: &outs[i].affected})
+	}
+	if len(rest) > 0 {
+		stmts = append(stmts, store.Stmt{SQL: r.q.Release, Args: []any{r.cfg.Name, seqsArg(seqsOf(rest))}})
+	}
+	if err := r.atomically(sctx, stmts); err != nil {
 		// The claims expire after ClaimTTL; the events are published again.
 		return fmt.Errorf("outbox: settle: %w", err)
 	}
 	r.published(ctx, done)
-	for i, f := range retried {
-		r.log.WarnContext(ctx, "publish failed, will retry", "seq", f.ev.Seq, "id", f.ev.ID, "key", f.ev.Key,
-			"attempt", f.ev.Attempts, "next", nexts[i], "err", f.err)
+	var parks []outcome
+	for _, o := range outs {
+		if err := lease.Fence(o.affected, nil, "outbox: failure record of the claim on seq", o.ev.Seq); err != nil {
+			// Our claim was taken over; the new owner decides.
+			r.log.DebugContext(ctx, "claim taken over before its failure was recorded", "seq", o.ev.Seq, "event_id", o.ev.ID, "error", err)
+			continue
+		}
+		if o.park {
+			parks = append(parks, o)
+			continue
+		}
+		r.log.WarnContext(ctx, "publish failed, will retry", "seq", o.ev.Seq, "event_id", o.ev.ID, "ordering_key", o.ev.Key,
+			"attempt", o.ev.Attempts, "next", o.next, "error", o.err)
 		if r.cfg.OnRetry != nil {
-			r.cfg.OnRetry(ctx, f.ev, f.err, nexts[i])
+			r.cfg.OnRetry(ctx, o.ev, o.err, o.next)
 		}
 	}
 	for _, p := range parks {
 		r.log.ErrorContext(ctx, "event parked: its ordering key is blocked until it is retried",
-			"seq", p.ev.Seq, "id", p.ev.ID, "source", p.ev.Source, "key", p.ev.Key, "attempts", p.ev.Attempts, "err", p.err)
+			"seq", p.ev.Seq, "event_id", p.ev.ID, "source", p.ev.Source, "ordering_key", p.ev.Key, "attempts", p.ev.Attempts, "error", p.err)
 		if r.cfg.OnParked != nil {
 			r.cfg.OnParked(ctx, p.ev, p.err)
 		}
@@ -785,37 +724,34 @@ func seqsOf(evs []Event) []int64 {
 	return s
 }
 
-// listen holds a dedicated connection in LISTEN and wakes the relay on
-// every notification; it reconnects after errors and wakes the relay after
-// each (re)connect to cover notifications missed meanwhile.
-func (r *Relay[TTx]) listen(ctx context.Context) {
+// listenLoop holds a dedicated connection in LISTEN (store.Driver.Listen)
+// and wakes the relay on every notification; it reconnects after errors
+// and wakes the relay after each (re)connect to cover notifications missed
+// meanwhile.
+func (r *Relay[TTx]) listenLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := r.listenOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		r.log.WarnContext(ctx, "LISTEN connection lost, polling until reconnected", "err", err)
+		r.log.WarnContext(ctx, "LISTEN connection lost, polling until reconnected", "error", err)
 		sleep(ctx, r.cfg.PollInterval, nil)
 	}
 }
 
 func (r *Relay[TTx]) listenOnce(ctx context.Context) error {
-	pc, err := r.pool.Acquire(ctx)
+	l, err := r.d.Listen(ctx, r.keys.channel)
 	if err != nil {
 		return err
 	}
-	conn := pc.Hijack() // never hand a listening connection back to the pool
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = conn.Close(cctx)
+		_ = l.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.q.channel}.Sanitize()); err != nil {
-		return err
-	}
 	r.Notify()
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		if _, err := l.Wait(ctx); err != nil {
 			return err
 		}
 		r.Notify()

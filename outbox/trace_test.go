@@ -17,10 +17,7 @@ import (
 // child of it, and the message's traceparent names the relay's span. A
 // handler of a consumed message leaves its id in the causation header.
 func TestTraceThroughOutbox(t *testing.T) {
-	forEachDriver(t, true,
-		func(t *testing.T) { traceThroughOutbox(t, testdb.SQLite(t)) },
-		func(t *testing.T) { traceThroughOutbox(t, testdb.Pgx(t)) },
-		func(t *testing.T) { traceThroughOutbox(t, testdb.SQLPostgres(t)) })
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { traceThroughOutbox(t, e.D) })
 }
 
 func traceThroughOutbox[TTx any](t *testing.T, d store.Driver[TTx]) {
