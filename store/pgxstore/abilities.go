@@ -34,7 +34,11 @@ type batcher interface {
 
 // SendBatch queues stmts in one pgx.Batch (one round trip) on q's
 // connection, transaction or pool; errors are translated like every other
-// statement's. On a pool the batch runs in one implicit transaction.
+// statement's. On a pool the batch runs on one connection in one implicit
+// transaction (one Sync): transaction-scoped locks and settings last until
+// its end, it commits when every statement succeeded and rolls back at the
+// first error. On a querier that is not the driver's own, or on the simple
+// protocol, the statements run one by one (store.RunStmts).
 func (d *Driver) SendBatch(ctx context.Context, q store.Querier, stmts []store.Stmt) error {
 	qq, ok := q.(querier)
 	if !ok || !d.SupportsPipeline() {
