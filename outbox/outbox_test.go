@@ -659,3 +659,113 @@ func TestClaimPlanWithoutStatistics(t *testing.T) {
 	}
 	mustEqual(t, "first claimed", evs[0].Seq, 4)
 }
+
+// The table's owner functions: Counts by stored state (published is stored
+// as completed, parked as failed), Backlog (the one outbox-lag
+// computation: pending count and age of the oldest pending event by seq)
+// and Expire (completed events published before the horizon, at most limit
+// per call; pending and parked never).
+func TestOwnerFunctions(t *testing.T) {
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testOwnerFunctions(t, e.D) })
+}
+
+func testOwnerFunctions[TTx any](t *testing.T, d store.Driver[TTx]) {
+	ctx := context.Background()
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	o, _ := New(d, Config{Now: func() time.Time { return created }})
+	now := created.Add(90 * time.Second)
+	b, err := Backlog(ctx, d, now)
+	if err != nil || b != (BacklogStats{}) {
+		t.Fatalf("empty Backlog = %+v, %v", b, err)
+	}
+	c, err := Counts(ctx, d)
+	if err != nil || len(c) != 0 {
+		t.Fatalf("empty Counts = %v, %v", c, err)
+	}
+	out := enqueueTx(t, d, o, ev("a", 0), ev("b", 0), ev("c", 0), ev("d", 0), ev("e", 0))
+	// Later events are younger: the lag is the oldest pending one's age.
+	o2, _ := New(d, Config{Now: func() time.Time { return created.Add(time.Minute) }})
+	later := enqueueTx(t, d, o2, ev("f", 0))
+	tbl := d.Table("outbox")
+	// a, b published long ago, c published recently, d parked; e, f pending.
+	testdb.Exec(t, d, `UPDATE `+tbl+` SET state = 'completed', published_at = $1 WHERE seq IN ($2, $3)`,
+		store.Micros(created.Add(-48*time.Hour)), out[0].Seq, out[1].Seq)
+	testdb.Exec(t, d, `UPDATE `+tbl+` SET state = 'completed', published_at = $1 WHERE seq = $2`, store.Micros(now), out[2].Seq)
+	testdb.Exec(t, d, `UPDATE `+tbl+` SET state = 'failed' WHERE seq = $1`, out[3].Seq)
+
+	c, err = Counts(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "completed", c[lease.Completed], 3)
+	mustEqual(t, "failed", c[lease.Failed], 1)
+	mustEqual(t, "pending", c[lease.Pending], 2)
+	mustEqual(t, "states", len(c), 3)
+
+	b, err = Backlog(ctx, d, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "backlog pending", b.Pending, 2)
+	mustEqual(t, "backlog oldest", b.Oldest, 90*time.Second)
+	b, _ = Backlog(ctx, d, created.Add(-time.Hour)) // a clock behind the rows: never negative
+	mustEqual(t, "backlog oldest, clock behind", b.Oldest, 0)
+	st, err := o.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "stats pending", st.Pending, 2)
+	mustEqual(t, "stats parked", st.Parked, 1)
+	mustEqual(t, "stats oldest", st.OldestPending.Equal(created), true)
+
+	// Expire: the two old completed events, one per call with limit 1.
+	horizon := created.Add(-24 * time.Hour)
+	n, err := Expire(ctx, d, horizon, 1)
+	if err != nil || n != 1 {
+		t.Fatalf("Expire(limit 1) = %d, %v", n, err)
+	}
+	n, err = Expire(ctx, d, horizon, 10)
+	if err != nil || n != 1 {
+		t.Fatalf("Expire(limit 10) = %d, %v; want the second old one", n, err)
+	}
+	n, err = Expire(ctx, d, now.Add(time.Hour), 10) // c too; pending and parked never
+	if err != nil || n != 1 {
+		t.Fatalf("Expire(future) = %d, %v; want 1", n, err)
+	}
+	mustEqual(t, "rows left", testdb.Count(t, d, `SELECT count(*) FROM `+tbl), 3)
+	mustEqual(t, "later still pending", testdb.Count(t, d, `SELECT count(*) FROM `+tbl+` WHERE seq = $1 AND state = 'pending'`, later[0].Seq), 1)
+}
+
+// A failure record is fenced by the claim (lease.Fence): when another relay
+// took the claim over meanwhile, the old owner counts no attempt, parks
+// nothing and runs no hook; the new owner decides.
+func TestFailureRecordFencedByClaim(t *testing.T) {
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testFailureRecordFenced(t, e.D) }, testdb.NoSQLPostgres)
+}
+
+func testFailureRecordFenced[TTx any](t *testing.T, d store.Driver[TTx]) {
+	ctx := context.Background()
+	o, _ := New(d, Config{})
+	enqueueTx(t, d, o, ev("a", 0), ev("b", 0))
+	var hooks atomic.Int64
+	cfg := fastRelay("old")
+	cfg.MaxAttempts = 1
+	cfg.OnRetry = func(context.Context, Event, error, time.Time) { hooks.Add(1) }
+	cfg.OnParked = func(context.Context, Event, error) { hooks.Add(1) }
+	r, _ := NewRelay(d, &fakePub{}, cfg)
+	evs, err := r.claim(ctx)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("claim = %d, %v", len(evs), err)
+	}
+	// Another relay takes the first event's claim over.
+	testdb.Exec(t, d, `UPDATE `+d.Table("outbox")+` SET claimed_by = 'new' WHERE seq = $1`, evs[0].Seq)
+	boom := errors.New("rejected")
+	if err := r.settle(ctx, nil, []failure{{evs[0], boom}, {evs[1], boom}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "hooks (the second event only)", hooks.Load(), 1)
+	mustEqual(t, "taken-over event untouched", testdb.Count(t, d,
+		`SELECT count(*) FROM `+d.Table("outbox")+` WHERE seq = $1 AND state = 'pending' AND attempts = 0 AND claimed_by = 'new'`, evs[0].Seq), 1)
+	mustEqual(t, "own event parked", testdb.Count(t, d,
+		`SELECT count(*) FROM `+d.Table("outbox")+` WHERE seq = $1 AND state = 'failed' AND attempts = 1`, evs[1].Seq), 1)
+}

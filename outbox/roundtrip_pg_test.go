@@ -2,11 +2,13 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/pgproxy"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // A relay round on pgx costs one round trip once the connection has its
@@ -59,4 +61,26 @@ func TestRelayRoundTrips(t *testing.T) {
 	mustEqual(t, "round trips of the last round", p.RoundTrips(), 1)
 	mustEqual(t, "published", countState(t, d, lease.Completed), 12)
 	mustEqual(t, "messages", len(pub.snapshot()), 12)
+
+	// Settling a failed batch (one event acked, one failed, one released)
+	// is one round trip too, once its statements are prepared.
+	settle := func(name string) int {
+		out := enqueueTx(t, d, o, ev(name+"-ok", 0), ev(name+"-bad", 0), ev(name+"-rest", 0))
+		cfg := fastRelay(name)
+		cfg.DisableListen = true
+		r, _ := NewRelay(d, pub, cfg)
+		evs, err := r.claim(ctx)
+		if err != nil || len(evs) != 3 || evs[0].ID != out[0].ID {
+			t.Fatalf("claim: %d, %v", len(evs), err)
+		}
+		p.Reset()
+		if err := r.settle(ctx, evs[:1], []failure{{evs[1], errors.New("rejected")}}, evs[2:]); err != nil {
+			t.Fatal(err)
+		}
+		rt := p.RoundTrips()
+		testdb.Exec(t, d, `DELETE FROM `+d.Table("outbox"))
+		return rt
+	}
+	t.Logf("first settle: %d round trips", settle("s1"))
+	mustEqual(t, "round trips of a settle", settle("s2"), 1)
 }
