@@ -11,7 +11,8 @@
 //
 // The type parameter TTx is the caller's own transaction type, so handlers
 // receive exactly the transaction their business code already uses. Both
-// drivers pass the one conformance suite in store/storetest.
+// drivers pass the one conformance suite in store/storetest, which also
+// prepares every statement of [Driver.Statements] on each of them.
 //
 // SQL in idem is written once per dialect, with PostgreSQL-style $1
 // placeholders (SQLite accepts them too). Timestamps are stored as BIGINT
@@ -126,15 +127,22 @@ type Driver[TTx any] interface {
 	// ExecCommit runs stmt (a constant statement, args bound as
 	// parameters) and commits tx in one round trip. ok=false means the
 	// fast path does not apply to tx and nothing was done: the caller
-	// runs stmt and Commit itself. Otherwise tx is over, committed when
+	// runs stmt and Commit itself. A driver that SupportsPipeline accepts
+	// at least the transactions its own BeginInsert started. Otherwise tx is over, committed when
 	// err is nil and rolled back when not; a COMMIT that did not commit,
 	// or a transaction that was no longer open or already aborted, is an
 	// error.
 	ExecCommit(ctx context.Context, tx TTx, stmt string, args ...any) (ok bool, err error)
 	// SendBatch runs stmts in order on q (from Tx or Pool), in one round
 	// trip when SupportsPipeline, otherwise one by one; it stops at the
-	// first error. On Pool the statements share one implicit transaction
-	// only when the driver pipelines them; atomicity needs a Tx.
+	// first error and returns it (a database error translated like any
+	// other: ErrUniqueViolation…). On Pool the statements share one
+	// implicit transaction only when the driver pipelines them; atomicity
+	// needs a Tx. A pipelining driver sent every statement before reading
+	// the first result: a database error makes the server skip the rest,
+	// but an error returned by a Rows callback does not, so the statements
+	// after it may have run — send a batch whose Rows can fail on a Tx and
+	// roll back on error.
 	SendBatch(ctx context.Context, q Querier, stmts []Stmt) error
 
 	// SupportsListener reports whether Listen works (PostgreSQL

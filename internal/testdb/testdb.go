@@ -144,8 +144,30 @@ func PgxPool(t testing.TB) (*pgxpool.Pool, string) {
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
-	t.Cleanup(pool.Close)
+	t.Cleanup(func() { closePool(t, pool) })
 	return pool, schema
+}
+
+// closeWait bounds how long closing a test's pool waits for its
+// connections to come back.
+const closeWait = 10 * time.Second
+
+// closePool closes pool, but does not wait forever: pgxpool.Close blocks
+// until every acquired connection is released, so a test that failed (or
+// leaked) with a transaction open would otherwise hang its package until
+// the test binary's timeout, hiding the failure's message.
+func closePool(t testing.TB, pool *pgxpool.Pool) {
+	done := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+		t.Logf("testdb: the pool still had %d connections acquired %v after the test (a transaction or listener left open?); not waiting for them",
+			pool.Stat().AcquiredConns(), closeWait)
+	}
 }
 
 // Pgx returns a migrated pgx driver whose idem tables and search_path live

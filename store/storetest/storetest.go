@@ -1,6 +1,8 @@
 // Package storetest is the conformance suite every idem storage driver must
 // pass: transaction visibility, error translation, savepoints, concurrent
-// writers and table naming. Run it from a driver's tests:
+// writers (read-modify-write, and racing inserts on one key), table naming,
+// and the declared abilities (SendBatch, BeginInsert/ExecCommit, Listen).
+// Run it from a driver's tests:
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) store.Driver[pgx.Tx] { return newMigratedDriver(t) })
@@ -8,6 +10,10 @@
 //
 // The driver returned must be fresh and isolated (own schema or file); the
 // suite creates its own tables in the connection's default schema.
+//
+// [Statements] is the second half: it prepares every statement of the
+// driver's statement set (sqlset.Set) on its migrated database, and [Complete] checks that
+// a dialect's Set leaves no statement out.
 package storetest
 
 import (
@@ -34,6 +40,10 @@ func Run[TTx any](t *testing.T, newDriver func(t *testing.T) store.Driver[TTx]) 
 		{"ConcurrentWriters", testConcurrentWriters[TTx]},
 		{"InTx", testInTx[TTx]},
 		{"Names", testNames[TTx]},
+		{"UniqueRace", testUniqueRace[TTx]},
+		{"SendBatch", testSendBatch[TTx]},
+		{"PipelineAbilities", testPipelineAbilities[TTx]},
+		{"Listener", testListener[TTx]},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,6 +11,9 @@ import (
 
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/pgxstore"
+	"github.com/idemkit/idem/store/postgres"
+	"github.com/idemkit/idem/store/sqlite"
 	"github.com/idemkit/idem/store/sqlstore"
 	"github.com/idemkit/idem/store/storetest"
 )
@@ -78,5 +81,118 @@ func TestBusySQLite(t *testing.T) {
 	defer a.Rollback(ctx, holder)
 	if _, err := b.Begin(ctx); !errors.Is(err, store.ErrLockTimeout) {
 		t.Fatalf("second writer: got %v, want ErrLockTimeout", err)
+	}
+}
+
+// preparer returns the native way to prepare a statement without running
+// it: pgx Conn.Prepare on a pooled connection; database/sql PrepareContext,
+// inside a transaction (rolled back) on PostgreSQL, on the *sql.DB for
+// SQLite.
+func preparer(t *testing.T, e testdb.Driver) storetest.Prepare {
+	t.Helper()
+	switch n := e.Native.(type) {
+	case *pgxstore.Driver:
+		pool := n.PgxPool()
+		return func(ctx context.Context, sql string) error {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Release()
+			_, err = c.Conn().Prepare(ctx, "", sql) // the unnamed statement: nothing to deallocate
+			return err
+		}
+	case *sqlstore.Driver:
+		db := n.DB()
+		if n.Dialect() == store.SQLite {
+			return func(ctx context.Context, sql string) error {
+				st, err := db.PrepareContext(ctx, sql)
+				if err != nil {
+					return err
+				}
+				return st.Close()
+			}
+		}
+		return func(ctx context.Context, sql string) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			st, err := tx.PrepareContext(ctx, sql)
+			if err != nil {
+				return err
+			}
+			return st.Close()
+		}
+	}
+	t.Fatalf("no preparer for %T", e.Native)
+	return nil
+}
+
+// Every statement idem runs prepares on every driver's migrated database:
+// it parses, and every table and column it names exists.
+func TestStatements(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		storetest.Statements(t, e.D, preparer(t, e))
+	})
+}
+
+// The preparers the suite relies on do reject what they must: a missing
+// column, a missing table, a syntax error.
+func TestPreparersReject(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		prepare := preparer(t, e)
+		ctx := context.Background()
+		inbox := e.D.Table("inbox")
+		if err := prepare(ctx, `SELECT consumer FROM `+inbox+` WHERE message_id = $1`); err != nil {
+			t.Fatalf("a valid statement: %v", err)
+		}
+		for _, bad := range []string{
+			`SELECT no_such_column FROM ` + inbox,
+			`SELECT 1 FROM ` + e.D.Table("no_such_table"),
+			`SELEKT 1`,
+		} {
+			if err := prepare(ctx, bad); err == nil {
+				t.Errorf("%s prepared", bad)
+			}
+		}
+	})
+}
+
+// Each dialect's Set has a statement in every field, but the ones
+// storetest.NotNeeded lists with a reason.
+func TestComplete(t *testing.T) {
+	t.Parallel()
+	names, err := store.Names{}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("postgres", func(t *testing.T) { storetest.Complete(t, store.Postgres, postgres.Statements(names)) })
+	t.Run("sqlite", func(t *testing.T) { storetest.Complete(t, store.SQLite, sqlite.Statements(names)) })
+}
+
+func TestSplit(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		sql  string
+		want int
+	}{
+		{`SELECT 1`, 1},
+		{`SELECT 1;`, 1},
+		{"SELECT 1; -- done\n", 1},
+		{`RELEASE SAVEPOINT x; SAVEPOINT x`, 2},
+		{`SELECT ';' AS a, "b;c" FROM t WHERE x = 'it''s; fine'`, 1},
+		{`SELECT $1 /* ; */ , $2 -- ;` + "\n; SELECT 2", 2},
+		{`DO $$ BEGIN PERFORM 1; END $$; SELECT $1`, 2},
+		{`DO $fn$ BEGIN PERFORM 1; END $fn$`, 1},
+		{`  ;  ; `, 0},
+	}
+	for _, c := range cases {
+		if got := storetest.Split(c.sql); len(got) != c.want {
+			t.Errorf("Split(%q) = %q, want %d parts", c.sql, got, c.want)
+		}
 	}
 }
