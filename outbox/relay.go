@@ -122,16 +122,22 @@ var ErrRelayRunning = errors.New("outbox: relay already running")
 // pipelined: while a batch is published, one transaction marks the
 // previous (acked) batch published and claims the next batch (with a
 // driver that pipelines, pgxstore, that transaction is one round trip). If
-// the batch fails,
-// its events are published one at a time to find the failing ones: a failed
-// event gets an attempt counted, a backoff, and is parked after MaxAttempts
-// (at once for an [idem.Permanent] error); the later events of its key wait.
+// the batch fails, its events are published one at a time to find the
+// failing ones: a failed event gets an attempt counted, a backoff, and is
+// parked after MaxAttempts (at once for an [idem.Permanent] error); the
+// later events of its key wait.
 // If nothing at all can be published, no error is permanent and none of the
 // failed events failed before, the broker is taken to be down: no attempt is
 // counted, the claims are released and the relay pauses (exponential backoff)
 // before trying again, so an outage does not park fresh events. An event that
 // already failed while the broker accepted others keeps counting attempts
 // (it is the suspect), so a poison event is parked even when it is alone.
+//
+// Claims are leases of internal/lease's vocabulary on pending rows
+// (claimed_by, claim_until): a claim whose lease ran out is taken over by
+// the next claim (the Retake policy: the event is published again with the
+// same id), and a failure is recorded only under the relay's own claim
+// (lease.Fence).
 type Relay[TTx any] struct {
 	d      store.Driver[TTx]
 	pub    broker.Publisher
