@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -480,4 +482,48 @@ func onlyComments(s string) bool {
 		}
 	}
 	return true
+}
+
+var placeholderRe = regexp.MustCompile(`\$([0-9]+)`)
+
+// maxPlaceholder is the highest $n in sql (0 for none).
+func maxPlaceholder(sql string) int {
+	most := 0
+	for _, m := range placeholderRe.FindAllStringSubmatch(sql, -1) {
+		if n, err := strconv.Atoi(m[1]); err == nil && n > most {
+			most = n
+		}
+	}
+	return most
+}
+
+// SameArguments checks that the statements of other (a lenient dialect,
+// such as SQLite, which ignores arguments a statement does not name) never
+// name an argument beyond the last one strict's statement of the same
+// field names: feature code binds one argument list for every dialect, and
+// a strict dialect (PostgreSQL: exactly one argument per parameter)
+// decides its length.
+func SameArguments(t *testing.T, strict, other *sqlset.Set) {
+	t.Helper()
+	a, err := Walk(strict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Walk(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]string{}
+	for _, st := range a {
+		byName[st.Name()] = st.SQL
+	}
+	for _, st := range b {
+		s, ok := byName[st.Name()]
+		if !ok || s == "" || st.SQL == "" {
+			continue
+		}
+		if ms, mo := maxPlaceholder(s), maxPlaceholder(st.SQL); mo > ms {
+			t.Errorf("%s names $%d, but the strict dialect's statement stops at $%d, so its callers bind %d arguments", st.Name(), mo, ms, ms)
+		}
+	}
 }

@@ -172,6 +172,9 @@ func TestComplete(t *testing.T) {
 	}
 	t.Run("postgres", func(t *testing.T) { storetest.Complete(t, store.Postgres, postgres.Statements(names)) })
 	t.Run("sqlite", func(t *testing.T) { storetest.Complete(t, store.SQLite, sqlite.Statements(names)) })
+	t.Run("arguments", func(t *testing.T) {
+		storetest.SameArguments(t, postgres.Statements(names), sqlite.Statements(names))
+	})
 }
 
 func TestSplit(t *testing.T) {
