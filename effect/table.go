@@ -29,7 +29,7 @@ func Expire[TTx any](ctx context.Context, d store.Driver[TTx], horizon time.Time
 // absent. Held effects ([Effect.HeldAt]) are stored in_progress and counted
 // there; [CountHeld] counts them apart.
 func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	out, err := countBy(ctx, d.Pool(), d.Statements().Effects.CountByState)
+	out, err := store.CountBy(ctx, d.Pool(), d.Statements().Effects.CountByState)
 	if err != nil {
 		return nil, fmt.Errorf("effect: counts: %w", err)
 	}
@@ -39,28 +39,9 @@ func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64
 // CountHeld returns the number of effects held for reconciliation (see
 // [WithKeyLifetime]) per kind; a kind without held effects is absent.
 func CountHeld[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	out, err := countBy(ctx, d.Pool(), d.Statements().Effects.CountHeld)
+	out, err := store.CountBy(ctx, d.Pool(), d.Statements().Effects.CountHeld)
 	if err != nil {
 		return nil, fmt.Errorf("effect: count held: %w", err)
 	}
 	return out, nil
-}
-
-// countBy runs a query returning (name, count) rows.
-func countBy(ctx context.Context, q store.Querier, sql string) (map[string]int64, error) {
-	rows, err := q.Query(ctx, sql)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return nil, err
-		}
-		out[s] = n
-	}
-	return out, rows.Err()
 }

@@ -27,21 +27,8 @@ func Expire[TTx any](ctx context.Context, d store.Driver[TTx], horizon time.Time
 // (StateInProgress, StateCompleted, StateFailed); a state without records
 // is absent from the map.
 func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	rows, err := d.Pool().Query(ctx, d.Statements().HTTPKeys.Counts)
+	out, err := store.CountBy(ctx, d.Pool(), d.Statements().HTTPKeys.Counts)
 	if err != nil {
-		return nil, fmt.Errorf("idemhttp: count keys: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var state string
-		var n int64
-		if err := rows.Scan(&state, &n); err != nil {
-			return nil, fmt.Errorf("idemhttp: count keys: %w", err)
-		}
-		out[state] = n
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("idemhttp: count keys: %w", err)
 	}
 	return out, nil

@@ -52,21 +52,8 @@ func ExpireKeeping[TTx any](ctx context.Context, d store.Driver[TTx], horizon ti
 // (lease.InProgress, lease.Completed, lease.Failed); a state without
 // records is absent.
 func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	rows, err := d.Pool().Query(ctx, d.Statements().Inbox.CountByState)
+	out, err := store.CountBy(ctx, d.Pool(), d.Statements().Inbox.CountByState)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: counts: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var state string
-		var n int64
-		if err := rows.Scan(&state, &n); err != nil {
-			return nil, fmt.Errorf("inbox: counts: %w", err)
-		}
-		out[state] = n
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("inbox: counts: %w", err)
 	}
 	return out, nil

@@ -475,21 +475,8 @@ func Expire[TTx any](ctx context.Context, d store.Driver[TTx], horizon time.Time
 // lease.Pending ("pending"), lease.Completed ("completed": published) and
 // lease.Failed ("failed": parked). States without events are absent.
 func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	rows, err := d.Pool().Query(ctx, d.Statements().Outbox.Counts)
+	out, err := store.CountBy(ctx, d.Pool(), d.Statements().Outbox.Counts)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: counts: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var state string
-		var n int64
-		if err := rows.Scan(&state, &n); err != nil {
-			return nil, fmt.Errorf("outbox: counts: %w", err)
-		}
-		out[state] = n
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outbox: counts: %w", err)
 	}
 	return out, nil
