@@ -13,16 +13,23 @@ import (
 	"unicode/utf8"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/term"
 
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/broker/amqp"
 	"github.com/idemkit/idem/broker/jetstream"
+	"github.com/idemkit/idem/broker/kafka"
 	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/internal/sqlmeta"
 )
 
 // dlqFlags are the flags of every dlq action.
 type dlqFlags struct {
 	db, consumer, since, until, class, state, by, nats string
+	broker, exchange                                   string
 	all, asJSON                                        bool
 	limit                                              int
 	force                                              bool
@@ -43,6 +50,8 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON")
 	fs.StringVar(&f.by, "by", "", "operator name recorded on redrive/discard (default $USER)")
 	fs.StringVar(&f.nats, "nats", "", "redrive: NATS JetStream URL to republish to (default $IDEM_NATS_URL)")
+	fs.StringVar(&f.broker, "broker", "", "redrive: broker URL to republish to: nats://… (JetStream), amqp://… or amqps://… (RabbitMQ), kafka://host:port[,host:port] (Kafka); default $IDEM_BROKER_URL, else --nats")
+	fs.StringVar(&f.exchange, "exchange", "", "redrive to RabbitMQ: the exchange to publish to, the letter's source as routing key (default: the default exchange, which routes to the queue named by the source)")
 	fs.IntVar(&f.limit, "limit", 100, "list: at most this many letters (0 = no limit)")
 	fs.BoolVar(&f.force, "force", false, "redrive: redrive letters refused because their message id may have been processed and forgotten (needs --reason)")
 	fs.StringVar(&f.reason, "reason", "", "redrive --force: why it is safe (recorded with the letter)")
@@ -151,16 +160,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	}
 
 	// redrive
-	natsURL := dlqOr(f.nats, env.Getenv("IDEM_NATS_URL"))
-	if natsURL == "" {
-		return fmt.Errorf("%w: redrive needs a broker: --nats URL or IDEM_NATS_URL", errUsage)
-	}
-	nc, js, err := jetstream.Dial(natsURL)
-	if err != nil {
-		return hideURL(err, natsURL)
-	}
-	defer nc.Close()
-	pub, err := jetstream.NewPublisher(js, jetstream.PublisherConfig{})
+	pub, err := f.publisher(env)
 	if err != nil {
 		return err
 	}
@@ -194,6 +194,94 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("redrove %d, then: %w", n, err)
 	}
 	return dlqReport(env, f.asJSON, "redriven", n)
+}
+
+// publisher opens the broker redrives republish to: --broker (any broker
+// idem ships, by its URL's scheme), else --nats (JetStream, as always),
+// else $IDEM_BROKER_URL, else $IDEM_NATS_URL.
+//
+// TODO(dsn): the scheme switch moves to the one database/broker URL
+// parser once it exists.
+func (f dlqFlags) publisher(env *Env) (broker.Publisher, error) {
+	if f.broker != "" && f.nats != "" {
+		return nil, fmt.Errorf("%w: give --broker or --nats, not both", errUsage)
+	}
+	u, nats := f.broker, false
+	switch {
+	case u != "":
+	case f.nats != "":
+		u, nats = f.nats, true
+	case env.Getenv("IDEM_BROKER_URL") != "":
+		u = env.Getenv("IDEM_BROKER_URL")
+	default:
+		u, nats = env.Getenv("IDEM_NATS_URL"), true
+	}
+	if u == "" {
+		return nil, fmt.Errorf("%w: redrive needs a broker: --broker URL (nats://, amqp://, kafka://) or --nats URL, or IDEM_BROKER_URL / IDEM_NATS_URL", errUsage)
+	}
+	if f.exchange != "" && (nats || !isAMQP(u)) {
+		return nil, fmt.Errorf("%w: --exchange is for RabbitMQ (an amqp:// or amqps:// --broker)", errUsage)
+	}
+	scheme, rest, _ := strings.Cut(u, "://")
+	switch scheme = strings.ToLower(scheme); {
+	case nats || scheme == "nats" || scheme == "tls" || scheme == "ws" || scheme == "wss":
+		nc, js, err := jetstream.Dial(u)
+		if err != nil {
+			return nil, hideURL(err, u)
+		}
+		pub, err := jetstream.NewPublisher(js, jetstream.PublisherConfig{})
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		return closing{pub, nc.Close}, nil
+	case isAMQP(u):
+		pub, err := amqp.NewPublisher(amqp.PublisherConfig{URL: u, Exchange: f.exchange})
+		return pub, hideURL(err, u)
+	case scheme == "kafka":
+		var seeds []string
+		for _, b := range strings.Split(rest, ",") {
+			if b = strings.TrimSpace(strings.TrimSuffix(b, "/")); b != "" {
+				seeds = append(seeds, b)
+			}
+		}
+		if len(seeds) == 0 {
+			return nil, fmt.Errorf("%w: --broker %s: want kafka://host:port[,host:port]", errUsage, redact.URL(u))
+		}
+		// A bounded delivery, so an unreachable cluster fails the redrive
+		// (the letter stays parked) instead of hanging the command.
+		return kafka.NewPublisher(kafka.PublisherConfig{Brokers: seeds, Opts: []kgo.Opt{kgo.RecordDeliveryTimeout(30 * time.Second)}})
+	case scheme == "memory":
+		return nil, fmt.Errorf("%w: the memory broker lives inside one process: redrive from that process (dlq.Store.Redrive with its publisher)", errUsage)
+	}
+	return nil, fmt.Errorf("%w: --broker %s: unknown broker scheme (want nats://, amqp://, amqps:// or kafka://)", errUsage, redact.URL(u))
+}
+
+func isAMQP(u string) bool {
+	l := strings.ToLower(u)
+	return strings.HasPrefix(l, "amqp://") || strings.HasPrefix(l, "amqps://")
+}
+
+// closing is a publisher that also closes its connection.
+type closing struct {
+	broker.Publisher
+	conn func()
+}
+
+// Close closes the publisher, then its connection.
+func (c closing) Close() error {
+	err := c.Publisher.Close()
+	c.conn()
+	return err
+}
+
+// PublishResults forwards to the publisher's, so that a broker's duplicate
+// report (JetStream) still reaches the redrive.
+func (c closing) PublishResults(ctx context.Context, msgs ...idem.Message) ([]broker.PublishResult, error) {
+	if rp, ok := c.Publisher.(broker.ResultPublisher); ok {
+		return rp.PublishResults(ctx, msgs...)
+	}
+	return nil, c.Publisher.Publish(ctx, msgs...)
 }
 
 func (f dlqFlags) filter(now time.Time) (dlq.Filter, error) {

@@ -6,16 +6,22 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	js "github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/broker/amqp"
 	"github.com/idemkit/idem/broker/jetstream"
 	"github.com/idemkit/idem/broker/jetstream/embedded"
+	"github.com/idemkit/idem/broker/kafka"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/store/sqlstore"
 )
@@ -36,20 +42,7 @@ func runCmd(t *testing.T, vars map[string]string, args ...string) (code int, std
 // is closed when the test ends.
 func newDLQEnv(t *testing.T, vars map[string]string) (*dlq.Store[*sql.Tx], *embedded.Server, js.JetStream) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "idem.db")
-	vars["IDEM_DATABASE_URL"] = "sqlite://" + path
-	if code, _, stderr := runCmd(t, vars, "migrate", "up"); code != 0 {
-		t.Fatalf("migrate: %s", stderr)
-	}
-	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{}, sqlstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	letters, err := dlq.New(d, dlq.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	letters := newDLQDB(t, vars)
 	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +57,27 @@ func newDLQEnv(t *testing.T, vars map[string]string) (*dlq.Store[*sql.Tx], *embe
 		t.Fatal(err)
 	}
 	return letters, srv, j
+}
+
+// newDLQDB migrates a fresh SQLite database, sets vars'
+// IDEM_DATABASE_URL to it and returns its dead-letter store.
+func newDLQDB(t *testing.T, vars map[string]string) *dlq.Store[*sql.Tx] {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "idem.db")
+	vars["IDEM_DATABASE_URL"] = "sqlite://" + path
+	if code, _, stderr := runCmd(t, vars, "migrate", "up"); code != 0 {
+		t.Fatalf("migrate: %s", stderr)
+	}
+	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	letters, err := dlq.New(d, dlq.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return letters
 }
 
 func TestDLQGCStatsCommands(t *testing.T) {
@@ -150,5 +164,194 @@ func TestDLQGCStatsCommands(t *testing.T) {
 	}
 	if code, out, _ = runCmd(t, vars, "stats"); code != 0 || !strings.Contains(out, "parked consumer shipping") {
 		t.Fatalf("stats: %s", out)
+	}
+}
+
+// testRedriveTo runs the redrive guarantees against one broker: a letter
+// is republished with its id, key, headers and payload (marked as a
+// redrive), a second redrive is refused, a letter past its replay horizon
+// is refused and publishes nothing, and --force --reason redrives it with
+// the reason recorded. receive returns what the broker delivered within
+// wait.
+func testRedriveTo(t *testing.T, brokerArgs []string, subject string, receive func(t *testing.T, wait time.Duration) []idem.Message) {
+	t.Helper()
+	vars := map[string]string{"USER": "tester"}
+	letters := newDLQDB(t, vars)
+	ctx := context.Background()
+	fresh := dlq.FromMessage("billing", idem.Message{ID: "m-fresh", Subject: subject, Key: "order-1",
+		Headers: map[string]string{"ce-type": "order.paid"}, Payload: []byte(`{"order":1}`), Attempt: 1}, idem.Permanent(errors.New("bad")))
+	id, err := letters.Park(ctx, fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := dlq.FromMessage("billing", idem.Message{ID: "m-old", Subject: subject, Payload: []byte(`{"order":2}`)}, idem.Permanent(errors.New("bad")))
+	old.LastFailedAt = time.Now().Add(-30 * 24 * time.Hour) // older than the 7-day inbox retention
+	oldID, err := letters.Park(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redrive := func(args ...string) (int, string, string) {
+		return runCmd(t, vars, append(append([]string{"dlq", "redrive"}, args...), brokerArgs...)...)
+	}
+
+	if code, out, stderr := redrive(strconv.FormatInt(id, 10), "--by", "alice"); code != 0 || !strings.Contains(out, "redriven 1") {
+		t.Fatalf("redrive: %d %s %s", code, out, stderr)
+	}
+	got := receive(t, 10*time.Second)
+	if len(got) != 1 {
+		t.Fatalf("the broker delivered %d messages, want the redriven one", len(got))
+	}
+	if m := got[0]; m.ID != "m-fresh" || m.Key != "order-1" || m.Headers["ce-type"] != "order.paid" || string(m.Payload) != `{"order":1}` ||
+		m.Headers[broker.HeaderRedrive] != strconv.FormatInt(id, 10) {
+		t.Fatalf("redriven message %+v: want the original id, key, headers and payload, marked as a redrive", m)
+	}
+	if l, _ := letters.Get(ctx, id); l.State != dlq.Redriven || l.RedrivenBy != "alice" {
+		t.Fatalf("letter after redrive: %+v", l)
+	}
+	if code, _, stderr := redrive(strconv.FormatInt(id, 10)); code != 1 || !strings.Contains(stderr, "not parked") {
+		t.Fatalf("second redrive: %d %s", code, stderr)
+	}
+
+	// Past the replay horizon: refused, nothing published, still parked.
+	if code, _, stderr := redrive(strconv.FormatInt(oldID, 10)); code != 1 || !strings.Contains(stderr, "refused") {
+		t.Fatalf("redrive past the horizon: %d %s, want a refusal", code, stderr)
+	}
+	if got := receive(t, time.Second); len(got) != 0 {
+		t.Fatalf("a refused redrive published %+v", got)
+	}
+	if l, _ := letters.Get(ctx, oldID); l.State != dlq.Parked {
+		t.Fatalf("refused letter is %s, want parked", l.State)
+	}
+	if code, out, stderr := redrive("--all", "--force", "--reason", "checked: never applied", "--json"); code != 0 || !strings.Contains(out, `"redriven":1`) {
+		t.Fatalf("forced redrive: %d %s %s", code, out, stderr)
+	}
+	if got := receive(t, 10*time.Second); len(got) != 1 || got[0].ID != "m-old" {
+		t.Fatalf("forced redrive delivered %+v, want m-old", got)
+	}
+	if l, _ := letters.Get(ctx, oldID); l.State != dlq.Redriven || l.RedriveReason != "checked: never applied" || l.RedrivenBy != "tester" {
+		t.Fatalf("forced letter: %+v, want redriven by tester with the reason", l)
+	}
+}
+
+// fetchAll fetches what sub delivers within wait and acks it.
+func fetchAll(t *testing.T, sub broker.Subscriber, wait time.Duration) []idem.Message {
+	t.Helper()
+	var out []idem.Message
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		ds, err := sub.Fetch(t.Context(), 10, 200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			out = append(out, d.Message())
+			if err := d.Ack(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(out) > 0 && len(ds) == 0 {
+			break
+		}
+	}
+	return out
+}
+
+func dlqUnique() string { return strconv.FormatInt(time.Now().UnixNano(), 36) }
+
+func TestDLQRedriveAMQP(t *testing.T) {
+	t.Parallel()
+	url := os.Getenv("IDEM_TEST_AMQP_URL")
+	if url == "" {
+		t.Skip("IDEM_TEST_AMQP_URL not set; export IDEM_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ to run against RabbitMQ")
+	}
+	q := "idem-redrive-" + dlqUnique()
+	if err := amqp.DeclareQueue(url, amqp.QueueConfig{Name: q}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = amqp.DeleteQueue(url, q) })
+	sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{URL: url, Queue: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	testRedriveTo(t, []string{"--broker", url}, q, func(t *testing.T, wait time.Duration) []idem.Message { return fetchAll(t, sub, wait) })
+}
+
+func TestDLQRedriveKafka(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	topic := "orders-" + dlqUnique()
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	if err := kafka.EnsureTopic(t.Context(), pub.Client(), topic, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: addrs, Group: topic + "-check", Topics: []string{topic}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	testRedriveTo(t, []string{"--broker", "kafka://" + strings.Join(addrs, ",")}, topic,
+		func(t *testing.T, wait time.Duration) []idem.Message { return fetchAll(t, sub, wait) })
+}
+
+// --broker nats://… reaches JetStream like --nats.
+func TestDLQRedriveNATSBroker(t *testing.T) {
+	t.Parallel()
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, j, err := jetstream.Dial(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	subject := "orders-" + dlqUnique()
+	if _, err := jetstream.EnsureStream(t.Context(), j, js.StreamConfig{Name: "R", Subjects: []string{subject}, Storage: js.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := jetstream.NewSubscriber(t.Context(), j, jetstream.SubscriberConfig{Stream: "R", Durable: "check"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	testRedriveTo(t, []string{"--broker", srv.ClientURL()}, subject,
+		func(t *testing.T, wait time.Duration) []idem.Message { return fetchAll(t, sub, wait) })
+}
+
+func TestDLQRedriveBrokerFlags(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"USER": "tester"}
+	letters := newDLQDB(t, vars)
+	if _, err := letters.Park(context.Background(), dlq.FromMessage("billing", idem.Message{ID: "m", Subject: "s", Payload: []byte("x")}, errors.New("boom"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--broker", "nats://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"}, "not both"},
+		{[]string{"--broker", "mqtt://host:1883"}, "unknown broker scheme"},
+		{[]string{"--broker", "memory://"}, "memory broker"},
+		{[]string{"--broker", "kafka://"}, "kafka://host:port"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--exchange", "x"}, "--exchange is for RabbitMQ"},
+	} {
+		code, _, stderr := runCmd(t, vars, append([]string{"dlq", "redrive", "1"}, tc.args...)...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("redrive %v: %d %s, want a usage error with %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	if l, _ := letters.Get(context.Background(), 1); l.State != dlq.Parked {
+		t.Fatalf("letter %s after refused invocations, want parked", l.State)
 	}
 }
