@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/store"
 )
 
@@ -12,6 +13,12 @@ import (
 // [Redriven], [Discarded]), its statements (sqlset.DeadLetters), its counts
 // and its expiry. Other packages (retention, idemmetrics, the console, the
 // CLI) read and expire it through these functions.
+
+// Installed reports whether d's database has the dead-letter table
+// (migration 0005_dead_letters is applied).
+func Installed[TTx any](ctx context.Context, d store.Driver[TTx]) (bool, error) {
+	return sqlmeta.TableExists(ctx, d, "dead_letters")
+}
 
 // Expire deletes up to limit letters an operator resolved (redriven or
 // discarded) before horizon and returns how many it deleted. Parked letters

@@ -73,6 +73,9 @@ func TestTableFunctions(t *testing.T) {
 			}
 		}
 
+		if ok, err := dlq.Installed(ctx, d); err != nil || !ok {
+			t.Fatalf("Installed = %v, %v on a migrated database", ok, err)
+		}
 		parked, err := dlq.CountParked(ctx, d)
 		if err != nil || !maps.Equal(parked, map[string]int64{"billing": 2, "shipping": 2}) {
 			t.Fatalf("CountParked = %v, %v", parked, err)
@@ -113,4 +116,13 @@ func TestTableFunctions(t *testing.T) {
 			t.Fatalf("after Expire: %v, want the parked letters kept", got)
 		}
 	})
+}
+
+func TestInstalledOnAnUnmigratedDatabase(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		if ok, err := dlq.Installed(context.Background(), e.D); err != nil || ok {
+			t.Fatalf("Installed = %v, %v on an empty database, want false", ok, err)
+		}
+	}, testdb.Unmigrated)
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/idemkit/idem/broker/kafka"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/internal/redact"
-	"github.com/idemkit/idem/internal/sqlmeta"
 )
 
 // dlqFlags are the flags of every dlq action.
@@ -110,7 +109,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer d.Close()
-	if ok, err := sqlmeta.Exists(ctx, d.Pool(), d.Dialect(), d.Names(), "dead_letters"); err != nil {
+	if ok, err := dlq.Installed(ctx, d); err != nil {
 		return err
 	} else if !ok {
 		return errors.New("the dead_letters table does not exist: run 'idem migrate up' first")
