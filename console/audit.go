@@ -81,9 +81,16 @@ func ListAudit[TTx any](ctx context.Context, d store.Driver[TTx], f AuditFilter)
 	return out, rows.Err()
 }
 
+// Installed reports whether d's database has the console's audit log
+// (migration 0006_audit is applied); the console records every action
+// there, so it needs it.
+func Installed[TTx any](ctx context.Context, d store.Driver[TTx]) (bool, error) {
+	return sqlmeta.TableExists(ctx, d, "audit_log")
+}
+
 // auditErr turns a failure on a missing table into ErrNoAuditTable.
 func auditErr[TTx any](ctx context.Context, d store.Driver[TTx], err error) error {
-	if ok, e := sqlmeta.TableExists(ctx, d, "audit_log"); e == nil && !ok {
+	if ok, e := Installed(ctx, d); e == nil && !ok {
 		return ErrNoAuditTable
 	}
 	return fmt.Errorf("console: audit log: %w", err)
