@@ -2,7 +2,6 @@ package boxoffice
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/problem"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 )
@@ -43,18 +43,20 @@ const MaxOrderBody = 64 << 10
 
 type tenantKey struct{}
 
+// writeProblem answers an RFC 9457 problem (internal/problem, idem's one
+// problem+json writer).
 func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) {
-	idemhttp.WriteProblem(w, nil, &idemhttp.Problem{Type: typ, Title: title, Status: status, Detail: detail})
+	problem.Write(w, status, problem.Details{Type: typ, Title: title, Status: status, Detail: detail}, 0)
 }
 
 // internalError logs err and answers 500 with a fixed detail: what failed
 // inside (database errors included) is never shown to the client.
-func (s *System) internalError(w http.ResponseWriter, r *http.Request, what string, err error, detail string) {
-	s.log.ErrorContext(r.Context(), what, "err", err, "method", r.Method, "path", r.URL.Path)
+func (s *System[TTx]) internalError(w http.ResponseWriter, r *http.Request, what string, err error, detail string) {
+	s.log.ErrorContext(r.Context(), what, "error", err, "method", r.Method, "path", r.URL.Path)
 	writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", detail)
 }
 
-func (s *System) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+func (s *System[TTx]) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		s.internalError(w, r, "encode response", err, "the response could not be encoded")
@@ -96,9 +98,9 @@ func tenantOf(r *http.Request) string {
 // createOrder is POST /orders, run by the idempotency middleware inside its
 // transaction: the order, the seats taken and the OrderConfirmed outbox
 // event commit together with the key record and the stored response.
-func (s *System) createOrder(w http.ResponseWriter, r *http.Request) {
+func (s *System[TTx]) createOrder(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	tx, ok := idemhttp.SQLTx(ctx)
+	tx, ok := idemhttp.Tx[TTx](ctx)
 	if !ok {
 		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", "no request transaction")
 		return
@@ -148,7 +150,7 @@ func readOrderRequest(w http.ResponseWriter, r *http.Request) (OrderRequest, boo
 // It returns ErrSoldOut, changing nothing, when the event has fewer seats
 // left than requested. POST /orders calls it in the idempotency
 // middleware's transaction.
-func (s *System) CreateOrderTx(ctx context.Context, tx *sql.Tx, tenant string, req OrderRequest) (OrderConfirmed, error) {
+func (s *System[TTx]) CreateOrderTx(ctx context.Context, tx TTx, tenant string, req OrderRequest) (OrderConfirmed, error) {
 	oc, err := createOrderTx(ctx, s.db.Tx(tx), s.t, s.cfg.Seats, tenant, req, s.now())
 	if err != nil {
 		return oc, err
@@ -170,7 +172,7 @@ func (s *System) CreateOrderTx(ctx context.Context, tx *sql.Tx, tenant string, r
 // getOrder is GET /orders/{id}; another tenant's order answers 404, and so
 // does an id that is not an order id at all (checked before any query, so
 // bytes like %00 or %ff never reach the database).
-func (s *System) getOrder(w http.ResponseWriter, r *http.Request) {
+func (s *System[TTx]) getOrder(w http.ResponseWriter, r *http.Request) {
 	id, tenant := r.PathValue("id"), tenantOf(r)
 	if !ValidOrderID(id) {
 		writeProblem(w, http.StatusNotFound, ProblemNotFound, "Order not found", "not an order id (ord_ and a UUID)")
@@ -188,17 +190,17 @@ func (s *System) getOrder(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, http.StatusOK, o)
 }
 
-func (s *System) healthz(w http.ResponseWriter, r *http.Request) {
+func (s *System[TTx]) healthz(w http.ResponseWriter, r *http.Request) {
 	var one int
 	if err := s.db.Pool().QueryRow(r.Context(), `SELECT 1`).Scan(&one); err != nil {
-		s.log.ErrorContext(r.Context(), "health check", "err", err)
+		s.log.ErrorContext(r.Context(), "health check", "error", err)
 		s.writeJSON(w, r, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "the database does not answer"})
 		return
 	}
 	s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-func (s *System) statsHandler(w http.ResponseWriter, r *http.Request) {
+func (s *System[TTx]) statsHandler(w http.ResponseWriter, r *http.Request) {
 	st, err := s.Stats(r.Context())
 	if err != nil {
 		s.internalError(w, r, "stats", err, "the statistics could not be read")

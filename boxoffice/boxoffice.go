@@ -17,8 +17,12 @@
 //	POST /paid-orders ──(saga "paid-order" on the effect ledger)──▶ reserve seats → charge (payment provider) → confirm; compensated: release, refund
 //
 // A [System] runs any subset of the components ([Role]) in one process, on
-// one database (database/sql: SQLite or PostgreSQL) and one [Broker]; many
-// processes may share the database and broker ("idem drill --processes").
+// one database and one [Broker]; many processes may share the database and
+// broker ("idem drill --processes"). The System is generic over the
+// driver's transaction type, as idem's own packages are: [New] takes any
+// store.Driver (pgx's pgx.Tx, database/sql's *sql.Tx); [Open] picks the
+// driver from the database URL (pgx for PostgreSQL, database/sql for
+// SQLite) and erases its transaction type.
 //
 // Hostile and bad input: client input is validated before it reaches the
 // database (tenant, order body, order ids, payment order ids; a malformed
@@ -34,7 +38,6 @@ package boxoffice
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -59,10 +62,8 @@ import (
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/saga"
-	"github.com/idemkit/idem/store/sqlstore"
+	"github.com/idemkit/idem/store"
 )
-
-type sqlDriver = sqlstore.Driver
 
 // Role is one component of the system.
 type Role string
@@ -111,11 +112,8 @@ type Hooks struct {
 	WrapSagaStep func(step string, op saga.Op, f SagaStep) SagaStep
 }
 
-// Config configures a System.
+// Config configures a System (its database is [New]'s argument).
 type Config struct {
-	// DB is the database (SQLite or PostgreSQL through database/sql).
-	// Required. The System migrates idem's and the boxoffice's tables.
-	DB *sqlstore.Driver
 	// Broker carries order-events. Required unless the roles are API only.
 	Broker Broker
 	// Subject is the order subject. Defaults to "order-events".
@@ -187,19 +185,19 @@ type Config struct {
 // (relay, consumers, effect worker). Create it with [New] or [Open], run the
 // background components with [System.Run] or [System.Start], serve
 // [System.Handler]. Safe for concurrent use.
-type System struct {
+type System[TTx any] struct {
 	cfg      Config
-	db       *sqlDriver
+	db       store.Driver[TTx]
 	t        tables // where the business tables are
 	log      *slog.Logger
 	now      func() time.Time
 	roles    map[Role]bool
-	outbox   *outbox.Outbox[*sql.Tx]
-	inbox    *inbox.Inbox[*sql.Tx]
-	dlq      *dlq.Store[*sql.Tx]
-	ledger   *effect.Ledger[*sql.Tx]
-	sagas    *saga.Sagas[*sql.Tx] // the paid-order saga (paid.go)
-	hs       *Handlers
+	outbox   *outbox.Outbox[TTx]
+	inbox    *inbox.Inbox[TTx]
+	dlq      *dlq.Store[TTx]
+	ledger   *effect.Ledger[TTx]
+	sagas    *saga.Sagas[TTx] // the paid-order saga (paid.go)
+	hs       *Handlers[TTx]
 	reg      *prometheus.Registry
 	metrics  *idemmetrics.Metrics
 	handler  http.Handler
@@ -219,11 +217,13 @@ type counters struct {
 	guardStale                        atomic.Int64
 }
 
-// New builds a System on cfg's database and broker (which the caller keeps
+// New builds a System on db and cfg's broker (which the caller keeps
 // owning) and migrates the database: idem's tables and the business tables.
-func New(ctx context.Context, cfg Config) (*System, error) {
-	if cfg.DB == nil {
-		return nil, idem.InvalidOptionf("boxoffice: Config.DB is required")
+// TTx is db's transaction type (pgx.Tx with store/pgxstore, *sql.Tx with
+// store/sqlstore); the consumers' handlers and the *Tx methods take it.
+func New[TTx any](ctx context.Context, db store.Driver[TTx], cfg Config) (*System[TTx], error) {
+	if db == nil {
+		return nil, idem.InvalidOptionf("boxoffice: the database driver is required")
 	}
 	if len(cfg.Roles) == 0 {
 		cfg.Roles = AllRoles
@@ -268,13 +268,13 @@ func New(ctx context.Context, cfg Config) (*System, error) {
 	case len(cfg.WebhookSecrets) == 0 && roles[RoleAPI]:
 		return nil, idem.InvalidOptionf("boxoffice: Config.WebhookSecrets is required for the API")
 	}
-	if err := migrate.Up(ctx, cfg.DB); err != nil {
+	if err := migrate.Up(ctx, db); err != nil {
 		return nil, fmt.Errorf("boxoffice: migrate idem tables: %w", err)
 	}
-	if err := Migrate(ctx, cfg.DB); err != nil {
+	if err := Migrate(ctx, db); err != nil {
 		return nil, err
 	}
-	s := &System{cfg: cfg, db: cfg.DB, t: tablesFor(cfg.DB), log: cfg.Logger.With("component", "boxoffice"), now: cfg.Now, roles: roles, reg: cfg.Registry}
+	s := &System[TTx]{cfg: cfg, db: db, t: tablesFor(db), log: cfg.Logger.With("component", "boxoffice"), now: cfg.Now, roles: roles, reg: cfg.Registry}
 	var err error
 	if s.metrics, err = idemmetrics.New(s.reg, idemmetrics.Options{}); err != nil {
 		return nil, fmt.Errorf("boxoffice: metrics: %w", err)
@@ -298,7 +298,7 @@ func New(ctx context.Context, cfg Config) (*System, error) {
 	if s.sagas, err = s.newSagas(); err != nil {
 		return nil, err
 	}
-	s.hs = &Handlers{db: s.db, t: s.t, ledger: s.ledger, now: cfg.Now, Fault: cfg.Hooks.Fault, stale: &s.counts.guardStale}
+	s.hs = &Handlers[TTx]{db: s.db, t: s.t, ledger: s.ledger, now: cfg.Now, Fault: cfg.Hooks.Fault, stale: &s.counts.guardStale}
 	if roles[RoleAPI] {
 		if s.handler, err = s.routes(); err != nil {
 			return nil, err
@@ -308,7 +308,7 @@ func New(ctx context.Context, cfg Config) (*System, error) {
 }
 
 // routes builds the HTTP API.
-func (s *System) routes() (http.Handler, error) {
+func (s *System[TTx]) routes() (http.Handler, error) {
 	mw, err := idemhttp.New(s.db, idemhttp.Config{
 		Tenant:    func(r *http.Request) (string, error) { return tenantOf(r), nil },
 		Retention: s.cfg.KeyRetention,
@@ -340,7 +340,7 @@ func (s *System) routes() (http.Handler, error) {
 }
 
 // countReplays counts responses the middleware replayed.
-func (s *System) countReplays(h http.Handler) http.Handler {
+func (s *System[TTx]) countReplays(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(&replaySpy{ResponseWriter: w, n: &s.counts.http}, r)
 	})
@@ -373,30 +373,30 @@ func (w *replaySpy) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // StaleUpdates returns how many out-of-order availability updates this
 // process's search consumer discarded through the version guard.
-func (s *System) StaleUpdates() int64 { return s.counts.guardStale.Load() }
+func (s *System[TTx]) StaleUpdates() int64 { return s.counts.guardStale.Load() }
 
 // Handler returns the HTTP API (nil without RoleAPI).
-func (s *System) Handler() http.Handler { return s.handler }
+func (s *System[TTx]) Handler() http.Handler { return s.handler }
 
 // DB returns the system's database driver.
-func (s *System) DB() *sqlstore.Driver { return s.db }
+func (s *System[TTx]) DB() store.Driver[TTx] { return s.db }
 
 // DeadLetters returns the dead-letter store.
-func (s *System) DeadLetters() *dlq.Store[*sql.Tx] { return s.dlq }
+func (s *System[TTx]) DeadLetters() *dlq.Store[TTx] { return s.dlq }
 
 // Ledger returns the effect ledger.
-func (s *System) Ledger() *effect.Ledger[*sql.Tx] { return s.ledger }
+func (s *System[TTx]) Ledger() *effect.Ledger[TTx] { return s.ledger }
 
 // Registry returns the Prometheus registry behind /metrics.
-func (s *System) Registry() *prometheus.Registry { return s.reg }
+func (s *System[TTx]) Registry() *prometheus.Registry { return s.reg }
 
 // Config returns the system's configuration with defaults applied.
-func (s *System) Config() Config { return s.cfg }
+func (s *System[TTx]) Config() Config { return s.cfg }
 
 // Run runs the background components of the configured roles (relays,
 // consumers, effect worker) until ctx ends, then waits for them to stop and
 // returns nil; it returns early with an error if a component fails to start.
-func (s *System) Run(ctx context.Context) error {
+func (s *System[TTx]) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var runners []func(context.Context) error
@@ -435,7 +435,7 @@ func (s *System) Run(ctx context.Context) error {
 	for _, c := range []struct {
 		role Role
 		name string
-		h    inbox.Handler[*sql.Tx]
+		h    inbox.Handler[TTx]
 	}{
 		{RoleNotification, ConsumerNotification, s.hs.Notification},
 		{RoleBilling, ConsumerBilling, s.hs.Billing},
@@ -488,7 +488,7 @@ func (s *System) Run(ctx context.Context) error {
 		err := <-errs
 		if err != nil && !errors.Is(err, context.Canceled) && first == nil {
 			first = err
-			s.log.Error("component stopped", "err", err)
+			s.log.Error("component stopped", "error", err)
 			cancel()
 		}
 	}
@@ -496,7 +496,7 @@ func (s *System) Run(ctx context.Context) error {
 }
 
 // Start runs [System.Run] in the background until [System.Close].
-func (s *System) Start(ctx context.Context) error {
+func (s *System[TTx]) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cancel != nil {
@@ -512,7 +512,7 @@ func (s *System) Start(ctx context.Context) error {
 
 // Stop stops what Start started and waits for it; it returns Run's error.
 // The system may be started again.
-func (s *System) Stop() error {
+func (s *System[TTx]) Stop() error {
 	s.mu.Lock()
 	cancel, done := s.cancel, s.done
 	s.cancel, s.done = nil, nil
@@ -526,7 +526,7 @@ func (s *System) Stop() error {
 
 // Close stops the background components and releases what [Open] created
 // (servers, database, broker). It is safe to call more than once.
-func (s *System) Close() error {
+func (s *System[TTx]) Close() error {
 	err := s.Stop()
 	s.mu.Lock()
 	closers := s.closers

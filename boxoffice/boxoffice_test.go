@@ -3,7 +3,6 @@ package boxoffice_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -17,7 +16,6 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlstore"
 )
 
 func TestDecodeOrderRequest(t *testing.T) {
@@ -65,15 +63,10 @@ func TestDecodeOrderConfirmedPoison(t *testing.T) {
 // TestBrokerDuplicates runs the consumers on the in-memory broker told to
 // store every event twice: the inbox absorbs the copies.
 func TestBrokerDuplicates(t *testing.T) {
-	for name, open := range map[string]func(t *testing.T) *sqlstore.Driver{
-		"sqlite":       func(t *testing.T) *sqlstore.Driver { return testdb.SQLite(t) },
-		"sql-postgres": func(t *testing.T) *sqlstore.Driver { return testdb.SQLPostgres(t) },
-	} {
-		t.Run(name, func(t *testing.T) { testBrokerDuplicates(t, open(t)) })
-	}
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testBrokerDuplicates(t, e.D) })
 }
 
-func testBrokerDuplicates(t *testing.T, d *sqlstore.Driver) {
+func testBrokerDuplicates(t *testing.T, d store.Driver[any]) {
 	ctx := context.Background()
 	mb, err := memory.New(memory.Config{AckWait: time.Second})
 	if err != nil {
@@ -85,7 +78,7 @@ func testBrokerDuplicates(t *testing.T, d *sqlstore.Driver) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	sys, err := boxoffice.New(ctx, boxoffice.Config{DB: d, Broker: boxoffice.MemoryBroker{B: mb}, ProviderURL: p.URL(),
+	sys, err := boxoffice.New(ctx, d, boxoffice.Config{Broker: boxoffice.MemoryBroker{B: mb}, ProviderURL: p.URL(),
 		Roles:        []boxoffice.Role{boxoffice.RoleRelay, boxoffice.RoleNotification, boxoffice.RoleBilling, boxoffice.RoleSearch, boxoffice.RoleEffects},
 		PollInterval: 10 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
 	if err != nil {
@@ -95,7 +88,7 @@ func testBrokerDuplicates(t *testing.T, d *sqlstore.Driver) {
 	mb.DuplicateNext(n)
 	// Orders written straight through the outbox path the API uses.
 	for i := range n {
-		if err := store.InTx(ctx, d, func(tx *sql.Tx) error {
+		if err := store.InTx(ctx, d, func(tx any) error {
 			_, err := sys.CreateOrderTx(ctx, tx, "public", boxoffice.OrderRequest{EventID: "e", CustomerEmail: "a@example.com", Seats: 1, TotalCents: int64(100 + i), Currency: "EUR"})
 			return err
 		}); err != nil {

@@ -2,7 +2,6 @@ package boxoffice
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -16,8 +15,8 @@ import (
 // (a failing message is rolled back to its savepoint), acknowledge after the
 // commit; dead-letter permanent failures and messages out of attempts, and
 // send transient failures back with a full-jitter backoff.
-func (s *System) consumerRunner(name string, sub broker.Subscriber, h inbox.Handler[*sql.Tx]) (func(context.Context) error, error) {
-	cfg := consumer.Config[*sql.Tx]{
+func (s *System[TTx]) consumerRunner(name string, sub broker.Subscriber, h inbox.Handler[TTx]) (func(context.Context) error, error) {
+	cfg := consumer.Config[TTx]{
 		Name:           name,
 		Handler:        h,
 		BatchSize:      s.cfg.Batch,

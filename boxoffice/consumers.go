@@ -2,7 +2,6 @@ package boxoffice
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -79,10 +78,10 @@ func DecodeOrderConfirmed(msg idem.Message) (OrderConfirmed, error) {
 // Handlers are the boxoffice's consumer handlers, each applying one event in
 // the caller's transaction (the inbox row commits with it). They are safe
 // for concurrent use.
-type Handlers struct {
-	db     *sqlDriver
+type Handlers[TTx any] struct {
+	db     store.Driver[TTx]
 	t      tables
-	ledger *effect.Ledger[*sql.Tx]
+	ledger *effect.Ledger[TTx]
 	now    func() time.Time
 	// Fault, if set, runs first in every handler (drills inject transient
 	// and permanent failures through it).
@@ -93,7 +92,7 @@ type Handlers struct {
 // Notification records the confirmation e-mail (unique per order and kind)
 // and schedules its sending as an effect keyed ConfirmationEmailKey: the
 // effect worker calls the provider with that key after the commit.
-func (h *Handlers) Notification(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
+func (h *Handlers[TTx]) Notification(ctx context.Context, tx TTx, msg idem.Message) error {
 	oc, err := h.decode(ConsumerNotification, msg)
 	if err != nil {
 		return err
@@ -120,7 +119,7 @@ func (h *Handlers) Notification(ctx context.Context, tx *sql.Tx, msg idem.Messag
 
 // Billing creates the order's one invoice (UNIQUE order_id, key
 // InvoiceKey).
-func (h *Handlers) Billing(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
+func (h *Handlers[TTx]) Billing(ctx context.Context, tx TTx, msg idem.Message) error {
 	oc, err := h.decode(ConsumerBilling, msg)
 	if err != nil {
 		return err
@@ -135,7 +134,7 @@ func (h *Handlers) Billing(ctx context.Context, tx *sql.Tx, msg idem.Message) er
 
 // Search projects the seats left of the order's event, version-guarded: an
 // event older than the stored availability changes nothing.
-func (h *Handlers) Search(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
+func (h *Handlers[TTx]) Search(ctx context.Context, tx TTx, msg idem.Message) error {
 	oc, err := h.decode(ConsumerSearch, msg)
 	if err != nil {
 		return err
@@ -156,7 +155,7 @@ func (h *Handlers) Search(ctx context.Context, tx *sql.Tx, msg idem.Message) err
 	return nil
 }
 
-func (h *Handlers) decode(consumer string, msg idem.Message) (OrderConfirmed, error) {
+func (h *Handlers[TTx]) decode(consumer string, msg idem.Message) (OrderConfirmed, error) {
 	oc, err := DecodeOrderConfirmed(msg)
 	if err != nil {
 		return oc, err

@@ -2,7 +2,6 @@ package boxoffice
 
 import (
 	"context"
-	"database/sql"
 	"net/http"
 	"time"
 
@@ -15,8 +14,8 @@ import (
 // posts the e-mail to the provider with the effect key as its
 // Idempotency-Key, so a call repeated after a crash or a time-out is
 // answered from the provider's record instead of sending twice.
-func (s *System) effectWorker() (*effect.Worker[*sql.Tx], error) {
-	w, err := effect.NewWorker(s.ledger, effect.WorkerConfig[*sql.Tx]{
+func (s *System[TTx]) effectWorker() (*effect.Worker[TTx], error) {
+	w, err := effect.NewWorker(s.ledger, effect.WorkerConfig[TTx]{
 		Concurrency:  8,
 		PollInterval: s.cfg.PollInterval,
 		MaxAttempts:  effectMaxAttempts,

@@ -24,7 +24,7 @@ const effectMaxAttempts = 20
 // stay parked until an operator resolves them, so the redrive window is
 // unlimited: `idem dlq redrive` refuses the letters it could no longer
 // deduplicate.
-func (s *System) Horizons(ctx context.Context) (horizon.System, error) {
+func (s *System[TTx]) Horizons(ctx context.Context) (horizon.System, error) {
 	h := horizon.System{Name: "boxoffice", RedriveWindow: horizon.Unlimited,
 		HTTPOperations: []horizon.HTTPOperation{{Name: "POST /orders", KeyRetention: s.cfg.KeyRetention}}}
 	r, err := outbox.NewRelay(s.db, nopPublisher{}, outbox.RelayConfig{ClaimTTL: s.cfg.RelayClaimTTL})
@@ -61,7 +61,7 @@ func (s *System) Horizons(ctx context.Context) (horizon.System, error) {
 
 // duplicateWindow is the broker's duplicate window (0 when it has none or
 // it is unknown): the relay warns when its retry span outlives it.
-func (s *System) duplicateWindow() time.Duration {
+func (s *System[TTx]) duplicateWindow() time.Duration {
 	if b, ok := s.cfg.Broker.(*JetStreamBroker); ok {
 		return b.cfg.Duplicates
 	}

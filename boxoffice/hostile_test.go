@@ -19,6 +19,8 @@ import (
 
 	"github.com/idemkit/idem/boxoffice"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/pgxstore"
 	"github.com/idemkit/idem/store/sqlstore"
 	"github.com/idemkit/idem/webhook"
 )
@@ -27,17 +29,10 @@ const testSecret = "whsec_ZHJpbGwtc2VjcmV0LWZvci1pZGVtLWJveG9mZmljZQ=="
 
 const orderBody = `{"event_id":"concert-1","customer_email":"ana@example.com","seats":2,"total_cents":9000,"currency":"EUR"}`
 
-// drivers are the dialects the boxoffice runs on; PostgreSQL skips without
-// IDEM_TEST_POSTGRES_URL.
-var drivers = map[string]func(t *testing.T) *sqlstore.Driver{
-	"sqlite":       func(t *testing.T) *sqlstore.Driver { return testdb.SQLite(t) },
-	"sql-postgres": func(t *testing.T) *sqlstore.Driver { return testdb.SQLPostgres(t) },
-}
-
 // apiServer serves the API of a System on d.
-func apiServer(t *testing.T, d *sqlstore.Driver) (*boxoffice.System, *httptest.Server) {
+func apiServer[TTx any](t *testing.T, d store.Driver[TTx]) (*boxoffice.System[TTx], *httptest.Server) {
 	t.Helper()
-	sys, err := boxoffice.New(context.Background(), boxoffice.Config{DB: d, Roles: []boxoffice.Role{boxoffice.RoleAPI}, WebhookSecrets: []string{testSecret}})
+	sys, err := boxoffice.New(context.Background(), d, boxoffice.Config{Roles: []boxoffice.Role{boxoffice.RoleAPI}, WebhookSecrets: []string{testSecret}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,73 +103,82 @@ func noDBText(t *testing.T, what string, a answer) {
 // 404 problem+json on every dialect, without a query and without a
 // database error text; a valid order still answers 200.
 func TestHostileOrderIDs(t *testing.T) {
-	for name, open := range drivers {
-		t.Run(name, func(t *testing.T) {
-			_, srv := apiServer(t, open(t))
-			id := placeOrder(t, srv.URL, "k1")
-			if a := call(t, http.MethodGet, srv.URL+"/orders/"+id, map[string]string{"X-Tenant-ID": "acme"}, nil); a.status != http.StatusOK {
-				t.Fatalf("GET own order: %d %s", a.status, a.body)
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		_, srv := apiServer(t, e.D)
+		id := placeOrder(t, srv.URL, "k1")
+		if a := call(t, http.MethodGet, srv.URL+"/orders/"+id, map[string]string{"X-Tenant-ID": "acme"}, nil); a.status != http.StatusOK {
+			t.Fatalf("GET own order: %d %s", a.status, a.body)
+		}
+		for _, p := range []string{
+			"%00", "%ff", "%fe%ff", "ord_%00", id + "%00", id[:len(id)-1] + "%ff", "ord_" + strings.Repeat("a", 5000),
+			strings.ToUpper(id), "ord_{" + id[4:] + "}", "urn:uuid:" + id[4:], "%e2%80%ae", "%c0%80", "x%27%20OR%201=1--",
+			"ord_01890000-0000-7000-8000-000000000000", // well formed, does not exist
+		} {
+			a := call(t, http.MethodGet, srv.URL+"/orders/"+p, map[string]string{"X-Tenant-ID": "acme"}, nil)
+			if a.status != http.StatusNotFound || a.ctype != "application/problem+json" {
+				t.Errorf("GET /orders/%s: %d %s %s", p, a.status, a.ctype, a.body)
 			}
-			for _, p := range []string{
-				"%00", "%ff", "%fe%ff", "ord_%00", id + "%00", id[:len(id)-1] + "%ff", "ord_" + strings.Repeat("a", 5000),
-				strings.ToUpper(id), "ord_{" + id[4:] + "}", "urn:uuid:" + id[4:], "%e2%80%ae", "%c0%80", "x%27%20OR%201=1--",
-				"ord_01890000-0000-7000-8000-000000000000", // well formed, does not exist
-			} {
-				a := call(t, http.MethodGet, srv.URL+"/orders/"+p, map[string]string{"X-Tenant-ID": "acme"}, nil)
-				if a.status != http.StatusNotFound || a.ctype != "application/problem+json" {
-					t.Errorf("GET /orders/%s: %d %s %s", p, a.status, a.ctype, a.body)
-				}
-				noDBText(t, p, a)
+			noDBText(t, p, a)
+		}
+		// Another tenant's order is not found either; a bad tenant is 400.
+		if a := call(t, http.MethodGet, srv.URL+"/orders/"+id, map[string]string{"X-Tenant-ID": "other"}, nil); a.status != http.StatusNotFound {
+			t.Errorf("other tenant: %d %s", a.status, a.body)
+		}
+		for _, tn := range []string{"a\x00b", "\xff", strings.Repeat("t", 65), "a b"} {
+			req, _ := http.NewRequest(http.MethodGet, srv.URL+"/orders/"+id, nil)
+			req.Header["X-Tenant-Id"] = []string{tn}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				continue // the client refuses to send some of these bytes: fine
 			}
-			// Another tenant's order is not found either; a bad tenant is 400.
-			if a := call(t, http.MethodGet, srv.URL+"/orders/"+id, map[string]string{"X-Tenant-ID": "other"}, nil); a.status != http.StatusNotFound {
-				t.Errorf("other tenant: %d %s", a.status, a.body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("tenant %q: %d", tn, resp.StatusCode)
 			}
-			for _, tn := range []string{"a\x00b", "\xff", strings.Repeat("t", 65), "a b"} {
-				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/orders/"+id, nil)
-				req.Header["X-Tenant-Id"] = []string{tn}
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					continue // the client refuses to send some of these bytes: fine
-				}
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusBadRequest {
-					t.Errorf("tenant %q: %d", tn, resp.StatusCode)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestNoDatabaseErrorInAnswers: when the database fails, every handler
 // answers a fixed text; the database's error goes to the log only.
 func TestNoDatabaseErrorInAnswers(t *testing.T) {
-	for name, open := range drivers {
-		t.Run(name, func(t *testing.T) {
-			d := open(t)
-			_, srv := apiServer(t, d)
-			id := placeOrder(t, srv.URL, "k1")
-			_ = d.DB().Close()
-			for _, c := range []struct {
-				method, path string
-				body         []byte
-				want         int
-			}{
-				{http.MethodGet, "/orders/" + id, nil, http.StatusInternalServerError},
-				{http.MethodGet, "/stats", nil, http.StatusInternalServerError},
-				{http.MethodGet, "/healthz", nil, http.StatusServiceUnavailable},
-				{http.MethodPost, "/orders", []byte(orderBody), 0},
-			} {
-				a := call(t, c.method, srv.URL+c.path, map[string]string{"X-Tenant-ID": "acme", "Idempotency-Key": "k2", "Content-Type": "application/json"}, c.body)
-				if c.want != 0 && a.status != c.want {
-					t.Errorf("%s %s: %d %s", c.method, c.path, a.status, a.body)
-				}
-				if a.status < 500 {
-					t.Errorf("%s %s with the database closed: %d %s", c.method, c.path, a.status, a.body)
-				}
-				noDBText(t, c.path, a)
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		_, srv := apiServer(t, e.D)
+		id := placeOrder(t, srv.URL, "k1")
+		closeDatabase(t, e)
+		for _, c := range []struct {
+			method, path string
+			body         []byte
+			want         int
+		}{
+			{http.MethodGet, "/orders/" + id, nil, http.StatusInternalServerError},
+			{http.MethodGet, "/stats", nil, http.StatusInternalServerError},
+			{http.MethodGet, "/healthz", nil, http.StatusServiceUnavailable},
+			{http.MethodPost, "/orders", []byte(orderBody), 0},
+		} {
+			a := call(t, c.method, srv.URL+c.path, map[string]string{"X-Tenant-ID": "acme", "Idempotency-Key": "k2", "Content-Type": "application/json"}, c.body)
+			if c.want != 0 && a.status != c.want {
+				t.Errorf("%s %s: %d %s", c.method, c.path, a.status, a.body)
 			}
-		})
+			if a.status < 500 {
+				t.Errorf("%s %s with the database closed: %d %s", c.method, c.path, a.status, a.body)
+			}
+			noDBText(t, c.path, a)
+		}
+	})
+}
+
+// closeDatabase closes the connections under e's driver: every query
+// fails from then on.
+func closeDatabase(t *testing.T, e testdb.Driver) {
+	t.Helper()
+	switch n := e.Native.(type) {
+	case *sqlstore.Driver:
+		_ = n.DB().Close()
+	case *pgxstore.Driver:
+		n.PgxPool().Close()
+	default:
+		t.Fatalf("closeDatabase: unknown driver %T", e.Native)
 	}
 }
 
@@ -201,35 +205,33 @@ func TestOrderBodyLimit(t *testing.T) {
 // TestPaymentWebhookHostileOrderID: a signed payment for an order id with
 // NUL or invalid UTF-8 is refused for good (422), not "retry" (503).
 func TestPaymentWebhookHostileOrderID(t *testing.T) {
-	for name, open := range drivers {
-		t.Run(name, func(t *testing.T) {
-			_, srv := apiServer(t, open(t))
-			signer, err := webhook.NewStandard(webhook.StandardConfig{Secrets: []string{testSecret}})
-			if err != nil {
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		_, srv := apiServer(t, e.D)
+		signer, err := webhook.NewStandard(webhook.StandardConfig{Secrets: []string{testSecret}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, oid := range []string{"ord_\u0000", "\xff\xfe", "ord_" + strings.Repeat("9", 300)} {
+			body, _ := json.Marshal(map[string]any{"type": "payment.succeeded", "data": map[string]string{"order_id": oid}})
+			body = bytes.ToValidUTF8(body, nil)
+			if oid == "\xff\xfe" { // raw invalid UTF-8 inside the JSON string
+				body = []byte(`{"type":"payment.succeeded","data":{"order_id":"` + oid + `"}}`)
+			}
+			h := http.Header{}
+			if err := signer.Sign(h, webhook.Delivery{ID: fmt.Sprintf("msg_%d", i), Timestamp: time.Now()}, body); err != nil {
 				t.Fatal(err)
 			}
-			for i, oid := range []string{"ord_\u0000", "\xff\xfe", "ord_" + strings.Repeat("9", 300)} {
-				body, _ := json.Marshal(map[string]any{"type": "payment.succeeded", "data": map[string]string{"order_id": oid}})
-				body = bytes.ToValidUTF8(body, nil)
-				if oid == "\xff\xfe" { // raw invalid UTF-8 inside the JSON string
-					body = []byte(`{"type":"payment.succeeded","data":{"order_id":"` + oid + `"}}`)
-				}
-				h := http.Header{}
-				if err := signer.Sign(h, webhook.Delivery{ID: fmt.Sprintf("msg_%d", i), Timestamp: time.Now()}, body); err != nil {
-					t.Fatal(err)
-				}
-				hdr := map[string]string{"Content-Type": "application/json"}
-				for k := range h {
-					hdr[k] = h.Get(k)
-				}
-				a := call(t, http.MethodPost, srv.URL+"/webhooks/payments", hdr, body)
-				if a.status != http.StatusUnprocessableEntity {
-					t.Errorf("order id %q: %d %s", oid, a.status, a.body)
-				}
-				noDBText(t, oid, a)
+			hdr := map[string]string{"Content-Type": "application/json"}
+			for k := range h {
+				hdr[k] = h.Get(k)
 			}
-		})
-	}
+			a := call(t, http.MethodPost, srv.URL+"/webhooks/payments", hdr, body)
+			if a.status != http.StatusUnprocessableEntity {
+				t.Errorf("order id %q: %d %s", oid, a.status, a.body)
+			}
+			noDBText(t, oid, a)
+		}
+	})
 }
 
 // TestTableClashSQLite: an SQLite file that already has an orders table of
@@ -240,7 +242,7 @@ func TestTableClashSQLite(t *testing.T) {
 	if _, err := d.DB().Exec(`CREATE TABLE invoices (x integer)`); err != nil {
 		t.Fatal(err)
 	}
-	_, err := boxoffice.New(context.Background(), boxoffice.Config{DB: d, Roles: []boxoffice.Role{boxoffice.RoleAPI}, WebhookSecrets: []string{testSecret}})
+	_, err := boxoffice.New[*sql.Tx](context.Background(), d, boxoffice.Config{Roles: []boxoffice.Role{boxoffice.RoleAPI}, WebhookSecrets: []string{testSecret}})
 	if !errors.Is(err, boxoffice.ErrTableClash) || !strings.Contains(err.Error(), "table invoices") {
 		t.Fatalf("New on a file with a foreign invoices table: %v", err)
 	}
@@ -257,7 +259,7 @@ func TestTableClashPostgresSchema(t *testing.T) {
 	if _, err := d.DB().Exec(`CREATE TABLE ` + d.Names().Schema + `.payments (y integer)`); err != nil {
 		t.Fatal(err)
 	}
-	_, err := boxoffice.New(context.Background(), boxoffice.Config{DB: d, Roles: []boxoffice.Role{boxoffice.RoleAPI}, WebhookSecrets: []string{testSecret}})
+	_, err := boxoffice.New[*sql.Tx](context.Background(), d, boxoffice.Config{Roles: []boxoffice.Role{boxoffice.RoleAPI}, WebhookSecrets: []string{testSecret}})
 	if !errors.Is(err, boxoffice.ErrTableClash) || !strings.Contains(err.Error(), "table payments") {
 		t.Fatalf("New with a foreign payments table: %v", err)
 	}
@@ -376,28 +378,26 @@ func TestEmbeddedBrokerNeedsCredentials(t *testing.T) {
 // TestHostileOrderBodies: NUL, invalid UTF-8 and oversized values in every
 // field of POST /orders answer 400 on every dialect, never a 5xx.
 func TestHostileOrderBodies(t *testing.T) {
-	for name, open := range drivers {
-		t.Run(name, func(t *testing.T) {
-			_, srv := apiServer(t, open(t))
-			fields := map[string][]string{
-				"event_id":       {`"c\u0000"`, "\"c\xff\"", `"` + strings.Repeat("e", 65) + `"`},
-				"customer_email": {`"a\u0000@example.com"`, "\"\xff@example.com\"", `"a@ex\u0000ample.com"`, `"` + strings.Repeat("a", 250) + `@example.com"`},
-				"currency":       {`"E\u0000R"`, "\"E\xffR\""},
-			}
-			i := 0
-			for field, vals := range fields {
-				for _, v := range vals {
-					var m map[string]json.RawMessage
-					_ = json.Unmarshal([]byte(orderBody), &m)
-					body := []byte(strings.Replace(orderBody, string(m[field]), v, 1))
-					i++
-					a := call(t, http.MethodPost, srv.URL+"/orders", map[string]string{"Idempotency-Key": fmt.Sprintf("h-%d", i), "Content-Type": "application/json"}, body)
-					if a.status != http.StatusBadRequest || a.ctype != "application/problem+json" {
-						t.Errorf("%s = %q: %d %s", field, v, a.status, a.body)
-					}
-					noDBText(t, field, a)
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		_, srv := apiServer(t, e.D)
+		fields := map[string][]string{
+			"event_id":       {`"c\u0000"`, "\"c\xff\"", `"` + strings.Repeat("e", 65) + `"`},
+			"customer_email": {`"a\u0000@example.com"`, "\"\xff@example.com\"", `"a@ex\u0000ample.com"`, `"` + strings.Repeat("a", 250) + `@example.com"`},
+			"currency":       {`"E\u0000R"`, "\"E\xffR\""},
+		}
+		i := 0
+		for field, vals := range fields {
+			for _, v := range vals {
+				var m map[string]json.RawMessage
+				_ = json.Unmarshal([]byte(orderBody), &m)
+				body := []byte(strings.Replace(orderBody, string(m[field]), v, 1))
+				i++
+				a := call(t, http.MethodPost, srv.URL+"/orders", map[string]string{"Idempotency-Key": fmt.Sprintf("h-%d", i), "Content-Type": "application/json"}, body)
+				if a.status != http.StatusBadRequest || a.ctype != "application/problem+json" {
+					t.Errorf("%s = %q: %d %s", field, v, a.status, a.body)
 				}
+				noDBText(t, field, a)
 			}
-		})
-	}
+		}
+	})
 }

@@ -2,14 +2,14 @@ package boxoffice
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker/jetstream/embedded"
 	"github.com/idemkit/idem/fakeprovider"
+	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"
@@ -19,8 +19,8 @@ import (
 // provider are, with zero set-up defaults (an SQLite file and an embedded
 // JetStream server under DataDir, an in-process fake provider).
 type Options struct {
-	// Config is the System's configuration; Open fills DB, Broker and
-	// (when empty) ProviderURL.
+	// Config is the System's configuration; Open fills Broker and (when
+	// empty) ProviderURL.
 	Config
 	// DataDir holds the embedded default's files. Defaults to "./idem-data".
 	DataDir string
@@ -52,35 +52,32 @@ type Options struct {
 	ProviderAddr string
 }
 
-// OpenDB opens a database URL: postgres://… / postgresql://… through pgx's
-// database/sql adapter, sqlite://path (or a plain file path) through
-// modernc.org/sqlite.
-func OpenDB(ctx context.Context, url, schema, synchronous string) (*sqlstore.Driver, error) {
-	switch {
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		d, err := sqlstore.OpenPostgres(ctx, url, sqlstore.Config{Names: store.Names{Schema: schema}})
-		if err != nil {
-			return nil, err
-		}
-		d.DB().SetMaxOpenConns(10)
-		d.DB().SetMaxIdleConns(10)
-		return d, nil
-	case url == "":
-		return nil, errors.New("boxoffice: empty database URL")
+// dbPoolConns caps the PostgreSQL pool of [OpenDB] (the relay, three
+// consumers, the effect and saga workers and the API share it).
+const dbPoolConns = 10
+
+// OpenDB opens a database URL (internal/dsn): postgres://… / postgresql://…
+// through pgx (store/pgxstore, a pool of at most 10 connections unless the
+// URL sets pool_max_conns), sqlite://path through database/sql on
+// modernc.org/sqlite. The driver's transaction type is erased (pgx.Tx or
+// *sql.Tx behind any), so one System type serves both.
+func OpenDB(ctx context.Context, url, schema, synchronous string) (store.Driver[any], error) {
+	d, err := dsn.Open(ctx, url, dsn.Options{
+		Names:    store.Names{Schema: schema},
+		MaxConns: dbPoolConns,
+		SQLite:   sqlstore.SQLiteOptions{Synchronous: synchronous},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boxoffice: %w", err)
 	}
-	p := strings.TrimPrefix(url, "sqlite://")
-	if i := strings.IndexByte(p, '?'); i >= 0 {
-		p = p[:i]
-	}
-	if p == "" {
-		return nil, fmt.Errorf("boxoffice: database URL %q has no file path", url)
-	}
-	return sqlstore.OpenSQLite(filepath.Clean(p), sqlstore.SQLiteOptions{Synchronous: synchronous}, sqlstore.Config{})
+	return d, nil
 }
 
 // Open creates what opts describes (database, broker, provider), builds the
-// System on it and migrates the database. Close releases all of it.
-func Open(ctx context.Context, opts Options) (_ *System, err error) {
+// System on it and migrates the database. Close releases all of it. The
+// database URL picks the driver ([OpenDB]): pgx for PostgreSQL,
+// database/sql for SQLite.
+func Open(ctx context.Context, opts Options) (_ *System[any], err error) {
 	if opts.DataDir == "" {
 		opts.DataDir = "./idem-data"
 	}
@@ -111,8 +108,12 @@ func Open(ctx context.Context, opts Options) (_ *System, err error) {
 		return nil, err
 	}
 	closers = append(closers, d.Close)
-	cfg.DB = d
 	natsURL := opts.NATSURL
+	if natsURL != "" {
+		if b, err := dsn.ParseBroker(natsURL); err != nil || b.Kind != dsn.NATS {
+			return nil, idem.InvalidOptionf("boxoffice: the broker URL must be nats://… or tls://… (NATS JetStream)")
+		}
+	}
 	if natsURL == "" && needsBroker(cfg.Roles) {
 		srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(opts.DataDir, "jetstream"), Port: opts.NATSPort, Logger: nil})
 		if err != nil {
@@ -129,7 +130,7 @@ func Open(ctx context.Context, opts Options) (_ *System, err error) {
 		closers = append(closers, b.Close)
 		cfg.Broker = b
 	}
-	s, err := New(ctx, cfg)
+	s, err := New(ctx, d, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -166,12 +167,12 @@ func needsBroker(roles []Role) bool {
 }
 
 // Provider returns the in-process fake provider [Open] started, or nil.
-func (s *System) Provider() *fakeprovider.Provider { return s.provider }
+func (s *System[TTx]) Provider() *fakeprovider.Provider { return s.provider }
 
 // NATSURL returns the NATS server [Open] connected to ("" without a
 // broker), safe to print: a password in it (the embedded server's always
 // has one) is masked.
-func (s *System) NATSURL() string {
+func (s *System[TTx]) NATSURL() string {
 	if s.natsURL == "" {
 		return ""
 	}

@@ -3,7 +3,6 @@ package boxoffice
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,8 +16,6 @@ import (
 
 	"github.com/idemkit/idem/store"
 )
-
-type sqlTx = sql.Tx
 
 // Order statuses.
 const (

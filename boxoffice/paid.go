@@ -2,7 +2,6 @@ package boxoffice
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,7 +85,7 @@ func paidOrderID(sagaID string) string {
 }
 
 // newSagas builds the paid-order saga on the system's ledger.
-func (s *System) newSagas() (*saga.Sagas[*sql.Tx], error) {
+func (s *System[TTx]) newSagas() (*saga.Sagas[TTx], error) {
 	orders, holds := s.t.paidOrders, s.t.seatHolds
 	in := func(c saga.Call) (paidInput, error) {
 		var p paidInput
@@ -103,19 +102,19 @@ func (s *System) newSagas() (*saga.Sagas[*sql.Tx], error) {
 		}
 		return f
 	}
-	def := saga.Definition[*sql.Tx]{
+	def := saga.Definition[TTx]{
 		Name: SagaPaidOrder,
-		OnDone: func(ctx context.Context, tx *sql.Tx, sg saga.Saga) error {
+		OnDone: func(ctx context.Context, tx TTx, sg saga.Saga) error {
 			if sg.State != saga.Compensated {
 				return nil
 			}
 			_, err := s.db.Tx(tx).Exec(ctx, `UPDATE `+orders+` SET status = $2 WHERE saga_id = $1 AND status = $3`, sg.ID, PaidFailed, PaidPending)
 			return err
 		},
-		Steps: []saga.Step[*sql.Tx]{
+		Steps: []saga.Step[TTx]{
 			{
 				Name: "reserve",
-				DoTx: func(ctx context.Context, tx *sql.Tx, c saga.Call) ([]byte, error) {
+				DoTx: func(ctx context.Context, tx TTx, c saga.Call) ([]byte, error) {
 					p, err := in(c)
 					if err != nil {
 						return nil, err
@@ -133,7 +132,7 @@ func (s *System) newSagas() (*saga.Sagas[*sql.Tx], error) {
 					}
 					return json.Marshal(map[string]int{"seats": p.Request.Seats})
 				},
-				UndoTx: func(ctx context.Context, tx *sql.Tx, c saga.Call) ([]byte, error) {
+				UndoTx: func(ctx context.Context, tx TTx, c saga.Call) ([]byte, error) {
 					p, err := in(c)
 					if err != nil {
 						return nil, err
@@ -171,7 +170,7 @@ func (s *System) newSagas() (*saga.Sagas[*sql.Tx], error) {
 			},
 			{
 				Name: "confirm",
-				DoTx: func(ctx context.Context, tx *sql.Tx, c saga.Call) ([]byte, error) {
+				DoTx: func(ctx context.Context, tx TTx, c saga.Call) ([]byte, error) {
 					p, err := in(c)
 					if err != nil {
 						return nil, err
@@ -191,9 +190,9 @@ func (s *System) newSagas() (*saga.Sagas[*sql.Tx], error) {
 }
 
 // sagaWorker runs the paid-order steps (with RoleEffects).
-func (s *System) sagaWorker() (*saga.Worker[*sql.Tx], error) {
-	return saga.NewWorker(s.sagas, saga.WorkerConfig[*sql.Tx]{
-		Effect: effect.WorkerConfig[*sql.Tx]{
+func (s *System[TTx]) sagaWorker() (*saga.Worker[TTx], error) {
+	return saga.NewWorker(s.sagas, saga.WorkerConfig[TTx]{
+		Effect: effect.WorkerConfig[TTx]{
 			Concurrency:  16,
 			PollInterval: s.cfg.PollInterval,
 			MaxAttempts:  s.cfg.MaxAttempts,
@@ -201,7 +200,7 @@ func (s *System) sagaWorker() (*saga.Worker[*sql.Tx], error) {
 			Logger:       s.cfg.Logger,
 			// A compensation that cannot be made (exhausted) is parked in
 			// the dead-letter store with its key, and the saga is held.
-			OnFailed: func(ctx context.Context, tx *sql.Tx, e effect.Effect, cause error) error {
+			OnFailed: func(ctx context.Context, tx TTx, e effect.Effect, cause error) error {
 				_, err := s.dlq.ParkTx(ctx, tx, dlqLetter(e, cause))
 				return err
 			},
@@ -211,13 +210,13 @@ func (s *System) sagaWorker() (*saga.Worker[*sql.Tx], error) {
 }
 
 // Sagas returns the paid-order sagas (start, read, abort).
-func (s *System) Sagas() *saga.Sagas[*sql.Tx] { return s.sagas }
+func (s *System[TTx]) Sagas() *saga.Sagas[TTx] { return s.sagas }
 
 // StartPaidOrderTx records the paid order of tenant under the request key
 // and starts its saga inside tx. A duplicate (same tenant, key and request)
 // returns the stored order and created false; the same key with another
 // request fails with an error matching saga.ErrMismatch.
-func (s *System) StartPaidOrderTx(ctx context.Context, tx *sql.Tx, tenant, key string, req OrderRequest) (PaidOrder, bool, error) {
+func (s *System[TTx]) StartPaidOrderTx(ctx context.Context, tx TTx, tenant, key string, req OrderRequest) (PaidOrder, bool, error) {
 	id := paidSagaID(tenant, key)
 	o := PaidOrder{OrderID: paidOrderID(id), Tenant: tenant, SagaID: id, EventID: req.EventID, CustomerEmail: req.CustomerEmail,
 		Seats: req.Seats, TotalCents: req.TotalCents, Currency: req.Currency, Status: PaidPending, CreatedAt: store.FromMicros(store.Micros(s.now()))}
@@ -238,7 +237,7 @@ func (s *System) StartPaidOrderTx(ctx context.Context, tx *sql.Tx, tenant, key s
 	return o, true, nil
 }
 
-func (s *System) getPaidOrder(ctx context.Context, q store.Querier, tenant, id string) (PaidOrder, error) {
+func (s *System[TTx]) getPaidOrder(ctx context.Context, q store.Querier, tenant, id string) (PaidOrder, error) {
 	orders := s.t.paidOrders
 	var o PaidOrder
 	var created int64
@@ -253,7 +252,7 @@ func (s *System) getPaidOrder(ctx context.Context, q store.Querier, tenant, id s
 // saga's business key) and runs without the idempotency middleware: the
 // saga start itself is idempotent, so racing duplicates all answer the one
 // order (201 for the request that created it, 200 for the others).
-func (s *System) createPaidOrder(w http.ResponseWriter, r *http.Request) {
+func (s *System[TTx]) createPaidOrder(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	key := r.Header.Get("Idempotency-Key")
 	if err := idem.ValidateID(key); err != nil || len(key) > 128 {
@@ -268,7 +267,7 @@ func (s *System) createPaidOrder(w http.ResponseWriter, r *http.Request) {
 		o       PaidOrder
 		created bool
 	)
-	err := store.InTx(ctx, s.db, func(tx *sql.Tx) error {
+	err := store.InTx(ctx, s.db, func(tx TTx) error {
 		var err error
 		o, created, err = s.StartPaidOrderTx(ctx, tx, tenantOf(r), key, req)
 		return err
@@ -292,7 +291,7 @@ func (s *System) createPaidOrder(w http.ResponseWriter, r *http.Request) {
 
 // paidOrderOf reads the paid order named by the path for the request's
 // tenant, answering 404 or 500 (and false) when it cannot.
-func (s *System) paidOrderOf(w http.ResponseWriter, r *http.Request) (PaidOrder, bool) {
+func (s *System[TTx]) paidOrderOf(w http.ResponseWriter, r *http.Request) (PaidOrder, bool) {
 	id, tenant := r.PathValue("id"), tenantOf(r)
 	if !ValidOrderID(id) {
 		writeProblem(w, http.StatusNotFound, ProblemNotFound, "Order not found", "not an order id (ord_ and a UUID)")
@@ -311,7 +310,7 @@ func (s *System) paidOrderOf(w http.ResponseWriter, r *http.Request) (PaidOrder,
 }
 
 // getPaidOrderHandler is GET /paid-orders/{id}, with the saga's state.
-func (s *System) getPaidOrderHandler(w http.ResponseWriter, r *http.Request) {
+func (s *System[TTx]) getPaidOrderHandler(w http.ResponseWriter, r *http.Request) {
 	o, ok := s.paidOrderOf(w, r)
 	if !ok {
 		return
@@ -324,7 +323,7 @@ func (s *System) getPaidOrderHandler(w http.ResponseWriter, r *http.Request) {
 
 // cancelPaidOrder is POST /paid-orders/{id}/cancel: it aborts the saga
 // (202) while it runs; a finished one answers 409.
-func (s *System) cancelPaidOrder(w http.ResponseWriter, r *http.Request) {
+func (s *System[TTx]) cancelPaidOrder(w http.ResponseWriter, r *http.Request) {
 	o, ok := s.paidOrderOf(w, r)
 	if !ok {
 		return
@@ -358,7 +357,7 @@ type PaidFacts struct {
 }
 
 // PaidFacts reads the paid orders, their seat holds and their sagas.
-func (s *System) PaidFacts(ctx context.Context) (PaidFacts, error) {
+func (s *System[TTx]) PaidFacts(ctx context.Context) (PaidFacts, error) {
 	orders, holds := s.t.paidOrders, s.t.seatHolds
 	f := PaidFacts{Holds: map[string]bool{}, Status: map[string]string{}}
 	q := s.db.Pool()

@@ -16,7 +16,7 @@ import (
 	"github.com/idemkit/idem/fakeprovider"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/saga"
-	"github.com/idemkit/idem/store/sqlstore"
+	"github.com/idemkit/idem/store"
 )
 
 // TestPaidOrders runs the paid-order saga through the API on SQLite and
@@ -25,12 +25,7 @@ import (
 // releases the seats and charges nothing, a key reused with another body is
 // 422, and a finished order cannot be cancelled.
 func TestPaidOrders(t *testing.T) {
-	for name, open := range map[string]func(t *testing.T) *sqlstore.Driver{
-		"sqlite":       func(t *testing.T) *sqlstore.Driver { return testdb.SQLite(t) },
-		"sql-postgres": func(t *testing.T) *sqlstore.Driver { return testdb.SQLPostgres(t) },
-	} {
-		t.Run(name, func(t *testing.T) { t.Parallel(); testPaidOrders(t, open(t)) })
-	}
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testPaidOrders(t, e.D) })
 }
 
 type paidAnswer struct {
@@ -62,14 +57,14 @@ func paidBody(cents int) string {
 	return fmt.Sprintf(`{"event_id":"gala","customer_email":"ana@example.com","seats":2,"total_cents":%d,"currency":"EUR"}`, cents)
 }
 
-func testPaidOrders(t *testing.T, d *sqlstore.Driver) {
+func testPaidOrders(t *testing.T, d store.Driver[any]) {
 	ctx := context.Background()
 	p := fakeprovider.New(fakeprovider.Config{})
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	sys, err := boxoffice.New(ctx, boxoffice.Config{DB: d, ProviderURL: p.URL(), WebhookSecrets: []string{testSecret},
+	sys, err := boxoffice.New(ctx, d, boxoffice.Config{ProviderURL: p.URL(), WebhookSecrets: []string{testSecret},
 		Roles: []boxoffice.Role{boxoffice.RoleAPI, boxoffice.RoleEffects}, Seats: 10,
 		PollInterval: 10 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, MaxAttempts: 3})
 	if err != nil {

@@ -25,7 +25,7 @@ const PoisonEventID = "demo-poison"
 // redriven (it fails again), discarded, or edited (set "seats" to 1 or
 // more) and redriven as a new revision, which the consumers then process.
 // It returns the published message.
-func (s *System) PublishPoison(ctx context.Context) (idem.Message, error) {
+func (s *System[TTx]) PublishPoison(ctx context.Context) (idem.Message, error) {
 	if s.cfg.Broker == nil {
 		return idem.Message{}, idem.InvalidOptionf("boxoffice: no broker to publish to")
 	}
@@ -58,7 +58,7 @@ func (s *System) PublishPoison(ctx context.Context) (idem.Message, error) {
 
 // PoisonHandler serves POST /demo/poison: it calls [System.PublishPoison]
 // and answers 202 with the message id.
-func (s *System) PoisonHandler() http.Handler {
+func (s *System[TTx]) PoisonHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		msg, err := s.PublishPoison(r.Context())
 		if err != nil {

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlstore"
 )
 
 // Where the business tables live. On PostgreSQL they are created in the
@@ -49,7 +48,7 @@ type tables struct {
 	guardAvailability string
 }
 
-func tablesFor(d *sqlDriver) tables {
+func tablesFor[TTx any](d store.Driver[TTx]) tables {
 	t := tables{}
 	if d.Dialect() == store.Postgres {
 		t.schema = d.Names().Schema
@@ -167,9 +166,9 @@ var businessTables = []businessTable{
 // the schema of idem's tables, which must exist: run idem's own
 // migrations (migrate.Up) first, as [New] does. A pre-existing table of the same name without
 // the boxoffice's columns fails with [ErrTableClash] and changes nothing.
-func Migrate(ctx context.Context, d *sqlstore.Driver) error {
+func Migrate[TTx any](ctx context.Context, d store.Driver[TTx]) error {
 	t := tablesFor(d)
-	return store.InTx(ctx, d, func(tx *sqlTx) error {
+	return store.InTx(ctx, d, func(tx TTx) error {
 		q := d.Tx(tx)
 		if t.schema != "" {
 			if _, err := q.Exec(ctx, `SELECT pg_advisory_xact_lock(7244651022)`); err != nil {

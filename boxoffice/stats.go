@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/outbox"
 )
 
 // Stats is the body of GET /stats. Business counts come from the database
@@ -16,16 +18,16 @@ import (
 // process's components suppressed since it started.
 type Stats struct {
 	Orders          int64 `json:"orders"`           // rows in orders
-	EventsPublished int64 `json:"events_published"` // outbox events the relay published (until pruned)
-	Notifications   int64 `json:"notifications"`    // OrderConfirmed events the notification consumer processed
-	EmailsScheduled int64 `json:"emails_scheduled"` // e-mail effects in the ledger
+	EventsPublished int64 `json:"events_published"` // outbox events the relay published (until pruned; outbox.Counts)
+	Notifications   int64 `json:"notifications"`    // orders the notification consumer recorded a confirmation e-mail for (rows in outgoing_emails)
+	EmailsScheduled int64 `json:"emails_scheduled"` // e-mail effects scheduled (one per outgoing_emails row, in its transaction)
 	EmailsSent      int64 `json:"emails_sent"`      // unique effects at the provider
 	ProviderCalls   int64 `json:"provider_calls"`   // raw calls the provider received
 	Invoices        int64 `json:"invoices"`         // rows in invoices
 	Payments        int64 `json:"payments"`         // paid orders
 	// SeatsLeft is the search projection: seats left per event.
 	SeatsLeft map[string]int64 `json:"seats_left"`
-	// DeadLetters is the number of parked dead letters.
+	// DeadLetters is the number of parked dead letters (dlq.CountParked).
 	DeadLetters int64 `json:"dead_letters"`
 	// DuplicatesSuppressed per component: http (replayed responses),
 	// broker (publishes the broker dropped as duplicates), notification,
@@ -35,26 +37,39 @@ type Stats struct {
 }
 
 // Stats gathers the numbers of GET /stats.
-func (s *System) Stats(ctx context.Context) (Stats, error) {
+func (s *System[TTx]) Stats(ctx context.Context) (Stats, error) {
 	st := Stats{SeatsLeft: map[string]int64{}, DuplicatesSuppressed: map[string]int64{}}
 	q := s.db.Pool()
+	// The business tables are the boxoffice's own; idem's tables are
+	// counted by their owners.
 	counts := []struct {
-		dst  *int64
-		sql  string
-		args []any
+		dst   *int64
+		table string
 	}{
-		{&st.Orders, `SELECT count(*) FROM ` + s.t.orders, nil},
-		{&st.EventsPublished, `SELECT count(*) FROM ` + s.db.Table("outbox") + ` WHERE state = 'published'`, nil},
-		{&st.Notifications, `SELECT count(*) FROM ` + s.db.Table("inbox") + ` WHERE consumer = $1 AND state = 'completed'`, []any{ConsumerNotification}},
-		{&st.EmailsScheduled, `SELECT count(*) FROM ` + s.db.Table("effects") + ` WHERE kind = $1`, []any{EffectKindEmail}},
-		{&st.Invoices, `SELECT count(*) FROM ` + s.t.invoices, nil},
-		{&st.Payments, `SELECT count(*) FROM ` + s.t.payments, nil},
-		{&st.DeadLetters, `SELECT count(*) FROM ` + s.db.Table("dead_letters") + ` WHERE state = 'parked'`, nil},
+		{&st.Orders, s.t.orders},
+		{&st.Notifications, s.t.emails},
+		{&st.Invoices, s.t.invoices},
+		{&st.Payments, s.t.payments},
 	}
 	for _, c := range counts {
-		if err := q.QueryRow(ctx, c.sql, c.args...).Scan(c.dst); err != nil {
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM `+c.table).Scan(c.dst); err != nil {
 			return st, fmt.Errorf("boxoffice: stats: %w", err)
 		}
+	}
+	// Each outgoing_emails row schedules its e-mail effect in its own
+	// transaction: one row, one effect.
+	st.EmailsScheduled = st.Notifications
+	published, err := outbox.Counts(ctx, s.db)
+	if err != nil {
+		return st, fmt.Errorf("boxoffice: stats: %w", err)
+	}
+	st.EventsPublished = published[lease.Completed]
+	parked, err := dlq.CountParked(ctx, s.db)
+	if err != nil {
+		return st, fmt.Errorf("boxoffice: stats: %w", err)
+	}
+	for _, n := range parked {
+		st.DeadLetters += n
 	}
 	rows, err := q.Query(ctx, `SELECT event_id, seats_left FROM `+s.t.availability)
 	if err != nil {
@@ -92,7 +107,7 @@ func (s *System) Stats(ctx context.Context) (Stats, error) {
 // providerStats returns the provider's raw calls and unique effects: from
 // the in-process provider when [Open] started one, otherwise from the
 // provider's GET /stats.
-func (s *System) providerStats(ctx context.Context) (calls, unique int64, err error) {
+func (s *System[TTx]) providerStats(ctx context.Context) (calls, unique int64, err error) {
 	if s.provider != nil {
 		return int64(s.provider.Calls()), int64(s.provider.UniqueEffects()), nil
 	}
@@ -119,5 +134,3 @@ func (s *System) providerStats(ctx context.Context) (calls, unique int64, err er
 	}
 	return v.Calls, v.UniqueEffects, nil
 }
-
-var _ = store.Micros

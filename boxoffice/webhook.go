@@ -2,7 +2,6 @@ package boxoffice
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,12 +29,12 @@ type PaymentEvent struct {
 // the raw body (401 otherwise), deduplicated on the webhook-id through the
 // inbox; the first delivery marks the order paid in the same transaction,
 // replays answer 200 and change nothing.
-func (s *System) webhookHandler() (http.Handler, error) {
+func (s *System[TTx]) webhookHandler() (http.Handler, error) {
 	v, err := webhook.NewStandard(webhook.StandardConfig{Secrets: s.cfg.WebhookSecrets})
 	if err != nil {
 		return nil, fmt.Errorf("boxoffice: webhook secret: %w", err)
 	}
-	rc, err := webhook.NewReceiver(s.db, s.inbox, webhook.ReceiverConfig[*sql.Tx]{
+	rc, err := webhook.NewReceiver(s.db, s.inbox, webhook.ReceiverConfig[TTx]{
 		Source:         WebhookSource,
 		Verifier:       v,
 		EnqueueTx:      s.markPaid,
@@ -58,7 +57,7 @@ func (s *System) webhookHandler() (http.Handler, error) {
 
 // markPaid applies a payment.succeeded delivery: the payment row (UNIQUE
 // order_id) and the order's status change commit with the receipt.
-func (s *System) markPaid(ctx context.Context, tx *sql.Tx, d webhook.Delivery, body []byte) error {
+func (s *System[TTx]) markPaid(ctx context.Context, tx TTx, d webhook.Delivery, body []byte) error {
 	var ev PaymentEvent
 	if err := json.Unmarshal(body, &ev); err != nil {
 		return idem.Permanent(fmt.Errorf("%w: payment webhook body: %v", idem.ErrInvalidInput, err))

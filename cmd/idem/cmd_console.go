@@ -150,7 +150,7 @@ type demoConsole struct {
 
 // newDemoConsole builds the demo's console; token "" falls back to
 // IDEM_CONSOLE_TOKEN, then a generated one. Its sampler runs until ctx ends.
-func newDemoConsole(ctx context.Context, env *Env, sys *boxoffice.System, token, where string) (*demoConsole, error) {
+func newDemoConsole(ctx context.Context, env *Env, sys *boxoffice.System[any], token, where string) (*demoConsole, error) {
 	dc := &demoConsole{token: token, tokenFrom: "--console-token"}
 	if dc.token == "" {
 		dc.token, dc.tokenFrom = env.Getenv("IDEM_CONSOLE_TOKEN"), "IDEM_CONSOLE_TOKEN"

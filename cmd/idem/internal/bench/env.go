@@ -9,14 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgxstore"
@@ -130,19 +129,14 @@ func Open(ctx context.Context, cfg Config) (_ *Env, err error) {
 
 func (e *Env) openPostgres(ctx context.Context) error {
 	e.schema = "bench_" + e.runID
-	conn, err := pgx.Connect(ctx, e.cfg.Postgres)
-	if err != nil {
-		return fmt.Errorf("bench: connect PostgreSQL: %w", err)
-	}
-	_, err = conn.Exec(ctx, `CREATE SCHEMA `+e.schema)
-	conn.Close(ctx)
-	if err != nil {
+	if err := e.pgExec(ctx, `CREATE SCHEMA `+e.schema); err != nil {
 		return fmt.Errorf("bench: create schema: %w", err)
 	}
 	e.pgConnected = true
 	e.closers = append(e.closers, e.dropSchema)
-	e.pgConn = withParams(e.cfg.Postgres, "search_path="+e.schema)
-	e.pg, err = pgxstore.Open(ctx, withParams(e.pgConn, "pool_max_conns=24"), pgxstore.Config{Names: store.Names{Schema: e.schema}})
+	e.pgConn = dsn.WithParam(e.cfg.Postgres, "search_path", e.schema)
+	var err error
+	e.pg, err = dsn.OpenPgx(ctx, dsn.Database{Dialect: store.Postgres, Conn: e.pgConn}, dsn.Options{MaxConns: 24, Names: store.Names{Schema: e.schema}})
 	if err != nil {
 		return err
 	}
@@ -153,21 +147,34 @@ func (e *Env) openPostgres(ctx context.Context) error {
 	return nil
 }
 
-func (e *Env) dropSchema() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, e.cfg.Postgres)
+// pgExec runs statements on cfg.Postgres, on a connection of their own.
+func (e *Env) pgExec(ctx context.Context, stmts ...string) error {
+	db, err := dsn.ParsePostgres(e.cfg.Postgres)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(ctx)
+	d, err := dsn.OpenPgx(ctx, db, dsn.Options{MaxConns: 1})
+	if err != nil {
+		return fmt.Errorf("bench: connect PostgreSQL: %w", err)
+	}
+	defer d.Close()
 	var errs []error
-	for _, s := range append(e.extraSchemas, e.schema) {
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS "`+s+`" CASCADE`); err != nil {
+	for _, s := range stmts {
+		if _, err := d.Pool().Exec(ctx, s); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (e *Env) dropSchema() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stmts []string
+	for _, s := range append(e.extraSchemas, e.schema) {
+		stmts = append(stmts, `DROP SCHEMA IF EXISTS "`+s+`" CASCADE`)
+	}
+	return e.pgExec(ctx, stmts...)
 }
 
 // Close releases the run's servers and drivers, drops the PostgreSQL schema
@@ -196,13 +203,6 @@ func (e *Env) hasPostgres() bool { return e.pg != nil }
 // name returns a fresh identifier with prefix, unique within the run.
 func (e *Env) name(prefix string) string {
 	return fmt.Sprintf("%s_%d", prefix, e.seq.Add(1))
-}
-
-func withParams(u, params string) string {
-	if strings.Contains(u, "?") {
-		return u + "&" + params
-	}
-	return u + "?" + params
 }
 
 func randomHex(n int) string {

@@ -67,6 +67,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -79,6 +80,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/dsn"
 )
 
 // Config configures a drill run.
@@ -150,7 +152,8 @@ func (c *Config) defaults() error {
 	case c.Workers < 1:
 		return idem.InvalidOptionf("drill: --workers must be at least 1")
 	}
-	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+	if _, err := dsn.ParsePostgres(c.DatabaseURL); c.DatabaseURL != "" && err != nil && !errors.Is(err, dsn.ErrInvalid) {
+		// (A postgres:// URL that does not parse is Check's to report.)
 		return idem.InvalidOptionf("drill: --db must be a postgres:// URL (the default is a fresh SQLite file per scenario)")
 	}
 	return nil

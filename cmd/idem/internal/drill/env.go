@@ -9,16 +9,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemkit/idem/boxoffice"
 	bjs "github.com/idemkit/idem/broker/jetstream"
+	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/webhook"
 )
@@ -69,8 +67,8 @@ func randHex(n int) string {
 type env struct {
 	r       *runner
 	opts    boxoffice.Options
-	sys     *boxoffice.System
-	extra   []*boxoffice.System
+	sys     *boxoffice.System[any]
+	extra   []*boxoffice.System[any]
 	srv     *httptest.Server
 	url     string
 	client  *http.Client
@@ -150,14 +148,14 @@ func (r *runner) newEnv(ctx context.Context, name string, start bool, mod func(*
 
 // addSystem starts another system on the scenario's database and broker
 // (another deployment of some components).
-func (e *env) addSystem(ctx context.Context, mod func(*boxoffice.Config)) (*boxoffice.System, error) {
+func (e *env) addSystem(ctx context.Context, mod func(*boxoffice.Config)) (*boxoffice.System[any], error) {
 	cfg := e.sys.Config()
 	cfg.Registry = nil
 	cfg.Hooks = boxoffice.Hooks{}
 	if mod != nil {
 		mod(&cfg)
 	}
-	s, err := boxoffice.New(ctx, cfg)
+	s, err := boxoffice.New(ctx, e.sys.DB(), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -187,33 +185,32 @@ func (e *env) close() {
 // points at it.
 func (r *runner) pgSchema(ctx context.Context) (string, string, error) {
 	schema := "idem_drill_" + randHex(5)
-	c, err := pgx.Connect(ctx, r.cfg.DatabaseURL)
-	if err != nil {
-		return "", "", fmt.Errorf("drill: connect PostgreSQL: %w", err)
-	}
-	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
+	if err := r.pgExec(ctx, `CREATE SCHEMA `+schema); err != nil {
 		return "", "", fmt.Errorf("drill: create schema: %w", err)
 	}
-	u, err := url.Parse(r.cfg.DatabaseURL)
+	return dsn.WithParam(r.cfg.DatabaseURL, "search_path", schema), schema, nil
+}
+
+// pgExec runs one statement on the drill's PostgreSQL server, on a
+// connection of its own.
+func (r *runner) pgExec(ctx context.Context, stmt string) error {
+	db, err := dsn.ParsePostgres(r.cfg.DatabaseURL)
 	if err != nil {
-		return "", "", err
+		return err
 	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String(), schema, nil
+	d, err := dsn.OpenPgx(ctx, db, dsn.Options{MaxConns: 1})
+	if err != nil {
+		return fmt.Errorf("drill: connect PostgreSQL: %w", err)
+	}
+	defer d.Close()
+	_, err = d.Pool().Exec(ctx, stmt)
+	return err
 }
 
 func (r *runner) dropSchema(schema string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, r.cfg.DatabaseURL)
-	if err != nil {
-		return
-	}
-	defer c.Close(ctx)
-	_, _ = c.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`)
+	_ = r.pgExec(ctx, `DROP SCHEMA `+schema+` CASCADE`)
 }
 
 func (r *runner) deleteStream(stream string) {

@@ -3,12 +3,18 @@ package drill
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/outbox"
 )
 
 // facts are what the database and the provider say after a scenario.
@@ -45,7 +51,8 @@ func (e *env) facts(ctx context.Context) (facts, error) {
 		}
 		return nil
 	}
-	effects := e.sys.DB().Table("effects")
+	// The business tables are the boxoffice's; idem's tables are read
+	// through their owners (the effect ledger, the dead-letter store).
 	for _, c := range []struct {
 		dst  *int64
 		sql  string
@@ -54,10 +61,8 @@ func (e *env) facts(ctx context.Context) (facts, error) {
 		{&f.orders, `SELECT count(*) FROM orders`, nil},
 		{&f.invoices, `SELECT count(*) FROM invoices`, nil},
 		{&f.emails, `SELECT count(*) FROM outgoing_emails`, nil},
-		{&f.effectsDone, `SELECT count(*) FROM ` + effects + ` WHERE kind = $1 AND state = 'completed'`, []any{boxoffice.EffectKindEmail}},
 		{&f.payments, `SELECT count(*) FROM payments`, nil},
 		{&f.paid, `SELECT count(*) FROM orders WHERE status = 'paid'`, nil},
-		{&f.parked, `SELECT count(*) FROM ` + e.sys.DB().Table("dead_letters") + ` WHERE state = 'parked'`, nil},
 		{&f.lostInvoices, `SELECT count(*) FROM orders o WHERE NOT EXISTS (SELECT 1 FROM invoices i WHERE i.order_id = o.order_id)`, nil},
 		{&f.strayInvoices, `SELECT count(*) FROM invoices i WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.order_id = i.order_id)`, nil},
 		{&f.projectionOff, `SELECT count(*) FROM event_inventory v LEFT JOIN event_availability a ON a.event_id = v.event_id
@@ -66,6 +71,14 @@ func (e *env) facts(ctx context.Context) (facts, error) {
 		if err := one(c.dst, c.sql, c.args...); err != nil {
 			return f, err
 		}
+	}
+	done, err := e.effects(ctx, func(ef effect.Effect) bool { return ef.Kind == boxoffice.EffectKindEmail }, effect.Completed)
+	if err != nil {
+		return f, err
+	}
+	f.effectsDone = int64(len(done))
+	if f.parked, err = e.parked(ctx); err != nil {
+		return f, err
 	}
 	// Provider side: every order's confirmation key performed exactly once.
 	rows, err := q.Query(ctx, `SELECT order_id FROM orders`)
@@ -106,6 +119,40 @@ func (e *env) facts(ctx context.Context) (facts, error) {
 	return f, nil
 }
 
+// listAll is the limit of the drill's listings: every row (a drill's
+// tables are small).
+const listAll = 1 << 30
+
+// effects lists the ledger's effects in states that match keep.
+func (e *env) effects(ctx context.Context, keep func(effect.Effect) bool, states ...effect.State) ([]effect.Effect, error) {
+	var out []effect.Effect
+	for _, st := range states {
+		effs, err := e.sys.Ledger().List(ctx, st, listAll)
+		if err != nil {
+			return nil, fmt.Errorf("drill: effects %s: %w", st, err)
+		}
+		for _, ef := range effs {
+			if keep(ef) {
+				out = append(out, ef)
+			}
+		}
+	}
+	return out, nil
+}
+
+// parked counts the parked dead letters (dlq.CountParked, per consumer).
+func (e *env) parked(ctx context.Context) (int64, error) {
+	by, err := dlq.CountParked(ctx, e.sys.DB())
+	if err != nil {
+		return 0, fmt.Errorf("drill: parked letters: %w", err)
+	}
+	var n int64
+	for _, c := range by {
+		n += c
+	}
+	return n, nil
+}
+
 // settle waits until cond holds on the facts (or the scenario timeout) and
 // returns the last facts.
 func (e *env) settle(ctx context.Context, cond func(facts) bool) (facts, error) {
@@ -143,9 +190,10 @@ func dups(st boxoffice.Stats) int64 {
 }
 
 // projectionReport explains an off search projection: per event whose
-// availability disagrees with the inventory, both rows, and the events of
-// newer versions than the projection's with where each one is (outbox
-// state, search inbox record, dead letter).
+// availability disagrees with the inventory, both rows; where the events
+// stand (the outbox's and the inboxes' counts per state, from their
+// owners); and the event's OrderConfirmed messages the search consumer
+// dead-lettered, those newer than the projection listed.
 func (e *env) projectionReport(ctx context.Context) string {
 	q := e.sys.DB().Pool()
 	type row struct {
@@ -171,37 +219,34 @@ func (e *env) projectionReport(ctx context.Context) string {
 		off = append(off, r)
 	}
 	rows.Close()
-	// Every OrderConfirmed in the outbox, with its search inbox record and
-	// dead letter, if any.
+	// The search consumer's dead letters of OrderConfirmed events (the
+	// dead-letter store), and how the outbox and the inboxes stand (their
+	// owners' counts).
 	type ev struct {
-		id, state, inbox, letter string
-		version                  int64
+		id, letter string
+		version    int64
 	}
 	byEvent := map[string][]ev{}
-	orows, err := q.Query(ctx, `SELECT o.event_id, o.state, o.payload, coalesce(i.state, ''), coalesce(d.state, '')
-		FROM `+e.sys.DB().Table("outbox")+` o
-		LEFT JOIN `+e.sys.DB().Table("inbox")+` i ON i.consumer = $1 AND i.message_id = o.event_id
-		LEFT JOIN `+e.sys.DB().Table("dead_letters")+` d ON d.consumer = $1 AND d.message_id = o.event_id`, boxoffice.ConsumerSearch)
+	letters, err := e.sys.DeadLetters().List(ctx, dlq.Filter{Consumer: boxoffice.ConsumerSearch, Limit: -1})
 	if err != nil {
 		return "projection report: " + err.Error()
 	}
-	for orows.Next() {
-		var x ev
-		var payload []byte
-		if err := orows.Scan(&x.id, &x.state, &payload, &x.inbox, &x.letter); err != nil {
-			orows.Close()
-			return "projection report: " + err.Error()
-		}
+	for _, l := range letters {
 		var oc boxoffice.OrderConfirmed
-		if json.Unmarshal(payload, &oc) != nil {
+		if json.Unmarshal(l.Payload, &oc) != nil {
 			continue
 		}
-		x.version = oc.EventVersion
-		byEvent[oc.EventID] = append(byEvent[oc.EventID], x)
+		byEvent[oc.EventID] = append(byEvent[oc.EventID], ev{id: l.MessageID, letter: string(l.State), version: oc.EventVersion})
 	}
-	orows.Close()
+	outboxBy, oerr := outbox.Counts(ctx, e.sys.DB())
+	inboxBy, ierr := inbox.Counts(ctx, e.sys.DB())
+	if err := errors.Join(oerr, ierr); err != nil {
+		return "projection report: " + err.Error()
+	}
 	var b strings.Builder
-	b.WriteString("search projection off:")
+	fmt.Fprintf(&b, "search projection off; outbox %d published, %d pending, %d parked; inbox records %d completed, %d in progress, %d failed:",
+		outboxBy[lease.Completed], outboxBy[lease.Pending], outboxBy[lease.Failed],
+		inboxBy[lease.Completed], inboxBy[lease.InProgress], inboxBy[lease.Failed])
 	for _, r := range off {
 		fmt.Fprintf(&b, "\n  %s: inventory version=%d seats_left=%d; projection ", r.event, r.invVersion, r.invLeft)
 		if r.hasProjection {
@@ -217,21 +262,14 @@ func (e *env) projectionReport(ctx context.Context) string {
 				newer = append(newer, x)
 			}
 		}
-		fmt.Fprintf(&b, "; %d events in the outbox, %d newer than the projection", len(evs), len(newer))
+		fmt.Fprintf(&b, "; %d of its events dead-lettered by search, %d of them newer than the projection", len(evs), len(newer))
 		for i, x := range newer {
 			if i == 5 {
 				fmt.Fprintf(&b, "\n    … %d more", len(newer)-i)
 				break
 			}
-			fmt.Fprintf(&b, "\n    message %s version=%d outbox=%s search_inbox=%s dead_letter=%s", x.id, x.version, x.state, or(x.inbox, "none"), or(x.letter, "none"))
+			fmt.Fprintf(&b, "\n    message %s version=%d dead_letter=%s", x.id, x.version, x.letter)
 		}
 	}
 	return b.String()
-}
-
-func or(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -115,22 +116,34 @@ func (e *env) checkSagas(ctx context.Context) (sagaCheck, error) {
 		}
 	}
 	c.active = f.Sagas[saga.Running] + f.Sagas[saga.Compensating] + f.Sagas[saga.Held]
-	q := e.sys.DB().Pool()
-	effects, steps := e.sys.DB().Table("effects"), e.sys.DB().Table("saga_steps")
-	for _, one := range []struct {
-		dst *int64
-		sql string
-	}{
-		{&c.pendingEffects, `SELECT count(*) FROM ` + effects + ` WHERE kind LIKE 'saga:%' AND state IN ('pending', 'in_progress')`},
-		{&c.nullCompensations, `SELECT count(*) FROM ` + steps + ` WHERE op = 'undo' AND outcome = 'null'`},
-		{&c.refusedLateCalls, `SELECT count(*) FROM ` + effects + ` WHERE kind LIKE 'saga:%:do' AND state = 'completed' AND result = $1`},
-	} {
-		args := []any{}
-		if one.dst == &c.refusedLateCalls {
-			args = append(args, saga.RefusedResult)
+	// idem's tables through their owners: the effect ledger and the
+	// sagas' step records.
+	isSaga := func(ef effect.Effect) bool { return strings.HasPrefix(ef.Kind, "saga:") }
+	open, err := e.effects(ctx, isSaga, effect.Pending, effect.InProgress)
+	if err != nil {
+		return c, err
+	}
+	c.pendingEffects = int64(len(open))
+	refused, err := e.effects(ctx, func(ef effect.Effect) bool {
+		return isSaga(ef) && strings.HasSuffix(ef.Kind, ":do") && bytes.Equal(ef.Result, saga.RefusedResult)
+	}, effect.Completed)
+	if err != nil {
+		return c, err
+	}
+	c.refusedLateCalls = int64(len(refused))
+	sagas, err := e.sys.Sagas().List(ctx, "", listAll)
+	if err != nil {
+		return c, fmt.Errorf("drill: sagas: %w", err)
+	}
+	for _, sg := range sagas {
+		steps, err := e.sys.Sagas().Steps(ctx, sg.ID)
+		if err != nil {
+			return c, fmt.Errorf("drill: saga steps: %w", err)
 		}
-		if err := q.QueryRow(ctx, one.sql, args...).Scan(one.dst); err != nil {
-			return c, fmt.Errorf("drill: %s: %w", one.sql, err)
+		for _, st := range steps {
+			if st.Op == saga.Undo && st.Outcome == saga.OutcomeNull {
+				c.nullCompensations++
+			}
 		}
 	}
 	return c, nil
