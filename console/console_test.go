@@ -679,3 +679,18 @@ func TestOverviewCounts(t *testing.T) {
 		}
 	})
 }
+
+func TestInstalled(t *testing.T) {
+	t.Parallel()
+	d := testdb.SQLite(t)
+	if ok, err := console.Installed(context.Background(), d); err != nil || !ok {
+		t.Fatalf("migrated database: Installed = %v, %v", ok, err)
+	}
+	testdb.Exec(t, d, `DROP TABLE `+d.Table("audit_log"))
+	if ok, err := console.Installed(context.Background(), d); err != nil || ok {
+		t.Fatalf("without audit_log: Installed = %v, %v", ok, err)
+	}
+	if _, err := console.ListAudit(context.Background(), d, console.AuditFilter{}); !errors.Is(err, console.ErrNoAuditTable) {
+		t.Fatalf("ListAudit without the table: %v, want ErrNoAuditTable", err)
+	}
+}
