@@ -221,6 +221,15 @@ func (f dlqFlags) publisher(env *Env) (broker.Publisher, error) {
 	if f.exchange != "" && (nats || !isAMQP(u)) {
 		return nil, fmt.Errorf("%w: --exchange is for RabbitMQ (an amqp:// or amqps:// --broker)", errUsage)
 	}
+	return openPublisher(u, nats, f.exchange)
+}
+
+// openPublisher opens a publisher on the broker at URL u, chosen by its
+// scheme: nats://, tls://, ws://, wss:// (JetStream; any u when nats is
+// set, as --nats always was), amqp://, amqps:// (RabbitMQ, publishing to
+// exchange), kafka://host:port[,host:port] (Kafka). Its Close closes what
+// it opened.
+func openPublisher(u string, nats bool, exchange string) (broker.Publisher, error) {
 	scheme, rest, _ := strings.Cut(u, "://")
 	switch scheme = strings.ToLower(scheme); {
 	case nats || scheme == "nats" || scheme == "tls" || scheme == "ws" || scheme == "wss":
@@ -235,8 +244,11 @@ func (f dlqFlags) publisher(env *Env) (broker.Publisher, error) {
 		}
 		return closing{pub, nc.Close}, nil
 	case isAMQP(u):
-		pub, err := amqp.NewPublisher(amqp.PublisherConfig{URL: u, Exchange: f.exchange})
-		return pub, hideURL(err, u)
+		pub, err := amqp.NewPublisher(amqp.PublisherConfig{URL: u, Exchange: exchange})
+		if err != nil {
+			return nil, hideURL(err, u)
+		}
+		return pub, nil
 	case scheme == "kafka":
 		var seeds []string
 		for _, b := range strings.Split(rest, ",") {
@@ -249,7 +261,11 @@ func (f dlqFlags) publisher(env *Env) (broker.Publisher, error) {
 		}
 		// A bounded delivery, so an unreachable cluster fails the redrive
 		// (the letter stays parked) instead of hanging the command.
-		return kafka.NewPublisher(kafka.PublisherConfig{Brokers: seeds, Opts: []kgo.Opt{kgo.RecordDeliveryTimeout(30 * time.Second)}})
+		pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: seeds, Opts: []kgo.Opt{kgo.RecordDeliveryTimeout(30 * time.Second)}})
+		if err != nil {
+			return nil, err
+		}
+		return pub, nil
 	case scheme == "memory":
 		return nil, fmt.Errorf("%w: the memory broker lives inside one process: redrive from that process (dlq.Store.Redrive with its publisher)", errUsage)
 	}

@@ -351,6 +351,11 @@ func TestDLQRedriveBrokerFlags(t *testing.T) {
 			t.Errorf("redrive %v: %d %s, want a usage error with %q", tc.args, code, stderr, tc.want)
 		}
 	}
+	// An unreachable broker fails the redrive without showing the URL's password.
+	code, _, stderr := runCmd(t, vars, "dlq", "redrive", "1", "--broker", "amqp://guest:s3cret@127.0.0.1:1/")
+	if code != 1 || strings.Contains(stderr, "s3cret") {
+		t.Errorf("redrive to an unreachable broker: %d %s, want a failure without the password", code, stderr)
+	}
 	if l, _ := letters.Get(context.Background(), 1); l.State != dlq.Parked {
 		t.Fatalf("letter %s after refused invocations, want parked", l.State)
 	}
