@@ -161,7 +161,7 @@ func testStore[TTx any](t *testing.T, d store.Driver[TTx]) {
 
 func TestRedriveAllConcurrent(t *testing.T) {
 	t.Parallel()
-	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testRedriveAllConcurrent(t, e.D) }, testdb.NoSQLPostgres)
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testRedriveAllConcurrent(t, e.D) })
 }
 
 // Two operators redrive everything at once: every letter is published once.

@@ -314,7 +314,7 @@ func TestSagaRunsStepsInOrderAndHandsResultsOn(t *testing.T) {
 			}
 		}
 		f.invariants()
-	}, testdb.NoSQLPostgres)
+	})
 }
 
 func TestSagaStartInsideARolledBackTransactionLeavesNothing(t *testing.T) {
@@ -338,7 +338,7 @@ func TestSagaStartInsideARolledBackTransactionLeavesNothing(t *testing.T) {
 		if _, err := f.l.Get(ctx, "saga/o-rb/reserve/do"); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("effect after rollback: %v", err)
 		}
-	}, testdb.NoSQLPostgres)
+	})
 }
 
 func TestSagaRacingDuplicateStartsAreOneSaga(t *testing.T) {
@@ -380,7 +380,7 @@ func TestSagaRacingDuplicateStartsAreOneSaga(t *testing.T) {
 			t.Fatalf("%d orders", n)
 		}
 		f.invariants()
-	}, testdb.NoSQLPostgres)
+	})
 }
 
 func TestSagaDeclinedChargeReleasesSeatsInReverse(t *testing.T) {
@@ -409,7 +409,7 @@ func TestSagaDeclinedChargeReleasesSeatsInReverse(t *testing.T) {
 			t.Fatalf("a failed action was dead-lettered (%d)", f.failed.Load())
 		}
 		f.invariants()
-	}, testdb.NoSQLPostgres)
+	})
 }
 
 func TestSagaTimedOutChargeThatWentThroughIsRefundedOnce(t *testing.T) {
@@ -433,7 +433,7 @@ func TestSagaTimedOutChargeThatWentThroughIsRefundedOnce(t *testing.T) {
 			t.Fatalf("charge retried %d times, want ≥ 2 calls with one key", c.Calls)
 		}
 		f.invariants()
-	}, testdb.NoSQLPostgres)
+	})
 }
 
 func TestSagaProviderTimeoutDuringRefund(t *testing.T) {
@@ -458,7 +458,7 @@ func TestSagaProviderTimeoutDuringRefund(t *testing.T) {
 			t.Fatalf("refund calls %d, want ≥ 3 (two time-outs, then a replay)", r.Calls)
 		}
 		f.invariants()
-	}, testdb.NoSQLPostgres)
+	})
 }
 
 func TestSagaNullCompensationRefusesTheLateAction(t *testing.T) {
@@ -497,7 +497,7 @@ func TestSagaNullCompensationRefusesTheLateAction(t *testing.T) {
 		if err := f.s.Abort(ctx, "o-null", "again"); !errors.Is(err, saga.ErrNotRunning) {
 			t.Fatalf("abort of a compensated saga: %v", err)
 		}
-	}, testdb.NoSQLPostgres)
+	})
 }
 
 func TestSagaCompensationRacingAnInFlightAction(t *testing.T) {
@@ -557,7 +557,7 @@ func TestSagaCompensationRacingAnInFlightAction(t *testing.T) {
 			}
 		}
 		f.invariants()
-	}, testdb.NoSQLPostgres)
+	})
 }
 
 func TestSagaZombieWorkerAfterProviderCallIsFenced(t *testing.T) {
@@ -609,7 +609,7 @@ func TestSagaZombieWorkerAfterProviderCallIsFenced(t *testing.T) {
 			t.Fatalf("charges=%d calls=%d, want one charge for ≥ 2 calls", n, ch.Calls)
 		}
 		f.invariants()
-	}, testdb.NoSQLPostgres)
+	})
 }
 
 func TestSagaFailedCompensationHoldsAndResumesAfterRedrive(t *testing.T) {
@@ -640,7 +640,7 @@ func TestSagaFailedCompensationHoldsAndResumesAfterRedrive(t *testing.T) {
 		}
 		f.wait("o-held", saga.Compensated)
 		f.invariants()
-	}, testdb.NoSQLPostgres)
+	})
 }
 
 // TestExamplePgx runs Example_pgx against the test server and checks what it
@@ -717,7 +717,7 @@ func TestSagaAbortRacingTheLastStepCommitIsRefused(t *testing.T) {
 		if err := f.s.Abort(ctx, "o-late", "again"); !errors.Is(err, saga.ErrNotRunning) {
 			t.Errorf("abort of a completed saga: %v", err)
 		}
-	}, testdb.NoSQLPostgres)
+	})
 }
 
 // The garbage collector (package retention) deletes a finished saga's
@@ -753,5 +753,5 @@ func TestSagaRedrivenActionOfAGarbageCollectedSagaIsRefused(t *testing.T) {
 		if sg, err := f.s.Get(ctx, "o-gc"); err != nil || sg.State != saga.Compensated {
 			t.Fatalf("saga after the refused action: %+v %v", sg, err)
 		}
-	}, testdb.NoSQLPostgres)
+	})
 }

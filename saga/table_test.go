@@ -63,5 +63,5 @@ func TestExpireAndCounts(t *testing.T) {
 		if steps("o-done") != 0 {
 			t.Fatal("barrier rows left without their saga")
 		}
-	}, testdb.NoSQLPostgres)
+	})
 }
