@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/idemkit/idem/store/pgxstore"
 	"github.com/idemkit/idem/store/postgres"
 	"github.com/idemkit/idem/store/sqlite"
+	"github.com/idemkit/idem/store/sqlset"
 	"github.com/idemkit/idem/store/sqlstore"
 	"github.com/idemkit/idem/store/storetest"
 )
@@ -196,6 +198,35 @@ func TestSplit(t *testing.T) {
 	for _, c := range cases {
 		if got := storetest.Split(c.sql); len(got) != c.want {
 			t.Errorf("Split(%q) = %q, want %d parts", c.sql, got, c.want)
+		}
+	}
+}
+
+// Migration 0010 rewrote the stored states into the one lease vocabulary
+// and the CHECK constraints refuse the old names, so no statement may
+// still write or compare them: 'processing' (inbox), 'published' and, on
+// the outbox, 'parked' (dead letters keep their own 'parked').
+func TestNoRetiredStates(t *testing.T) {
+	t.Parallel()
+	names, err := store.Names{}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dialect, set := range map[store.Dialect]*sqlset.Set{store.Postgres: postgres.Statements(names), store.SQLite: sqlite.Statements(names)} {
+		stmts, err := storetest.Walk(set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range stmts {
+			retired := []string{`'processing'`, `'published'`}
+			if strings.HasPrefix(st.Field, "Outbox.") {
+				retired = append(retired, `'parked'`)
+			}
+			for _, old := range retired {
+				if strings.Contains(st.SQL, old) {
+					t.Errorf("%s: %s still names the retired state %s\n%s", dialect, st.Name(), old, st.SQL)
+				}
+			}
 		}
 	}
 }
