@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -49,8 +48,7 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	if *db != "" {
-		// A postgres:// URL that does not parse is reported by drill.Check.
-		if _, err := dsn.ParsePostgres(*db); err != nil && !errors.Is(err, dsn.ErrInvalid) {
+		if _, err := dsn.ParsePostgres(*db); err != nil {
 			return fmt.Errorf("%w: --db must be a postgres:// URL (the drill's default is a fresh SQLite file per scenario)", errUsage)
 		}
 	}

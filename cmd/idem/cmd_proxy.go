@@ -130,6 +130,9 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 		close func() error
 	)
 	if target.Dialect == store.Postgres {
+		if _, err := url.Parse(target.Conn); err != nil {
+			return fmt.Errorf("%w: the PostgreSQL URL does not parse", errUsage)
+		}
 		d, err := dsn.OpenPgx(ctx, target, dsn.Options{MaxConns: proxyPoolConns})
 		if err != nil {
 			return hideURL(err, u)

@@ -3,8 +3,7 @@
 // memory://), and the one opener of a database from its URL.
 //
 // Errors are [*Error] values wrapping one of the sentinels ([ErrEmpty],
-// [ErrNoScheme], [ErrUnsupported], [ErrNoPath], [ErrNoHost], [ErrInvalid]);
-// check them
+// [ErrNoScheme], [ErrUnsupported], [ErrNoPath], [ErrNoHost]); check them
 // with errors.Is. An error never carries the URL itself, which may hold a
 // password: at most its scheme.
 package dsn
@@ -13,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"path/filepath"
 	"strings"
 
@@ -33,9 +31,6 @@ var (
 	ErrNoPath = errors.New("URL has no file path")
 	// ErrNoHost is a broker URL without a host (kafka://, nats://).
 	ErrNoHost = errors.New("URL has no host")
-	// ErrInvalid is a URL of a supported scheme that does not parse (a
-	// non-numeric port, a bad escape).
-	ErrInvalid = errors.New("URL does not parse")
 )
 
 // Error is a refused URL. It names what the URL was for and its scheme,
@@ -92,9 +87,7 @@ func ParseDatabase(s string) (Database, error) {
 	case s == "":
 		return Database{}, refuse("database", "", ErrEmpty, "the database URL is empty: %s", wantDatabase)
 	case sc == "postgres" || sc == "postgresql":
-		if _, err := url.Parse(s); err != nil {
-			return Database{}, refuse("database", sc, ErrInvalid, "the PostgreSQL URL does not parse")
-		}
+		// The driver parses the rest (and its errors hide the password).
 		return Database{Dialect: store.Postgres, Conn: s}, nil
 	case sc == "sqlite":
 		p := strings.TrimPrefix(s, "sqlite://")

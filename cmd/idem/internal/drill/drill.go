@@ -67,7 +67,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -152,8 +151,7 @@ func (c *Config) defaults() error {
 	case c.Workers < 1:
 		return idem.InvalidOptionf("drill: --workers must be at least 1")
 	}
-	if _, err := dsn.ParsePostgres(c.DatabaseURL); c.DatabaseURL != "" && err != nil && !errors.Is(err, dsn.ErrInvalid) {
-		// (A postgres:// URL that does not parse is Check's to report.)
+	if _, err := dsn.ParsePostgres(c.DatabaseURL); c.DatabaseURL != "" && err != nil {
 		return idem.InvalidOptionf("drill: --db must be a postgres:// URL (the default is a fresh SQLite file per scenario)")
 	}
 	return nil
