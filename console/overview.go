@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemhttp"
@@ -70,7 +71,7 @@ func (c *Console[TTx]) Sample(ctx context.Context) (Overview, error) {
 	if ok, _ := tableExists(ctx, c.d, "effects"); ok {
 		// In progress with the lease ended (held ones included: they have
 		// no lease), and failed.
-		if o.HeldEffects, err = countAbandonedEffects(ctx, c.d, now); err != nil {
+		if o.HeldEffects, err = effect.CountAbandoned(ctx, c.d, now); err != nil {
 			return o, err
 		}
 		o.HeldEffects += o.Stats.Effects.By[string(effect.Failed)]
@@ -88,7 +89,7 @@ func (c *Console[TTx]) Sample(ctx context.Context) (Overview, error) {
 		}
 	}
 	if ok, _ := tableExists(ctx, c.d, "dead_letters"); ok {
-		if o.ConflictLetters, err = countConflictLetters(ctx, c.d); err != nil {
+		if o.ConflictLetters, err = dlq.CountClass(ctx, c.d, idem.ErrorClass(idem.ErrFingerprintMismatch)); err != nil {
 			return o, err
 		}
 	}

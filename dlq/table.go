@@ -53,22 +53,20 @@ func CountParkedNoID[TTx any](ctx context.Context, d store.Driver[TTx]) (map[str
 
 // count runs a "SELECT group, count(*) … GROUP BY group" statement.
 func count[TTx any](ctx context.Context, d store.Driver[TTx], what, stmt string, args ...any) (map[string]int64, error) {
-	rows, err := d.Pool().Query(ctx, stmt, args...)
+	out, err := store.CountBy(ctx, d.Pool(), stmt, args...)
 	if err != nil {
 		return nil, fmt.Errorf("dlq: %s: %w", what, err)
 	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var k string
-		var n int64
-		if err := rows.Scan(&k, &n); err != nil {
-			return nil, fmt.Errorf("dlq: %s: %w", what, err)
-		}
-		out[k] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("dlq: %s: %w", what, err)
-	}
 	return out, nil
+}
+
+// CountClass returns the number of letters, in any state, whose error was
+// of class (idem.ErrorClass), e.g. "fingerprint_mismatch" for message ids
+// reused with another payload.
+func CountClass[TTx any](ctx context.Context, d store.Driver[TTx], class string) (int64, error) {
+	var n int64
+	if err := d.Pool().QueryRow(ctx, d.Statements().DeadLetters.CountClass, class).Scan(&n); err != nil {
+		return 0, fmt.Errorf("dlq: count class %q: %w", class, err)
+	}
+	return n, nil
 }

@@ -45,3 +45,14 @@ func CountHeld[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]in
 	}
 	return out, nil
 }
+
+// CountAbandoned returns the number of in_progress effects whose lease
+// ended by now: their worker crashed or hung (held effects, which have no
+// lease, are included).
+func CountAbandoned[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) (int64, error) {
+	var n int64
+	if err := d.Pool().QueryRow(ctx, d.Statements().Effects.CountAbandoned, store.Micros(now)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("effect: count abandoned: %w", err)
+	}
+	return n, nil
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/outbox"
@@ -75,7 +76,7 @@ func Snapshot[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) 
 		fill func() error
 	}{
 		{"inbox", func() error {
-			by, err := inboxByConsumer(ctx, d)
+			by, err := inbox.CountsByConsumer(ctx, d)
 			st.Inbox = countsOf(by)
 			return err
 		}},

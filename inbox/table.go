@@ -58,3 +58,12 @@ func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64
 	}
 	return out, nil
 }
+
+// CountsByConsumer returns the number of inbox records per consumer.
+func CountsByConsumer[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
+	out, err := store.CountBy(ctx, d.Pool(), d.Statements().Inbox.CountByConsumer)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: counts by consumer: %w", err)
+	}
+	return out, nil
+}

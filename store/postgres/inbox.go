@@ -63,8 +63,9 @@ WHERE consumer = $1 AND state = 'in_progress' AND lease_until <= $2 ORDER BY lea
 		SavepointRollback:      `ROLLBACK TO SAVEPOINT idem_inbox_msg`,
 		SavepointRelease:       `RELEASE SAVEPOINT idem_inbox_msg`,
 
-		Expire:       `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table + ` WHERE expires_at < $1 LIMIT $2) AND expires_at < $1`,
-		CountByState: `SELECT state, count(*) FROM ` + table + ` GROUP BY state`,
+		Expire:          `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table + ` WHERE expires_at < $1 LIMIT $2) AND expires_at < $1`,
+		CountByState:    `SELECT state, count(*) FROM ` + table + ` GROUP BY state`,
+		CountByConsumer: `SELECT consumer, count(*) FROM ` + table + ` GROUP BY consumer`,
 		ExpireKeeping: func(n int) string {
 			var cond strings.Builder
 			cond.WriteString(`expires_at < $1`)

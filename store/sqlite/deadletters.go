@@ -29,6 +29,7 @@ func deadLetters(t func(string) string) sqlset.DeadLetters {
 		Discard: `UPDATE ` + table + ` SET state = 'discarded', resolved_by = $2, resolved_at = $3
  WHERE id = $1 AND state = 'parked'`,
 		CountParked: `SELECT consumer, count(*) FROM ` + table + ` WHERE state = 'parked' GROUP BY consumer`,
+		CountClass:  `SELECT count(*) FROM ` + table + ` WHERE error_class = $1`,
 		CountParkedNoID: `SELECT consumer, count(*) FROM ` + table + `
  WHERE state = 'parked' AND substr(message_id, 1, length($1)) = $1 GROUP BY consumer`,
 		Counts:      `SELECT state, count(*) FROM ` + table + ` GROUP BY state`,

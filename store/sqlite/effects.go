@@ -61,8 +61,9 @@ func effects(t func(string) string) sqlset.Effects {
 
 		// The condition is repeated outside the row-id subquery, as on
 		// PostgreSQL (the single writer makes the two evaluations agree).
-		Expire:       `DELETE FROM ` + table + ` WHERE rowid IN (SELECT rowid FROM ` + table + ` WHERE ` + expired + ` LIMIT $2) AND ` + expired,
-		CountByState: `SELECT state, count(*) FROM ` + table + ` GROUP BY state`,
-		CountHeld:    `SELECT kind, count(*) FROM ` + table + ` WHERE held_at > 0 AND state = 'in_progress' GROUP BY kind`,
+		Expire:         `DELETE FROM ` + table + ` WHERE rowid IN (SELECT rowid FROM ` + table + ` WHERE ` + expired + ` LIMIT $2) AND ` + expired,
+		CountByState:   `SELECT state, count(*) FROM ` + table + ` GROUP BY state`,
+		CountHeld:      `SELECT kind, count(*) FROM ` + table + ` WHERE held_at > 0 AND state = 'in_progress' GROUP BY kind`,
+		CountAbandoned: `SELECT count(*) FROM ` + table + ` WHERE state = 'in_progress' AND lease_until <= $1`,
 	}
 }

@@ -44,6 +44,9 @@ type DeadLetters struct {
 	// CountParked counts parked letters per consumer: consumer, count.
 	// No arguments.
 	CountParked string
+	// CountClass counts the letters of one error class in any state:
+	// $1 class. Returns count.
+	CountClass string
 	// CountParkedNoID counts, per consumer, the parked letters of messages
 	// that came without a usable id (message_id beginning with $1, the
 	// dlq.NoIDPrefix): consumer, count. $1 the prefix.

@@ -85,4 +85,7 @@ type Effects struct {
 	// CountHeld counts the held effects per kind: kind, count. No
 	// arguments.
 	CountHeld string
+	// CountAbandoned counts the in_progress effects whose lease ended (held
+	// ones, which have none, included): $1 now. Returns count.
+	CountAbandoned string
 }

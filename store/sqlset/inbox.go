@@ -91,4 +91,7 @@ type Inbox struct {
 	// CountByState counts the records per state: state, count. No
 	// arguments.
 	CountByState string
+	// CountByConsumer counts the records per consumer: consumer, count.
+	// No arguments.
+	CountByConsumer string
 }
