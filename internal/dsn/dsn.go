@@ -130,7 +130,7 @@ const (
 )
 
 // wantBroker is what ParseBroker accepts, for its error messages.
-const wantBroker = "want nats://…, tls://…, amqp://…, amqps://…, kafka://host:port[,host:port…] or memory://"
+const wantBroker = "want nats://…, tls://…, ws://…, wss://…, amqp://…, amqps://…, kafka://host:port[,host:port…] or memory://"
 
 // DefaultKafkaPort is the port a kafka:// seed without one gets.
 const DefaultKafkaPort = "9092"
@@ -152,9 +152,9 @@ type Broker struct {
 // String returns the broker for a message, without credentials.
 func (b Broker) String() string { return redact.URL(b.URL) }
 
-// ParseBroker parses a broker URL: nats://host:4222 or tls://host:4222
-// (NATS JetStream; several servers comma-separated, each with one of those
-// schemes), amqp:// or amqps:// (AMQP 0-9-1), kafka://host:port[,host:port…]
+// ParseBroker parses a broker URL: nats://host:4222, tls://host:4222,
+// ws://host or wss://host (NATS JetStream, over TCP, TLS or WebSocket;
+// several servers comma-separated, each with one of those schemes), amqp:// or amqps:// (AMQP 0-9-1), kafka://host:port[,host:port…]
 // (Kafka seed brokers; the port defaults to 9092), memory://[name] (the
 // in-process broker).
 func ParseBroker(s string) (Broker, error) {
@@ -162,12 +162,12 @@ func ParseBroker(s string) (Broker, error) {
 	switch {
 	case s == "":
 		return Broker{}, refuse("broker", "", ErrEmpty, "the broker URL is empty: %s", wantBroker)
-	case sc == "nats" || sc == "tls":
+	case natsScheme(sc):
 		for _, part := range strings.Split(s, ",") {
 			part = strings.TrimSpace(part)
 			psc := redact.Scheme(part)
-			if psc != "nats" && psc != "tls" {
-				return Broker{}, refuse("broker", psc, ErrUnsupported, "every server of a NATS broker URL must be nats://… or tls://…")
+			if !natsScheme(psc) {
+				return Broker{}, refuse("broker", psc, ErrUnsupported, "every server of a NATS broker URL must be nats://…, tls://…, ws://… or wss://…")
 			}
 			if hostOf(part[len(psc)+3:]) == "" {
 				return Broker{}, refuse("broker", psc, ErrNoHost, "the %s:// broker URL has no host (want %s://host:4222)", psc, psc)
@@ -210,6 +210,9 @@ func ParseBroker(s string) (Broker, error) {
 	}
 	return Broker{}, refuse("broker", "", ErrNoScheme, "the broker URL has no scheme: %s", wantBroker)
 }
+
+// natsScheme reports whether sc is one of the schemes nats.Connect dials.
+func natsScheme(sc string) bool { return sc == "nats" || sc == "tls" || sc == "ws" || sc == "wss" }
 
 // hostOf returns the host part of an authority-first URL remainder
 // ("user:pass@host:port/path?q" → "host:port"), "" when there is none.

@@ -91,6 +91,8 @@ func TestParseBroker(t *testing.T) {
 		{"nats://127.0.0.1:4222", dsn.NATS, nil, ""},
 		{"tls://u:p@nats.example:4222", dsn.NATS, nil, ""},
 		{"nats://a:4222, nats://b:4222", dsn.NATS, nil, ""},
+		{"wss://nats.example:443", dsn.NATS, nil, ""},
+		{"ws://a:8080,nats://b:4222", dsn.NATS, nil, ""},
 		{"amqp://guest:guest@127.0.0.1:5672/", dsn.AMQP, nil, ""},
 		{"amqps://rabbit.example/vhost", dsn.AMQP, nil, ""},
 		{"kafka://k1:9093,k2", dsn.Kafka, []string{"k1:9093", "k2:9092"}, ""},
