@@ -433,12 +433,12 @@ func (s *Sagas[TTx]) Abort(ctx context.Context, id, reason string) error {
 			return fmt.Errorf("saga %q is %s: %w", id, state, ErrNotRunning)
 		}
 		// Wait for (or keep out) the step that holds the awaited effect.
-		var eState string
-		if err := q.QueryRow(ctx, s.q.LockEffect, key).Scan(&eState); err != nil && !errors.Is(err, store.ErrNoRows) {
-			return fmt.Errorf("saga: abort %q: lock %q: %w", id, key, err)
+		eState, _, err := effect.LockTx(ctx, s.d, tx, key)
+		if err != nil {
+			return fmt.Errorf("saga: abort %q: %w", id, err)
 		}
 		if abortq == 0 && step == steps-1 {
-			if effect.State(eState) == effect.Completed {
+			if eState == effect.Completed {
 				return fmt.Errorf("saga %q: %w", id, ErrLastStepApplied)
 			}
 			var origin, outcome string

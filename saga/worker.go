@@ -250,9 +250,12 @@ func (w *Worker[TTx]) performer(df *def[TTx], op Op) effect.Performer {
 			return nil, idem.Permanent(fmt.Errorf("saga: effect %q: payload %q does not fit definition %q", key, raw, df.Name))
 		}
 		st := df.Steps[p.Step]
-		var token int64
-		if err := w.s.d.Pool().QueryRow(ctx, w.s.q.Token, key).Scan(&token); err != nil {
+		token, found, err := effect.Token(ctx, w.s.d, key)
+		if err != nil {
 			return nil, fmt.Errorf("saga: effect %q: read fencing token: %w", key, err)
+		}
+		if !found {
+			return nil, fmt.Errorf("saga: effect %q: read fencing token: not in progress", key)
 		}
 		sg, err := w.s.Get(ctx, p.Saga)
 		if err != nil {
@@ -291,19 +294,6 @@ func (w *Worker[TTx]) results(ctx context.Context, id string) (map[string][]byte
 	return out, rows.Err()
 }
 
-// fence proves, inside tx, that the effect is still claimed under token
-// (and locks its row), so a zombie's local change rolls back.
-func (w *Worker[TTx]) fence(ctx context.Context, q store.Querier, key string, token int64) error {
-	n, err := q.Exec(ctx, w.s.q.Fence, key, token)
-	if err != nil {
-		return fmt.Errorf("saga: fence %q: %w", key, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("saga: effect %q (token %d): %w", key, token, idem.ErrLeaseLost)
-	}
-	return nil
-}
-
 func (w *Worker[TTx]) barrier(ctx context.Context, q store.Querier, c Call, op Op) (origin Op, outcome string, result []byte, found bool, err error) {
 	var o string
 	err = q.QueryRow(ctx, w.s.q.GetBarrier, c.SagaID, c.Index, string(op)).Scan(&o, &outcome, &result)
@@ -339,11 +329,12 @@ func (w *Worker[TTx]) setBarrier(ctx context.Context, q store.Querier, c Call, o
 // still claimed under token.
 func (w *Worker[TTx]) fenced(ctx context.Context, c Call, token int64, fn func(tx TTx, q store.Querier) error) error {
 	return store.InTx(ctx, w.s.d, func(tx TTx) error {
-		q := w.s.d.Tx(tx)
-		if err := w.fence(ctx, q, c.Key, token); err != nil {
-			return err
+		// The fence locks the effect row until commit, so a zombie's local
+		// change rolls back (see effect.FenceTx).
+		if err := effect.FenceTx(ctx, w.s.d, tx, c.Key, token); err != nil {
+			return fmt.Errorf("saga: %w", err)
 		}
-		return fn(tx, q)
+		return fn(tx, w.s.d.Tx(tx))
 	})
 }
 

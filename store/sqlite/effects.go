@@ -65,5 +65,12 @@ func effects(t func(string) string) sqlset.Effects {
 		CountByState:   `SELECT state, count(*) FROM ` + table + ` GROUP BY state`,
 		CountHeld:      `SELECT kind, count(*) FROM ` + table + ` WHERE held_at > 0 AND state = 'in_progress' GROUP BY kind`,
 		CountAbandoned: `SELECT count(*) FROM ` + table + ` WHERE state = 'in_progress' AND lease_until <= $1`,
+		CountByKind:    `SELECT kind, count(*) FROM ` + table + ` GROUP BY kind`,
+
+		// No FOR UPDATE: a write transaction (BEGIN IMMEDIATE) holds the
+		// database lock already.
+		Lock:  `SELECT state FROM ` + table + ` WHERE effect_key = $1`,
+		Fence: `UPDATE ` + table + ` SET updated_at = updated_at WHERE effect_key = $1 AND token = $2 AND state = 'in_progress'`,
+		Token: `SELECT token FROM ` + table + ` WHERE effect_key = $1 AND state = 'in_progress'`,
 	}
 }

@@ -25,9 +25,8 @@ func sagas(t func(string) string) sqlset.Sagas {
  WHERE saga_id = $1 ORDER BY step, op`,
 		Abort: `UPDATE ` + sg + ` SET abort_requested = 1, last_error = $2, version = version + 1, updated_at = $3
  WHERE saga_id = $1 AND state = 'running'`,
-		LockSaga:   `SELECT state, step, steps, current_key, abort_requested FROM ` + sg + ` WHERE saga_id = $1`,
-		LockEffect: `SELECT state FROM ` + ef + ` WHERE effect_key = $1`,
-		Aborting:   `SELECT state, abort_requested FROM ` + sg + ` WHERE saga_id = $1`,
+		LockSaga: `SELECT state, step, steps, current_key, abort_requested FROM ` + sg + ` WHERE saga_id = $1`,
+		Aborting: `SELECT state, abort_requested FROM ` + sg + ` WHERE saga_id = $1`,
 		Advance: `UPDATE ` + sg + ` SET state = $3, step = $4, current_key = $5, last_error = $6, abort_requested = 0,
  version = version + 1, updated_at = $7
  WHERE saga_id = $1 AND version = $2`,
@@ -46,8 +45,6 @@ func sagas(t func(string) string) sqlset.Sagas {
 		SetBarrier: `UPDATE ` + st + ` SET outcome = $4, result = $5, updated_at = $6
  WHERE saga_id = $1 AND step = $2 AND op = $3 AND outcome = $7`,
 		Results: `SELECT step_name, result FROM ` + st + ` WHERE saga_id = $1 AND op = 'do' AND outcome = 'applied'`,
-		Fence:   `UPDATE ` + ef + ` SET updated_at = updated_at WHERE effect_key = $1 AND token = $2 AND state = 'in_progress'`,
-		Token:   `SELECT token FROM ` + ef + ` WHERE effect_key = $1 AND state = 'in_progress'`,
 
 		ExpireSteps: `DELETE FROM ` + st + ` WHERE rowid IN (SELECT rowid FROM ` + st + ` WHERE ` + steps + ` LIMIT $2) AND ` + steps,
 		Expire:      `DELETE FROM ` + sg + ` WHERE rowid IN (SELECT rowid FROM ` + sg + ` WHERE ` + done + ` LIMIT $2) AND ` + done,

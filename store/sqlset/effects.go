@@ -88,4 +88,20 @@ type Effects struct {
 	// CountAbandoned counts the in_progress effects whose lease ended (held
 	// ones, which have none, included): $1 now. Returns count.
 	CountAbandoned string
+	// CountByKind counts the effects per kind, every state: kind, count. No
+	// arguments.
+	CountByKind string
+
+	// Lock reads the state of an effect and locks its row until the
+	// transaction ends, the row lock Complete and TakeOver take too
+	// (PostgreSQL FOR UPDATE; SQLite's write transaction holds the database
+	// lock already). No row when the effect does not exist. $1 effect_key.
+	Lock string
+	// Fence locks the row of a claimed effect like Lock and proves the token
+	// is still the claimer's: affects 1 row when the effect is in_progress
+	// under $2, 0 rows otherwise. $1 effect_key, $2 token.
+	Fence string
+	// Token reads the fencing token of an in_progress effect: token. No row
+	// when the effect is not in_progress. $1 effect_key.
+	Token string
 }

@@ -1,8 +1,9 @@
 package sqlset
 
 // Sagas holds the statements on the sagas and saga_steps tables (package
-// saga), and the saga's reads and fence on the effect rows it schedules
-// (the effects table; see package effect).
+// saga). The saga reads, locks and fences the effect rows it schedules
+// through package effect (effect.LockTx, effect.FenceTx, effect.Token);
+// only Due joins the effects table (see there why).
 //
 // sagas columns: saga_id, name, fingerprint, input, state ('running',
 // 'compensating', 'completed', 'compensated', 'held'), step, steps,
@@ -43,9 +44,6 @@ type Sagas struct {
 	// UPDATE; SQLite's write transaction holds the database lock already).
 	// $1 saga_id.
 	LockSaga string
-	// LockEffect reads the state of an effect and locks its row like
-	// LockSaga. $1 effect_key.
-	LockEffect string
 	// Aborting reads state, abort_requested of a saga. $1 saga_id.
 	Aborting string
 	// Advance compare-and-sets a saga on its version: state, step,
@@ -59,6 +57,14 @@ type Sagas struct {
 	// active-state predicate matches sagas_active_idx). It returns the saga
 	// columns, then the effect's state (empty when none), result and
 	// last_error (empty when none).
+	//
+	// Due is the one statement of the saga on the effects table (read
+	// only; package effect owns it): which sagas are due is a predicate on
+	// the saga row and on its awaited effect's state together, so it is
+	// one join. Split in two, the advancer would read every active saga,
+	// those still waiting included, then their effects: a second round
+	// trip per poll and a scan of the waiting sagas instead of a bounded
+	// batch of due ones.
 	Due string
 
 	// InsertBarrier inserts a barrier row, doing nothing when (saga_id,
@@ -75,13 +81,6 @@ type Sagas struct {
 	// Results reads step_name, result of the applied actions of a saga.
 	// $1 saga_id.
 	Results string
-	// Fence locks a claimed effect row (the lock the ledger's complete and
-	// take-over take too) and proves the token is still the claimer's:
-	// affects 0 rows otherwise. $1 effect_key, $2 token.
-	Fence string
-	// Token reads the fencing token of an in_progress effect. $1
-	// effect_key.
-	Token string
 
 	// ExpireSteps deletes up to $2 barrier rows of sagas that finished
 	// (completed or compensated) before $1. $1 horizon (microseconds,
