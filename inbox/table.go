@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -66,4 +67,41 @@ func CountsByConsumer[TTx any](ctx context.Context, d store.Driver[TTx]) (map[st
 		return nil, fmt.Errorf("inbox: counts by consumer: %w", err)
 	}
 	return out, nil
+}
+
+// StateOf returns the stored state of the inbox record of (consumer,
+// messageID): lease.InProgress ("in_progress"), lease.Completed or
+// lease.Failed. found is false when there is no record (never received,
+// or expired and collected).
+func StateOf[TTx any](ctx context.Context, d store.Driver[TTx], consumer, messageID string) (state string, found bool, err error) {
+	state, _, found, err = lookup(ctx, d.Pool(), d, consumer, messageID)
+	return state, found, err
+}
+
+// ExpiryOf returns when the inbox record of (consumer, messageID) passes
+// its replay horizon (after which [Expire] may delete it); the zero time
+// when it is kept forever. found is false when there is no record.
+func ExpiryOf[TTx any](ctx context.Context, d store.Driver[TTx], consumer, messageID string) (expiresAt time.Time, found bool, err error) {
+	_, expiresAt, found, err = lookup(ctx, d.Pool(), d, consumer, messageID)
+	return expiresAt, found, err
+}
+
+// ExpiryOfTx is [ExpiryOf] in the caller's transaction tx (a dead-letter
+// redrive checks the record in the transaction that marks the letter
+// redriven).
+func ExpiryOfTx[TTx any](ctx context.Context, d store.Driver[TTx], tx TTx, consumer, messageID string) (expiresAt time.Time, found bool, err error) {
+	_, expiresAt, found, err = lookup(ctx, d.Tx(tx), d, consumer, messageID)
+	return expiresAt, found, err
+}
+
+func lookup[TTx any](ctx context.Context, q store.Querier, d store.Driver[TTx], consumer, messageID string) (state string, expiresAt time.Time, found bool, err error) {
+	var exp int64
+	err = q.QueryRow(ctx, d.Statements().Inbox.Lookup, consumer, messageID).Scan(&state, &exp)
+	if errors.Is(err, store.ErrNoRows) {
+		return "", time.Time{}, false, nil
+	}
+	if err != nil {
+		return "", time.Time{}, false, fmt.Errorf("inbox: record (%q, %q): %w", consumer, messageID, err)
+	}
+	return state, store.FromMicros(exp), true, nil
 }

@@ -16,6 +16,7 @@ VALUES ($1, $2, $3, 'completed', $4, $4, $5)`
 		Insert:       `INSERT INTO ` + table + insert + ` ON CONFLICT (consumer, message_id) DO NOTHING`,
 		InsertStrict: `INSERT INTO ` + table + insert,
 		Select:       `SELECT fingerprint, state, token, lease_until, attempts FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`,
+		Lookup:       `SELECT state, expires_at FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`,
 		Delete:       `DELETE FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`,
 
 		Claim: `INSERT INTO ` + table + ` (consumer, message_id, fingerprint, state, token, attempts, lease_until, received_at, expires_at)

@@ -20,6 +20,9 @@ type Inbox struct {
 	// Select reads one record: fingerprint, state, token, lease_until,
 	// attempts. $1 consumer, $2 message_id.
 	Select string
+	// Lookup reads the state and expires_at of one record (for the owner's
+	// StateOf and ExpiryOf). $1 consumer, $2 message_id.
+	Lookup string
 	// Delete removes one record (a batch message whose handler failed).
 	// $1 consumer, $2 message_id.
 	Delete string
