@@ -14,11 +14,10 @@ import (
 
 	"github.com/idemkit/idem/boxoffice"
 	"github.com/idemkit/idem/broker"
-	"github.com/idemkit/idem/broker/jetstream"
 	"github.com/idemkit/idem/console"
+	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/internal/redact"
-	"github.com/idemkit/idem/internal/sqlmeta"
 )
 
 // runConsole implements "idem console": the operator console (package
@@ -65,19 +64,17 @@ func runConsole(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer d.Close()
-	if ok, err := sqlmeta.Exists(ctx, d.Pool(), d.Dialect(), d.Names(), "audit_log"); err != nil {
+	if ok, err := console.Installed(ctx, d); err != nil {
 		return hideURL(err, u)
 	} else if !ok {
 		return errors.New("the audit_log table does not exist: run 'idem migrate up' first (the console records every action there)")
 	}
 	var pub broker.Publisher
 	if nurl != "" {
-		nc, js, err := jetstream.Dial(nurl)
-		if err != nil {
-			return hideURL(err, nurl)
-		}
-		defer nc.Close()
-		p, err := jetstream.NewPublisher(js, jetstream.PublisherConfig{})
+		// The one opener of idem dlq redrive. The console stays on NATS
+		// (parseNATSURL above): its command-line tests pin --broker
+		// amqp://… as a usage error.
+		p, err := openPublisher(dsn.Broker{Kind: dsn.NATS, URL: nurl}, "")
 		if err != nil {
 			return err
 		}

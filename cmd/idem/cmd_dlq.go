@@ -22,6 +22,7 @@ import (
 	"github.com/idemkit/idem/broker/jetstream"
 	"github.com/idemkit/idem/broker/kafka"
 	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/redact"
 )
 
@@ -198,9 +199,6 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 // publisher opens the broker redrives republish to: --broker (any broker
 // idem ships, by its URL's scheme), else --nats (JetStream, as always),
 // else $IDEM_BROKER_URL, else $IDEM_NATS_URL.
-//
-// TODO(dsn): the scheme switch moves to the one database/broker URL
-// parser once it exists.
 func (f dlqFlags) publisher(env *Env) (broker.Publisher, error) {
 	if f.broker != "" && f.nats != "" {
 		return nil, fmt.Errorf("%w: give --broker or --nats, not both", errUsage)
@@ -218,24 +216,48 @@ func (f dlqFlags) publisher(env *Env) (broker.Publisher, error) {
 	if u == "" {
 		return nil, fmt.Errorf("%w: redrive needs a broker: --broker URL (nats://, amqp://, kafka://) or --nats URL, or IDEM_BROKER_URL / IDEM_NATS_URL", errUsage)
 	}
-	if f.exchange != "" && (nats || !isAMQP(u)) {
+	b, err := parsePublisherURL(u, nats)
+	if err != nil {
+		return nil, err
+	}
+	if f.exchange != "" && b.Kind != dsn.AMQP {
 		return nil, fmt.Errorf("%w: --exchange is for RabbitMQ (an amqp:// or amqps:// --broker)", errUsage)
 	}
-	return openPublisher(u, nats, f.exchange)
+	return openPublisher(b, f.exchange)
 }
 
-// openPublisher opens a publisher on the broker at URL u, chosen by its
-// scheme: nats://, tls://, ws://, wss:// (JetStream; any u when nats is
-// set, as --nats always was), amqp://, amqps:// (RabbitMQ, publishing to
-// exchange), kafka://host:port[,host:port] (Kafka). Its Close closes what
-// it opened.
-func openPublisher(u string, nats bool, exchange string) (broker.Publisher, error) {
-	scheme, rest, _ := strings.Cut(u, "://")
-	switch scheme = strings.ToLower(scheme); {
-	case nats || scheme == "nats" || scheme == "tls" || scheme == "ws" || scheme == "wss":
-		nc, js, err := jetstream.Dial(u)
+// parsePublisherURL parses the broker URL u of a redrive through
+// dsn.ParseBroker. When nats is set (--nats, $IDEM_NATS_URL) u is NATS
+// whatever it looks like, and nats.Connect judges it, as --nats always
+// did. Refusals are usage errors that name the URL redacted.
+func parsePublisherURL(u string, nats bool) (dsn.Broker, error) {
+	if nats {
+		return dsn.Broker{Kind: dsn.NATS, URL: u}, nil
+	}
+	b, err := dsn.ParseBroker(u)
+	var de *dsn.Error
+	switch {
+	case err == nil:
+		return b, nil
+	case errors.Is(err, dsn.ErrNoHost) && errors.As(err, &de) && de.Scheme == "kafka":
+		return b, fmt.Errorf("%w: --broker %s: want kafka://host:port[,host:port]", errUsage, redact.URL(u))
+	case errors.Is(err, dsn.ErrNoHost):
+		return b, fmt.Errorf("%w: --broker %s: %v", errUsage, redact.URL(u), err)
+	}
+	return b, fmt.Errorf("%w: --broker %s: unknown broker scheme (want nats://, amqp://, amqps:// or kafka://)", errUsage, redact.URL(u))
+}
+
+// openPublisher opens a publisher on the parsed broker b: JetStream for
+// NATS, RabbitMQ for AMQP (publishing to exchange), Kafka on b's seeds;
+// the in-process memory broker is refused (no other process can reach
+// it). Its Close closes what it opened; its errors never carry the URL's
+// password.
+func openPublisher(b dsn.Broker, exchange string) (broker.Publisher, error) {
+	switch b.Kind {
+	case dsn.NATS:
+		nc, js, err := jetstream.Dial(b.URL)
 		if err != nil {
-			return nil, hideURL(err, u)
+			return nil, hideURL(err, b.URL)
 		}
 		pub, err := jetstream.NewPublisher(js, jetstream.PublisherConfig{})
 		if err != nil {
@@ -243,38 +265,24 @@ func openPublisher(u string, nats bool, exchange string) (broker.Publisher, erro
 			return nil, err
 		}
 		return closing{pub, nc.Close}, nil
-	case isAMQP(u):
-		pub, err := amqp.NewPublisher(amqp.PublisherConfig{URL: u, Exchange: exchange})
+	case dsn.AMQP:
+		pub, err := amqp.NewPublisher(amqp.PublisherConfig{URL: b.URL, Exchange: exchange})
 		if err != nil {
-			return nil, hideURL(err, u)
+			return nil, hideURL(err, b.URL)
 		}
 		return pub, nil
-	case scheme == "kafka":
-		var seeds []string
-		for _, b := range strings.Split(rest, ",") {
-			if b = strings.TrimSpace(strings.TrimSuffix(b, "/")); b != "" {
-				seeds = append(seeds, b)
-			}
-		}
-		if len(seeds) == 0 {
-			return nil, fmt.Errorf("%w: --broker %s: want kafka://host:port[,host:port]", errUsage, redact.URL(u))
-		}
+	case dsn.Kafka:
 		// A bounded delivery, so an unreachable cluster fails the redrive
 		// (the letter stays parked) instead of hanging the command.
-		pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: seeds, Opts: []kgo.Opt{kgo.RecordDeliveryTimeout(30 * time.Second)}})
+		pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: b.Seeds, Opts: []kgo.Opt{kgo.RecordDeliveryTimeout(30 * time.Second)}})
 		if err != nil {
-			return nil, err
+			return nil, hideURL(err, b.URL)
 		}
 		return pub, nil
-	case scheme == "memory":
+	case dsn.Memory:
 		return nil, fmt.Errorf("%w: the memory broker lives inside one process: redrive from that process (dlq.Store.Redrive with its publisher)", errUsage)
 	}
-	return nil, fmt.Errorf("%w: --broker %s: unknown broker scheme (want nats://, amqp://, amqps:// or kafka://)", errUsage, redact.URL(u))
-}
-
-func isAMQP(u string) bool {
-	l := strings.ToLower(u)
-	return strings.HasPrefix(l, "amqp://") || strings.HasPrefix(l, "amqps://")
+	return nil, fmt.Errorf("%w: --broker %s: unknown broker scheme (want nats://, amqp://, amqps:// or kafka://)", errUsage, b)
 }
 
 // closing is a publisher that also closes its connection.
