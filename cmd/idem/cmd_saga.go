@@ -58,7 +58,7 @@ func runSaga(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer d.Close()
-	if ok, err := sqlmeta.Exists(ctx, d.Pool(), d.Dialect(), d.Names(), "sagas"); err != nil {
+	if ok, err := sqlmeta.TableExists(ctx, d, "sagas"); err != nil {
 		return err
 	} else if !ok {
 		return errors.New("the sagas table does not exist: run 'idem migrate up' first")
