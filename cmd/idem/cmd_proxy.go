@@ -267,5 +267,5 @@ func describeRoute(r idemproxy.Route) string {
 	if lease == 0 {
 		lease = idemhttp.DefaultLease
 	}
-	return termSafe(fmt.Sprintf("%s: operation %s, key %s, tenant %s, lease %s, expired lease: %s", pat, op, key, tenant, lease, r.ExpiredPolicy))
+	return termSafe(fmt.Sprintf("%s: operation %s, key %s, tenant %s, lease %s, expired lease: %s", pat, op, key, tenant, lease, idemproxy.PolicyName(r.ExpiredPolicy)))
 }

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	upstreamnode "github.com/idemkit/idem/examples/upstream-node"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/idemproxy"
 )
 
 func nodeUpstream(t *testing.T, port int) *upstreamnode.Upstream {
@@ -203,6 +206,25 @@ func TestProxyCommandTwoInstancesPostgres(t *testing.T) {
 			"--fail-header", "X-Upstream-Fail:500")
 		if code != 0 || !strings.Contains(out, "10 passed, 0 failed, 0 skipped") {
 			t.Fatalf("conform against %s: exit %d\n%s%s", base, code, out, errOut)
+		}
+	}
+}
+
+// The start-up text's route line names the expired-lease policy in the
+// words of --expired-lease: re-execute (the default, idem.Retake) and hold.
+func TestDescribeRoutePolicyWords(t *testing.T) {
+	for _, tc := range []struct {
+		policy idemhttp.ExpiredPolicy
+		want   string
+	}{
+		{idem.Retake, "expired lease: re-execute"},
+		{idem.Hold, "expired lease: hold"},
+	} {
+		r := idemproxy.Route{Method: "POST", Path: "/orders", Operation: "orders.create", Tenant: idemproxy.TenantSource{Header: "X-Tenant-ID"}, ExpiredPolicy: tc.policy}
+		got := describeRoute(r)
+		want := "POST /orders: operation orders.create, key required, tenant header X-Tenant-ID, lease " + idemhttp.DefaultLease.String() + ", " + tc.want
+		if got != want {
+			t.Errorf("describeRoute(%v) = %q, want %q", tc.policy, got, want)
 		}
 	}
 }
