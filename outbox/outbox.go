@@ -52,6 +52,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -482,6 +483,21 @@ func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64
 	return out, nil
 }
 
+// StateOf returns the stored state of the event eventID of source:
+// lease.Pending ("pending", claimed or not), lease.Completed ("completed":
+// published) or lease.Failed ("failed": parked). found is false when there
+// is no such event: never enqueued, or expired after its publication.
+func StateOf[TTx any](ctx context.Context, d store.Driver[TTx], source, eventID string) (state string, found bool, err error) {
+	err = d.Pool().QueryRow(ctx, d.Statements().Outbox.State, source, eventID).Scan(&state)
+	if errors.Is(err, store.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("outbox: state of %s/%s: %w", source, eventID, err)
+	}
+	return state, true, nil
+}
+
 // BacklogStats is the outbox's backlog, as [Backlog] measures it.
 type BacklogStats struct {
 	// Pending is the number of events not yet published (claimed ones
@@ -536,13 +552,7 @@ func backlog[TTx any](ctx context.Context, d store.Driver[TTx]) (pendingBacklog,
 // many it moved. Their keys are unblocked once they are published.
 func (o *Outbox[TTx]) RetryParked(ctx context.Context, seqs ...int64) (int64, error) {
 	var n int64
-	err := store.InTx(ctx, o.d, func(tx TTx) error {
-		q := o.d.Tx(tx)
-		if o.q.LockShared != "" {
-			if _, err := q.Exec(ctx, o.q.LockShared, o.keys.relay); err != nil {
-				return err
-			}
-		}
+	err := o.inSharedTx(ctx, func(q store.Querier) error {
 		var err error
 		if len(seqs) == 0 {
 			n, err = q.Exec(ctx, o.q.RetryParked)
@@ -555,6 +565,21 @@ func (o *Outbox[TTx]) RetryParked(ctx context.Context, seqs ...int64) (int64, er
 		return 0, fmt.Errorf("outbox: retry parked: %w", err)
 	}
 	return n, nil
+}
+
+// inSharedTx runs fn in a transaction holding the relays' shared lock
+// (sqlset.Outbox.LockShared) where the dialect has one, so that fn never
+// interleaves with a relay's claim or settle of the same rows.
+func (o *Outbox[TTx]) inSharedTx(ctx context.Context, fn func(q store.Querier) error) error {
+	return store.InTx(ctx, o.d, func(tx TTx) error {
+		q := o.d.Tx(tx)
+		if o.q.LockShared != "" {
+			if _, err := q.Exec(ctx, o.q.LockShared, o.keys.relay); err != nil {
+				return err
+			}
+		}
+		return fn(q)
+	})
 }
 
 // Stats is a snapshot of the outbox.

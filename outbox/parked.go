@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/idemkit/idem/store"
 )
@@ -23,17 +24,21 @@ var ErrNotParkedEvent = errors.New("outbox: event is not parked")
 
 func scanParked(r interface{ Scan(...any) error }) (ParkedEvent, error) {
 	var lastErr string
-	e, err := scanEvent(scanTail{r, &lastErr})
+	e, err := scanEvent(scanAround{r: r, tail: &lastErr})
 	return ParkedEvent{Event: e, LastError: lastErr}, err
 }
 
-// scanTail appends one destination (last_error) to scanEvent's list.
-type scanTail struct {
+// scanAround puts head before scanEvent's destinations and one more
+// (last_error) after them.
+type scanAround struct {
 	r    interface{ Scan(...any) error }
+	head []any
 	tail *string
 }
 
-func (s scanTail) Scan(dest ...any) error { return s.r.Scan(append(dest, s.tail)...) }
+func (s scanAround) Scan(dest ...any) error {
+	return s.r.Scan(slices.Concat(s.head, dest, []any{s.tail})...)
+}
 
 // ListParked returns up to limit parked events (defaults to 100 when ≤ 0),
 // grouped by ordering key and in seq order within a key.
@@ -88,6 +93,50 @@ func (o *Outbox[TTx]) BlockedBehind(ctx context.Context, key string, seq int64, 
 	return n, out, rows.Err()
 }
 
+// Blocked is what waits behind one parked event: the number of pending
+// events of its ordering key after it, and the first of them in seq order.
+type Blocked struct {
+	Count  int64
+	Events []Event
+}
+
+// BlockedBehindSeqs is [Outbox.BlockedBehind] for the parked events seqs
+// (e.g. a page of [Outbox.ListParked]) in one statement: by parked seq,
+// how many pending events of its ordering key wait behind it and the first
+// up to limit of them (defaults to 10 when ≤ 0). A seq nothing waits behind
+// (its key is empty, or no later event of its key is pending) is absent,
+// as is an unknown seq.
+func (o *Outbox[TTx]) BlockedBehindSeqs(ctx context.Context, seqs []int64, limit int) (map[int64]Blocked, error) {
+	out := map[int64]Blocked{}
+	if len(seqs) == 0 {
+		return out, nil
+	}
+	if limit <= 0 {
+		limit = 10
+	}
+	rows, err := o.d.Pool().Query(ctx, o.q.BlockedBehindSeqs, seqsArg(seqs), limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: blocked behind: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq, n int64
+		var lastErr string
+		e, err := scanEvent(scanAround{rows, []any{&seq, &n}, &lastErr})
+		if err != nil {
+			return nil, fmt.Errorf("outbox: blocked behind: %w", err)
+		}
+		b := out[seq]
+		b.Count = n
+		b.Events = append(b.Events, e)
+		out[seq] = b
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: blocked behind: %w", err)
+	}
+	return out, nil
+}
+
 // DiscardParked deletes the parked event seq, so that it is never published
 // and the later events of its key are released to the relay, and returns
 // what was deleted (for the operator's record). An event that is not
@@ -97,13 +146,7 @@ func (o *Outbox[TTx]) BlockedBehind(ctx context.Context, key string, seq int64, 
 // settle of the same row.
 func (o *Outbox[TTx]) DiscardParked(ctx context.Context, seq int64) (ParkedEvent, error) {
 	var p ParkedEvent
-	err := store.InTx(ctx, o.d, func(tx TTx) error {
-		q := o.d.Tx(tx)
-		if o.q.LockShared != "" {
-			if _, err := q.Exec(ctx, o.q.LockShared, o.keys.relay); err != nil {
-				return err
-			}
-		}
+	err := o.inSharedTx(ctx, func(q store.Querier) error {
 		var err error
 		p, err = scanParked(q.QueryRow(ctx, o.q.GetParked, seq))
 		if errors.Is(err, store.ErrNoRows) {

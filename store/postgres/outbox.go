@@ -106,10 +106,18 @@ func outboxSQL(t func(string) string, _ store.Names) sqlset.Outbox {
 		ListParked:      `SELECT ` + parkedCols + ` FROM ` + o + ` WHERE state = ` + failed + ` ORDER BY ordering_key, seq LIMIT $1`,
 		CountBlocked:    `SELECT count(*) FROM ` + o + ` WHERE ordering_key = $1 AND seq > $2 AND state = ` + pending,
 		BlockedBehind:   `SELECT ` + parkedCols + ` FROM ` + o + ` WHERE ordering_key = $1 AND seq > $2 AND state = ` + pending + ` ORDER BY seq LIMIT $3`,
-		GetParked:       `SELECT ` + parkedCols + ` FROM ` + o + ` WHERE seq = $1 AND state = ` + failed,
-		DiscardParked:   `DELETE FROM ` + o + ` WHERE seq = $1 AND state = ` + failed,
-		Counts:          `SELECT state, count(*) FROM ` + o + ` GROUP BY state ORDER BY state`,
-		CountState:      `SELECT count(*) FROM ` + o + ` WHERE state = $1`,
+		BlockedBehindSeqs: `SELECT p.seq, c.n, b.* FROM ` + o + ` p
+			CROSS JOIN LATERAL (SELECT count(*) AS n FROM ` + o + ` x
+				WHERE x.ordering_key = p.ordering_key AND x.seq > p.seq AND x.state = ` + pending + `) c
+			CROSS JOIN LATERAL (SELECT ` + parkedCols + ` FROM ` + o + ` x
+				WHERE x.ordering_key = p.ordering_key AND x.seq > p.seq AND x.state = ` + pending + ` ORDER BY x.seq LIMIT $2) b
+			WHERE p.` + inSeqs(1) + ` AND p.ordering_key <> ''
+			ORDER BY p.seq, b.seq`,
+		GetParked:     `SELECT ` + parkedCols + ` FROM ` + o + ` WHERE seq = $1 AND state = ` + failed,
+		DiscardParked: `DELETE FROM ` + o + ` WHERE seq = $1 AND state = ` + failed,
+		Counts:        `SELECT state, count(*) FROM ` + o + ` GROUP BY state ORDER BY state`,
+		CountState:    `SELECT count(*) FROM ` + o + ` WHERE state = $1`,
+		State:         `SELECT state FROM ` + o + ` WHERE source = $1 AND event_id = $2`,
 		Backlog: `SELECT (SELECT count(*) FROM ` + o + ` WHERE state = ` + pending + `),
 			coalesce((SELECT created_at FROM ` + o + ` WHERE state = ` + pending + ` ORDER BY seq LIMIT 1), 0)`,
 	}

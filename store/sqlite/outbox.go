@@ -94,10 +94,19 @@ func outboxSQL(t func(string) string, _ store.Names) sqlset.Outbox {
 		ListParked:      `SELECT ` + parkedCols + ` FROM ` + o + ` WHERE state = ` + failed + ` ORDER BY ordering_key, seq LIMIT $1`,
 		CountBlocked:    `SELECT count(*) FROM ` + o + ` WHERE ordering_key = $1 AND seq > $2 AND state = ` + pending,
 		BlockedBehind:   `SELECT ` + parkedCols + ` FROM ` + o + ` WHERE ordering_key = $1 AND seq > $2 AND state = ` + pending + ` ORDER BY seq LIMIT $3`,
-		GetParked:       `SELECT ` + parkedCols + ` FROM ` + o + ` WHERE seq = $1 AND state = ` + failed,
-		DiscardParked:   `DELETE FROM ` + o + ` WHERE seq = $1 AND state = ` + failed,
-		Counts:          `SELECT state, count(*) FROM ` + o + ` GROUP BY state ORDER BY state`,
-		CountState:      `SELECT count(*) FROM ` + o + ` WHERE state = $1`,
+		// No LATERAL in SQLite: the blocked rows of every parked event are
+		// numbered and counted by window functions, the first $2 kept.
+		BlockedBehindSeqs: `SELECT parked_seq, blocked_n, ` + parkedCols + ` FROM (
+			SELECT p.seq AS parked_seq, count(*) OVER (PARTITION BY p.seq) AS blocked_n,
+				row_number() OVER (PARTITION BY p.seq ORDER BY b.seq) AS blocked_rn, b.*
+			FROM ` + o + ` p JOIN ` + o + ` b ON b.ordering_key = p.ordering_key AND b.seq > p.seq AND b.state = ` + pending + `
+			WHERE p.` + inSeqs(1) + ` AND p.ordering_key <> '')
+			WHERE blocked_rn <= $2 ORDER BY parked_seq, seq`,
+		GetParked:     `SELECT ` + parkedCols + ` FROM ` + o + ` WHERE seq = $1 AND state = ` + failed,
+		DiscardParked: `DELETE FROM ` + o + ` WHERE seq = $1 AND state = ` + failed,
+		Counts:        `SELECT state, count(*) FROM ` + o + ` GROUP BY state ORDER BY state`,
+		CountState:    `SELECT count(*) FROM ` + o + ` WHERE state = $1`,
+		State:         `SELECT state FROM ` + o + ` WHERE source = $1 AND event_id = $2`,
 		Backlog: `SELECT (SELECT count(*) FROM ` + o + ` WHERE state = ` + pending + `),
 			coalesce((SELECT created_at FROM ` + o + ` WHERE state = ` + pending + ` ORDER BY seq LIMIT 1), 0)`,
 	}

@@ -103,6 +103,15 @@ type Outbox struct {
 	// BlockedBehind lists up to $3 pending events of ordering key $1 after
 	// seq $2, in seq order: the claim columns, then last_error.
 	BlockedBehind string
+	// BlockedBehindSeqs is BlockedBehind and CountBlocked for many parked
+	// events in one statement: for each event whose seq is in $1 (a JSON
+	// array) and whose ordering key is not empty, the pending events of its
+	// key after it. One row per such blocked event, at most $2 per parked
+	// event, ordered by parked seq then seq: the parked seq, the number of
+	// pending events behind it (all of them, not only those returned), then
+	// the claim columns and last_error of the blocked event. A parked event
+	// nothing waits behind returns no row.
+	BlockedBehindSeqs string
 	// GetParked reads the failed (parked) event seq $1: the claim columns,
 	// then last_error.
 	GetParked string
@@ -113,6 +122,9 @@ type Outbox struct {
 	Counts string
 	// CountState counts the events in state $1.
 	CountState string
+	// State reads the stored state of the event $1 source, $2 event_id: one
+	// row, or none when there is no such event (never enqueued, or expired).
+	State string
 	// Backlog returns, in one snapshot, the number of pending events and
 	// the created_at (micros) of the oldest one by seq (0 when none). No
 	// arguments.
