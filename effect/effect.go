@@ -33,6 +33,7 @@
 package effect
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -199,21 +200,15 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Ledger[TTx], error) {
 	if d == nil {
 		return nil, idem.InvalidOptionf("effect: nil driver")
 	}
-	if cfg.Lease == 0 {
-		cfg.Lease = time.Minute
-	}
+	cfg.Lease = cmp.Or(cfg.Lease, time.Minute)
 	if cfg.Lease < 0 {
 		return nil, idem.InvalidOptionf("effect: negative Lease %v", cfg.Lease)
 	}
-	if cfg.CallTimeout == 0 {
-		cfg.CallTimeout = cfg.Lease / 2
-	}
+	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, cfg.Lease/2)
 	if cfg.CallTimeout < 0 || cfg.CallTimeout > cfg.Lease {
 		return nil, idem.InvalidOptionf("effect: CallTimeout %v must be positive and at most the Lease %v", cfg.CallTimeout, cfg.Lease)
 	}
-	if cfg.Retention == 0 {
-		cfg.Retention = 30 * 24 * time.Hour
-	}
+	cfg.Retention = cmp.Or(cfg.Retention, 30*24*time.Hour)
 	if !cfg.ExpiredLease.Valid() {
 		return nil, idem.InvalidOptionf("effect: unknown ExpiredLease policy %d", int(cfg.ExpiredLease))
 	}

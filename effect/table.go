@@ -31,19 +31,21 @@ func Expire[TTx any](ctx context.Context, d store.Driver[TTx], horizon time.Time
 // absent. Held effects ([Effect.HeldAt]) are stored in_progress and counted
 // there; [CountHeld] counts them apart.
 func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	out, err := store.CountBy(ctx, d.Pool(), d.Statements().Effects.CountByState)
-	if err != nil {
-		return nil, fmt.Errorf("effect: counts: %w", err)
-	}
-	return out, nil
+	return countBy(ctx, d, d.Statements().Effects.CountByState, "counts")
 }
 
 // CountHeld returns the number of effects held for reconciliation (see
 // [WithKeyLifetime]) per kind; a kind without held effects is absent.
 func CountHeld[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	out, err := store.CountBy(ctx, d.Pool(), d.Statements().Effects.CountHeld)
+	return countBy(ctx, d, d.Statements().Effects.CountHeld, "count held")
+}
+
+// countBy runs a (name, count) statement of the ledger's (see
+// [store.CountBy]), its error naming what was counted.
+func countBy[TTx any](ctx context.Context, d store.Driver[TTx], sql, what string) (map[string]int64, error) {
+	out, err := store.CountBy(ctx, d.Pool(), sql)
 	if err != nil {
-		return nil, fmt.Errorf("effect: count held: %w", err)
+		return nil, fmt.Errorf("effect: %s: %w", what, err)
 	}
 	return out, nil
 }
@@ -63,11 +65,7 @@ func CountAbandoned[TTx any](ctx context.Context, d store.Driver[TTx], now time.
 // counted; a kind without effects is absent. Inline effects
 // ([Ledger.Do]) have the empty kind.
 func CountsByKind[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	out, err := store.CountBy(ctx, d.Pool(), d.Statements().Effects.CountByKind)
-	if err != nil {
-		return nil, fmt.Errorf("effect: counts by kind: %w", err)
-	}
-	return out, nil
+	return countBy(ctx, d, d.Statements().Effects.CountByKind, "counts by kind")
 }
 
 // LockTx reads the state of effect key and locks its row in the caller's

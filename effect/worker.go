@@ -1,6 +1,7 @@
 package effect
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -152,15 +153,9 @@ func NewWorker[TTx any](l *Ledger[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], er
 	if l == nil {
 		return nil, idem.InvalidOptionf("effect: nil ledger")
 	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = 10
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = time.Second
-	}
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = 10
-	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 10)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
 	if cfg.Concurrency < 0 || cfg.PollInterval < 0 || cfg.MaxAttempts < 0 {
 		return nil, idem.InvalidOptionf("effect: negative Concurrency, PollInterval or MaxAttempts")
 	}

@@ -29,6 +29,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -108,12 +109,8 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
 	if d == nil || d.Statements() == nil {
 		return nil, idem.InvalidOptionf("inbox: nil driver or driver without statements")
 	}
-	if cfg.Retention == 0 {
-		cfg.Retention = 7 * 24 * time.Hour
-	}
-	if cfg.Lease == 0 {
-		cfg.Lease = 5 * time.Minute
-	}
+	cfg.Retention = cmp.Or(cfg.Retention, 7*24*time.Hour)
+	cfg.Lease = cmp.Or(cfg.Lease, 5*time.Minute)
 	if cfg.Retention < 0 || cfg.Lease < 0 {
 		return nil, idem.InvalidOptionf("inbox: negative Retention or Lease")
 	}

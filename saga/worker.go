@@ -1,6 +1,7 @@
 package saga
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,10 +58,10 @@ func NewWorker[TTx any](s *Sagas[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], err
 	if len(s.defs) == 0 {
 		return nil, idem.InvalidOptionf("saga: no definitions")
 	}
-	maxAttempts := cmpOr(cfg.Effect.MaxAttempts, 10)
-	cfg.UndoMaxAttempts = cmpOr(cfg.UndoMaxAttempts, 3*maxAttempts)
-	cfg.PollInterval = cmpOr(cfg.PollInterval, cfg.Effect.PollInterval, time.Second)
-	cfg.Batch = cmpOr(cfg.Batch, 100)
+	maxAttempts := cmp.Or(cfg.Effect.MaxAttempts, 10)
+	cfg.UndoMaxAttempts = cmp.Or(cfg.UndoMaxAttempts, 3*maxAttempts)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, cfg.Effect.PollInterval, time.Second)
+	cfg.Batch = cmp.Or(cfg.Batch, 100)
 	if cfg.UndoMaxAttempts < 0 || cfg.PollInterval < 0 || cfg.Batch < 0 {
 		return nil, idem.InvalidOptionf("saga: negative UndoMaxAttempts, PollInterval or Batch")
 	}
@@ -87,16 +88,6 @@ func NewWorker[TTx any](s *Sagas[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], err
 		}
 	}
 	return w, nil
-}
-
-func cmpOr[T comparable](vals ...T) T {
-	var zero T
-	for _, v := range vals {
-		if v != zero {
-			return v
-		}
-	}
-	return zero
 }
 
 // Run performs steps and advances sagas until ctx ends; it returns nil then,
