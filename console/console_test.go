@@ -626,6 +626,14 @@ func TestOutboxParkedEvents(t *testing.T) {
 			!strings.Contains(page, `data-testid="outbox-lag"`) {
 			t.Fatalf("outbox page lacks the blocked count, the error or the lag:\n%s", page)
 		}
+		// What waits behind each parked event (one statement for the page):
+		// order-1's two later events by seq, nothing behind order-2's.
+		for _, want := range []string{fmt.Sprintf("<code>seq %d OrderConfirmed</code>", evs[1].Seq),
+			fmt.Sprintf("<code>seq %d OrderConfirmed</code>", evs[2].Seq), "Nothing waits behind it."} {
+			if !strings.Contains(page, want) {
+				t.Fatalf("outbox page lacks %q:\n%s", want, page)
+			}
+		}
 		if r := h.post(fmt.Sprintf("/console/outbox/%d/discard", evs[0].Seq), url.Values{"reason": {"superseded"}}); r.status != http.StatusSeeOther {
 			t.Fatalf("discard: %d %s", r.status, r.body)
 		}

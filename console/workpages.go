@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -54,23 +55,29 @@ func (c *Console[TTx]) heldEffects(r *http.Request) ([]heldEffect, error) {
 }
 
 func (c *Console[TTx]) heldList(w http.ResponseWriter, r *http.Request) {
-	effects, err := c.heldEffects(r)
+	data, err := c.heldData(r)
 	if err != nil {
 		c.renderError(w, r, http.StatusInternalServerError, "Held work", err.Error())
 		return
+	}
+	c.render(w, r, http.StatusOK, "held", "Held work", data)
+}
+
+// heldData is the held-work page's: held effects, HTTP keys and sagas.
+func (c *Console[TTx]) heldData(r *http.Request) (map[string]any, error) {
+	effects, err := c.heldEffects(r)
+	if err != nil {
+		return nil, err
 	}
 	keys, err := idemhttp.ListHeld(r.Context(), c.d, heldLimit)
 	if err != nil {
-		c.renderError(w, r, http.StatusInternalServerError, "Held work", err.Error())
-		return
+		return nil, err
 	}
 	sagas, sagasOn, err := c.heldSagas(r.Context())
 	if err != nil {
-		c.renderError(w, r, http.StatusInternalServerError, "Held work", err.Error())
-		return
+		return nil, err
 	}
-	c.render(w, r, http.StatusOK, "held", "Held work", map[string]any{"Effects": effects, "Keys": keys,
-		"Sagas": sagas, "SagasOn": sagasOn, "Now": c.now()})
+	return map[string]any{"Effects": effects, "Keys": keys, "Sagas": sagas, "SagasOn": sagasOn, "Now": c.now()}, nil
 }
 
 // heldAct serves POST /held/{effect|key|saga}/{resolve|release}.
@@ -181,31 +188,44 @@ type parkedView struct {
 }
 
 func (c *Console[TTx]) outboxList(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	st, err := c.outbox.Stats(ctx)
+	data, err := c.outboxData(r.Context())
 	if err != nil {
 		c.renderError(w, r, http.StatusInternalServerError, "Outbox", err.Error())
 		return
+	}
+	c.render(w, r, http.StatusOK, "outbox", "Outbox", data)
+}
+
+// outboxData is the outbox page's: the stats and the parked events grouped
+// by ordering key, each with what waits behind it (one statement for the
+// page, not one per event).
+func (c *Console[TTx]) outboxData(ctx context.Context) (map[string]any, error) {
+	st, err := c.outbox.Stats(ctx)
+	if err != nil {
+		return nil, err
 	}
 	parked, err := c.outbox.ListParked(ctx, heldLimit)
 	if err != nil {
-		c.renderError(w, r, http.StatusInternalServerError, "Outbox", err.Error())
-		return
+		return nil, err
+	}
+	seqs := make([]int64, len(parked))
+	for i, p := range parked {
+		seqs[i] = p.Seq
+	}
+	blocked, err := c.outbox.BlockedBehindSeqs(ctx, seqs, 10)
+	if err != nil {
+		return nil, err
 	}
 	var groups []parkedGroup
 	for _, p := range parked {
-		n, blocked, err := c.outbox.BlockedBehind(ctx, p.Key, p.Seq, 10)
-		if err != nil {
-			c.renderError(w, r, http.StatusInternalServerError, "Outbox", err.Error())
-			return
-		}
 		if len(groups) == 0 || groups[len(groups)-1].Key != p.Key {
 			groups = append(groups, parkedGroup{Key: p.Key})
 		}
 		g := &groups[len(groups)-1]
-		g.Events = append(g.Events, parkedView{p, n, blocked})
+		b := blocked[p.Seq]
+		g.Events = append(g.Events, parkedView{p, b.Count, b.Events})
 	}
-	c.render(w, r, http.StatusOK, "outbox", "Outbox", map[string]any{"Stats": st, "Groups": groups, "Now": c.now()})
+	return map[string]any{"Stats": st, "Groups": groups, "Now": c.now()}, nil
 }
 
 // outboxAct serves POST /outbox/{seq}/{retry|discard}.
