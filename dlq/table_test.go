@@ -3,6 +3,7 @@ package dlq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -94,6 +95,13 @@ func TestTableFunctions(t *testing.T) {
 		if err := s.Discard(ctx, b, "ops"); err != nil {
 			t.Fatal(err)
 		}
+		// CountClass: letters of one error class in any state (a redriven,
+		// b discarded, c and d parked are all still counted).
+		for class, want := range map[string]int64{"permanent": 1, "transient": 3, "fingerprint_mismatch": 0, "": 0} {
+			if n, err := dlq.CountClass(ctx, d, class); err != nil || n != want {
+				t.Errorf("CountClass(%q) = %d, %v; want %d", class, n, err, want)
+			}
+		}
 		counts, err := dlq.Counts(ctx, d)
 		if err != nil || !maps.Equal(counts, map[string]int64{"parked": 2, "redriven": 1, "discarded": 1}) {
 			t.Fatalf("Counts = %v, %v", counts, err)
@@ -125,4 +133,32 @@ func TestInstalledOnAnUnmigratedDatabase(t *testing.T) {
 			t.Fatalf("Installed = %v, %v on an empty database, want false", ok, err)
 		}
 	}, testdb.Unmigrated)
+}
+
+// CountClass counts by the class idem.ErrorClass gives the cause, the one
+// the console's overview asks for (fingerprint conflicts) included.
+func TestCountClass(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		ctx := context.Background()
+		s, err := dlq.New(e.D, dlq.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := dlq.CountClass(ctx, e.D, idem.ErrorClass(idem.ErrFingerprintMismatch)); err != nil || n != 0 {
+			t.Fatalf("CountClass on an empty table = %d, %v", n, err)
+		}
+		for i, cause := range []error{idem.ErrFingerprintMismatch, fmt.Errorf("wrapped: %w", idem.ErrFingerprintMismatch),
+			idem.ErrInvalidInput, errors.New("boom")} {
+			msg := idem.Message{ID: fmt.Sprintf("m%d", i), Subject: "orders", Payload: []byte("{}")}
+			if _, err := s.Park(ctx, dlq.FromMessage("billing", msg, cause)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for class, want := range map[string]int64{"fingerprint_mismatch": 2, "invalid_input": 1, "transient": 1, "permanent": 0} {
+			if n, err := dlq.CountClass(ctx, e.D, class); err != nil || n != want {
+				t.Errorf("CountClass(%q) = %d, %v; want %d", class, n, err, want)
+			}
+		}
+	})
 }
