@@ -271,8 +271,13 @@ func (p *Provider) Calls() int {
 func (p *Provider) CallLog() []Call {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]Call, len(p.calls))
-	for i, c := range p.calls {
+	return cloneCalls(p.calls)
+}
+
+// cloneCalls copies a call log, bodies included.
+func cloneCalls(calls []Call) []Call {
+	out := make([]Call, len(calls))
+	for i, c := range calls {
 		c.Body = bytes.Clone(c.Body)
 		out[i] = c
 	}
@@ -369,11 +374,7 @@ func (p *Provider) perform(key string, body []byte, call Call) (status int, resu
 	}()
 	if key != "" {
 		if e, ok := p.effects[key]; ok {
-			e.Calls++
-			if e.fp != fp {
-				return http.StatusUnprocessableEntity, []byte("Idempotency-Key reused with a different body"), false
-			}
-			return http.StatusOK, bytes.Clone(e.Result), true
+			return replay(&e.Calls, e.fp, fp, bytes.Clone(e.Result))
 		}
 	}
 	p.seq++

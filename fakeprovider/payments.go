@@ -102,11 +102,7 @@ func (p *payments) init() {
 func (p *Provider) Charges() map[string]Charge {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]Charge, len(p.pay.charges))
-	for k, c := range p.pay.charges {
-		out[k] = *c
-	}
-	return out
+	return copyValues(p.pay.charges)
 }
 
 // Refunds returns a copy of the refunds and cancellations made, by
@@ -114,9 +110,14 @@ func (p *Provider) Charges() map[string]Charge {
 func (p *Provider) Refunds() map[string]Refund {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]Refund, len(p.pay.refunds))
-	for k, r := range p.pay.refunds {
-		out[k] = *r
+	return copyValues(p.pay.refunds)
+}
+
+// copyValues copies the records of m, by key.
+func copyValues[T any](m map[string]*T) map[string]T {
+	out := make(map[string]T, len(m))
+	for k, v := range m {
+		out[k] = *v
 	}
 	return out
 }
@@ -146,12 +147,7 @@ func (p *Provider) PaymentTotals() (charges, refunds int, charged, refunded int6
 func (p *Provider) PaymentCallLog() []Call {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]Call, len(p.pay.calls))
-	for i, c := range p.pay.calls {
-		c.Body = bytes.Clone(c.Body)
-		out[i] = c
-	}
-	return out
+	return cloneCalls(p.pay.calls)
 }
 
 // PaymentCalls returns the number of raw calls received by the payment API.
@@ -173,15 +169,42 @@ func (p *Provider) serveRefund(w http.ResponseWriter, r *http.Request) {
 // (its Status and Replayed filled in).
 type performFunc func(key string, body []byte, call Call) (status int, result []byte, replayed bool)
 
+// paymentOp performs or replays one payment operation; it runs under
+// Provider.mu with the payment state initialised, fp the body's
+// fingerprint.
+type paymentOp func(key string, body []byte, fp [sha256.Size]byte, at time.Time) (status int, result []byte, replayed bool)
+
 // payment adapts a payment operation to a performFunc logging to the
 // payment call log.
-func (p *Provider) payment(on Endpoint, op func(key string, body []byte, at time.Time) (int, []byte, bool)) performFunc {
+func (p *Provider) payment(on Endpoint, op paymentOp) performFunc {
 	return func(key string, body []byte, call Call) (int, []byte, bool) {
-		status, result, replayed := op(key, body, call.At)
+		fp := sha256.Sum256(body)
+		status, result, replayed := func() (int, []byte, bool) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.pay.init()
+			return op(key, body, fp, call.At)
+		}()
 		call.Status, call.Replayed = status, replayed
 		p.record(on, call)
 		return status, result, replayed
 	}
+}
+
+// replay answers a call whose key already performed an effect (counted in
+// calls): the stored result when the body is the one that performed it
+// (stored and fp are the fingerprints), 422 without effect otherwise.
+func replay(calls *int, stored, fp [sha256.Size]byte, result []byte) (int, []byte, bool) {
+	*calls++
+	if stored != fp {
+		return http.StatusUnprocessableEntity, []byte("Idempotency-Key reused with a different body"), false
+	}
+	return http.StatusOK, result, true
+}
+
+func marshal(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
 }
 
 // serve handles one call of endpoint on: read the body, apply the next
@@ -260,22 +283,13 @@ func decodeStrict(body []byte, v any) error {
 	return nil
 }
 
-func (p *Provider) charge(key string, body []byte, at time.Time) (int, []byte, bool) {
+func (p *Provider) charge(key string, body []byte, fp [sha256.Size]byte, at time.Time) (int, []byte, bool) {
 	var req ChargeRequest
 	if err := decodeStrict(body, &req); err != nil || req.Amount <= 0 || req.Currency == "" {
 		return http.StatusBadRequest, []byte("body must be {\"amount\":>0,\"currency\":\"…\"}"), false
 	}
-	fp := sha256.Sum256(body)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.pay.init()
 	if c, ok := p.pay.charges[key]; ok {
-		c.Calls++
-		if p.pay.chargeFP[key] != fp {
-			return http.StatusUnprocessableEntity, []byte("Idempotency-Key reused with a different body"), false
-		}
-		res, _ := json.Marshal(c.ChargeResult)
-		return http.StatusOK, res, true
+		return replay(&c.Calls, p.pay.chargeFP[key], fp, marshal(c.ChargeResult))
 	}
 	if by, ok := p.pay.cancelled[key]; ok {
 		return http.StatusUnprocessableEntity, []byte("charge cancelled by refund " + by + " before it arrived"), false
@@ -285,26 +299,16 @@ func (p *Provider) charge(key string, body []byte, at time.Time) (int, []byte, b
 		Currency: req.Currency, Status: "succeeded"}, Reference: req.Reference, Calls: 1, At: at}
 	p.pay.charges[key] = c
 	p.pay.chargeFP[key] = fp
-	res, _ := json.Marshal(c.ChargeResult)
-	return http.StatusOK, res, false
+	return http.StatusOK, marshal(c.ChargeResult), false
 }
 
-func (p *Provider) refund(key string, body []byte, at time.Time) (int, []byte, bool) {
+func (p *Provider) refund(key string, body []byte, fp [sha256.Size]byte, at time.Time) (int, []byte, bool) {
 	var req RefundRequest
 	if err := decodeStrict(body, &req); err != nil || req.ChargeKey == "" {
 		return http.StatusBadRequest, []byte("body must be {\"charge_key\":\"…\"}"), false
 	}
-	fp := sha256.Sum256(body)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.pay.init()
 	if r, ok := p.pay.refunds[key]; ok {
-		r.Calls++
-		if p.pay.refundFP[key] != fp {
-			return http.StatusUnprocessableEntity, []byte("Idempotency-Key reused with a different body"), false
-		}
-		res, _ := json.Marshal(r.RefundResult)
-		return http.StatusOK, res, true
+		return replay(&r.Calls, p.pay.refundFP[key], fp, marshal(r.RefundResult))
 	}
 	r := &Refund{RefundResult: RefundResult{Key: key, ChargeKey: req.ChargeKey}, Calls: 1, At: at}
 	if c, ok := p.pay.charges[req.ChargeKey]; ok {
@@ -323,6 +327,5 @@ func (p *Provider) refund(key string, body []byte, at time.Time) (int, []byte, b
 	r.ID = fmt.Sprintf("re_%d", p.pay.seq)
 	p.pay.refunds[key] = r
 	p.pay.refundFP[key] = fp
-	res, _ := json.Marshal(r.RefundResult)
-	return http.StatusOK, res, false
+	return http.StatusOK, marshal(r.RefundResult), false
 }
