@@ -355,7 +355,7 @@ func (s *Store[TTx]) RedriveWith(ctx context.Context, id int64, by string, pub b
 		if err != nil {
 			return err
 		}
-		if err := s.checkHorizon(ctx, s.d.Tx(tx), l); err != nil {
+		if err := s.checkHorizon(ctx, tx, l); err != nil {
 			if !opt.Force {
 				return err
 			}

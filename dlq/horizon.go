@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/horizon"
-	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/inbox"
 )
 
 // DefaultInboxRetention is the inbox retention the store assumes for a
@@ -92,25 +92,18 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRedriveRefuse
 // with another payload) or it is older than the consumer's inbox
 // retention. With a live record the inbox still recognises the id, so the
 // redrive is safe either way.
-func (s *Store[TTx]) checkHorizon(ctx context.Context, q store.Querier, l Letter) error {
+func (s *Store[TTx]) checkHorizon(ctx context.Context, tx TTx, l Letter) error {
 	now := s.now()
-	var exp int64
-	err := q.QueryRow(ctx, s.q.InboxExpiry, l.Consumer, l.MessageID).Scan(&exp)
-	switch {
-	case err == nil:
-		if exp == 0 || store.FromMicros(exp).After(now) {
-			return nil
-		}
-	case errors.Is(err, store.ErrNoRows):
-		exp = 0
-	default:
-		return fmt.Errorf("dlq: redrive %d: inbox record: %w", l.ID, err)
+	exp, found, err := inbox.ExpiryOfTx(ctx, s.d, tx, l.Consumer, l.MessageID)
+	if err != nil {
+		return fmt.Errorf("dlq: redrive %d: %w", l.ID, err)
+	}
+	if found && (exp.IsZero() || exp.After(now)) {
+		return nil
 	}
 	ref := &RefusedError{LetterID: l.ID, Consumer: l.Consumer, MessageID: l.MessageID,
 		Age: now.Sub(l.FirstFailedAt), Retention: s.retention(l.Consumer)}
-	if exp != 0 {
-		ref.OriginalExpiredAt = store.FromMicros(exp)
-	}
+	ref.OriginalExpiredAt = exp // zero when the record is gone
 	if l.ErrorClass == idem.ErrorClass(idem.ErrFingerprintMismatch) {
 		ref.Reason = RefusedOriginalExpired
 		return ref

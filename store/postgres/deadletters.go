@@ -32,8 +32,7 @@ func deadLetters(t func(string) string) sqlset.DeadLetters {
 		CountClass:  `SELECT count(*) FROM ` + table + ` WHERE error_class = $1`,
 		CountParkedNoID: `SELECT consumer, count(*) FROM ` + table + `
  WHERE state = 'parked' AND substr(message_id, 1, length($1::text)) = $1 GROUP BY consumer`,
-		Counts:      `SELECT state, count(*) FROM ` + table + ` GROUP BY state`,
-		Expire:      `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table + ` WHERE ` + resolved + ` LIMIT $2) AND ` + resolved,
-		InboxExpiry: `SELECT expires_at FROM ` + t("inbox") + ` WHERE consumer = $1 AND message_id = $2`,
+		Counts: `SELECT state, count(*) FROM ` + table + ` GROUP BY state`,
+		Expire: `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table + ` WHERE ` + resolved + ` LIMIT $2) AND ` + resolved,
 	}
 }

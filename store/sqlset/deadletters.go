@@ -57,8 +57,4 @@ type DeadLetters struct {
 	// discarded) before $1; parked letters are never deleted. $1 horizon
 	// (microseconds), $2 limit.
 	Expire string
-	// InboxExpiry reads expires_at of the inbox record of (consumer,
-	// message id), which a redrive checks against the replay horizon;
-	// no row when there is none. $1 consumer, $2 message_id.
-	InboxExpiry string
 }
