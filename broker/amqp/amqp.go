@@ -139,13 +139,8 @@ func (p *Publisher) Publish(ctx context.Context, msgs ...idem.Message) error {
 // redialled on the next call; results of messages confirmed before the
 // failure are returned.
 func (p *Publisher) PublishResults(ctx context.Context, msgs ...idem.Message) ([]broker.PublishResult, error) {
-	for _, m := range msgs {
-		if err := idem.ValidateID(m.ID); err != nil {
-			return nil, fmt.Errorf("amqp: message id: %w", err)
-		}
-		if m.Subject == "" {
-			return nil, fmt.Errorf("amqp: message %q has no subject (routing key): %w", m.ID, idem.ErrInvalidInput)
-		}
+	if err := broker.ValidateMessages("amqp", "subject (routing key)", msgs); err != nil {
+		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -156,13 +156,8 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs ...idem.Message) ([
 	if p.closed.Load() {
 		return nil, broker.ErrClosed
 	}
-	for _, m := range msgs {
-		if err := idem.ValidateID(m.ID); err != nil {
-			return nil, fmt.Errorf("jetstream: message id: %w", err)
-		}
-		if m.Subject == "" {
-			return nil, fmt.Errorf("jetstream: message %q has no subject: %w", m.ID, idem.ErrInvalidInput)
-		}
+	if err := broker.ValidateMessages("jetstream", "subject", msgs); err != nil {
+		return nil, err
 	}
 	res := make([]broker.PublishResult, 0, len(msgs))
 	futures := make([]jetstream.PubAckFuture, 0, min(len(msgs), p.cfg.MaxInFlight))

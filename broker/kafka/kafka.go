@@ -110,14 +110,11 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs ...idem.Message) ([
 	if p.closed.Load() {
 		return nil, broker.ErrClosed
 	}
+	if err := broker.ValidateMessages("kafka", "subject (topic)", msgs); err != nil {
+		return nil, err
+	}
 	recs := make([]*kgo.Record, 0, len(msgs))
 	for _, m := range msgs {
-		if err := idem.ValidateID(m.ID); err != nil {
-			return nil, fmt.Errorf("kafka: message id: %w", err)
-		}
-		if m.Subject == "" {
-			return nil, fmt.Errorf("kafka: message %q has no subject (topic): %w", m.ID, idem.ErrInvalidInput)
-		}
 		recs = append(recs, toRecord(m))
 	}
 	results := p.cl.ProduceSync(ctx, recs...)

@@ -215,13 +215,8 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs ...idem.Message) ([
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	for _, m := range msgs {
-		if err := idem.ValidateID(m.ID); err != nil {
-			return nil, fmt.Errorf("memory: message id: %w", err)
-		}
-		if m.Subject == "" {
-			return nil, fmt.Errorf("memory: message %q has no subject: %w", m.ID, idem.ErrInvalidInput)
-		}
+	if err := broker.ValidateMessages("memory", "subject", msgs); err != nil {
+		return nil, err
 	}
 	b := p.b
 	b.mu.Lock()

@@ -178,6 +178,12 @@ func (d *delivery) settleLocked() {
 // delivery (a late ack of an earlier delivery is honoured, as in
 // JetStream). Acking a settled message is a no-op.
 func (d *delivery) Ack(ctx context.Context) error {
+	return d.settle(func(st *Stats) { st.Acked++ })
+}
+
+// settle settles the message for good (Ack, Term) unless it already is,
+// counting it with count.
+func (d *delivery) settle(count func(*Stats)) error {
 	b := d.s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -188,7 +194,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 		return nil
 	}
 	d.settleLocked()
-	b.stats.Acked++
+	count(&b.stats)
 	return nil
 }
 
@@ -214,16 +220,5 @@ func (d *delivery) Nak(ctx context.Context, delay time.Duration) error {
 // delivered again to this subscription. Terminating a settled message is a
 // no-op.
 func (d *delivery) Term(ctx context.Context) error {
-	b := d.s.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.checkLocked(); err != nil {
-		return err
-	}
-	if d.it.done {
-		return nil
-	}
-	d.settleLocked()
-	b.stats.Termed++
-	return nil
+	return d.settle(func(st *Stats) { st.Termed++ })
 }
