@@ -132,21 +132,9 @@ func (m *Migrator[TTx]) Up(ctx context.Context) ([]Migration, error) {
 // UpTo is Up stopping after migration version (0: no limit), for testing
 // an upgrade from an earlier schema.
 func (m *Migrator[TTx]) UpTo(ctx context.Context, version int) ([]Migration, error) {
-	meta := m.d.Statements().Meta
-	all, err := migrations(meta, "")
-	if err != nil {
-		return nil, err
-	}
 	var applied []Migration
-	err = store.InTx(ctx, m.d, func(tx TTx) error {
-		q := m.d.Tx(tx)
-		if err := m.prepare(ctx, q); err != nil {
-			return err
-		}
-		done, err := m.applied(ctx, q)
-		if err != nil {
-			return err
-		}
+	err := m.inLockedTx(ctx, func(q store.Querier, all []Migration, done map[int]int64) error {
+		meta := m.d.Statements().Meta
 		now := store.Micros(time.Now())
 		for _, mig := range all {
 			if _, ok := done[mig.Version]; ok {
@@ -175,20 +163,8 @@ func (m *Migrator[TTx]) UpTo(ctx context.Context, version int) ([]Migration, err
 // the database has a migration this build does not know (a newer idem ran
 // against it).
 func (m *Migrator[TTx]) Status(ctx context.Context) ([]Status, error) {
-	all, err := migrations(m.d.Statements().Meta, "")
-	if err != nil {
-		return nil, err
-	}
 	var out []Status
-	err = store.InTx(ctx, m.d, func(tx TTx) error {
-		q := m.d.Tx(tx)
-		if err := m.prepare(ctx, q); err != nil {
-			return err
-		}
-		done, err := m.applied(ctx, q)
-		if err != nil {
-			return err
-		}
+	err := m.inLockedTx(ctx, func(_ store.Querier, all []Migration, done map[int]int64) error {
 		for _, mig := range all {
 			at, ok := done[mig.Version]
 			out = append(out, Status{Version: mig.Version, Name: mig.Name, Applied: ok, AppliedAt: store.FromMicros(at)})
@@ -212,6 +188,27 @@ func (m *Migrator[TTx]) Pending(ctx context.Context) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// inLockedTx runs fn in one transaction holding the migration lock, with
+// the migrations table in place, every migration this build knows (all)
+// and those the database has applied (done: version → applied at, micros).
+func (m *Migrator[TTx]) inLockedTx(ctx context.Context, fn func(q store.Querier, all []Migration, done map[int]int64) error) error {
+	all, err := migrations(m.d.Statements().Meta, "")
+	if err != nil {
+		return err
+	}
+	return store.InTx(ctx, m.d, func(tx TTx) error {
+		q := m.d.Tx(tx)
+		if err := m.prepare(ctx, q); err != nil {
+			return err
+		}
+		done, err := m.applied(ctx, q)
+		if err != nil {
+			return err
+		}
+		return fn(q, all, done)
+	})
 }
 
 func (m *Migrator[TTx]) prepare(ctx context.Context, q store.Querier) error {
