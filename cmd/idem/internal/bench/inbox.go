@@ -16,6 +16,9 @@ import (
 // businessTable creates a fresh business table (id text primary key,
 // payload, created_at) and returns its name and its INSERT statement.
 func businessTable[TTx any](ctx context.Context, d store.Driver[TTx], name string) (insert string, err error) {
+	// The bench's own business table, not idem's: its column type is the
+	// bench's SQL, per dialect (no driver ability says how to spell a
+	// byte column).
 	blob := "bytea"
 	if d.Dialect() == store.SQLite {
 		blob = "blob"

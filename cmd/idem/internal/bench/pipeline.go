@@ -83,8 +83,8 @@ func pipeline[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], erro
 				_, err := ob.EnqueueTx(ctx, tx, outbox.Event{Type: "bench.order.created", Topic: topic, Key: id, Payload: payload})
 				return err
 			})
-			if err == nil && d.Dialect() == store.SQLite {
-				dr.relay.r.Notify()
+			if err == nil && !d.SupportsListener() {
+				dr.relay.r.Notify() // no LISTEN/NOTIFY to wake the relay: wake it in-process
 			}
 			return 1, err
 		})

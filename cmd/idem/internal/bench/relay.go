@@ -166,8 +166,8 @@ func outboxRelay[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], e
 						return
 					}
 					committed.Store(id, time.Now())
-					if d.Dialect() == store.SQLite {
-						rr.r.Notify() // no LISTEN/NOTIFY on SQLite
+					if !d.SupportsListener() {
+						rr.r.Notify() // no LISTEN/NOTIFY to wake the relay: wake it in-process
 					}
 				}
 			})
