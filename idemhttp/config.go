@@ -1,6 +1,7 @@
 package idemhttp
 
 import (
+	"cmp"
 	"io"
 	"log/slog"
 	"net/http"
@@ -279,27 +280,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Operation == nil {
 		c.Operation = DefaultOperation
 	}
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if c.MaxStoredBody == 0 {
-		c.MaxStoredBody = DefaultMaxStoredBody
-	}
-	if c.MaxResponseMemory == 0 {
-		c.MaxResponseMemory = DefaultMaxResponseMemory
-	}
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
-	}
-	if c.LockTimeout == 0 {
-		c.LockTimeout = DefaultLockTimeout
-	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.RetryAfter == 0 {
-		c.RetryAfter = DefaultRetryAfter
-	}
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
+	c.MaxStoredBody = cmp.Or(c.MaxStoredBody, DefaultMaxStoredBody)
+	c.MaxResponseMemory = cmp.Or(c.MaxResponseMemory, DefaultMaxResponseMemory)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.LockTimeout = cmp.Or(c.LockTimeout, DefaultLockTimeout)
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.RetryAfter = cmp.Or(c.RetryAfter, DefaultRetryAfter)
 	if c.StoreStatus == nil {
 		c.StoreStatus = DefaultStoreStatus
 	}
