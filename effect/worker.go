@@ -89,6 +89,15 @@ type WorkerConfig[TTx any] struct {
 	// PollInterval is how often the worker looks for due effects when it
 	// found none. Defaults to 1 second.
 	PollInterval time.Duration
+	// CompleteBatch is the most completions recorded in one batch (one
+	// round trip on a driver that pipelines, one transaction otherwise).
+	// Defaults to, and is capped by, Concurrency; 1 records each
+	// completion on its own.
+	CompleteBatch int
+	// CompleteDelay is the longest a completion waits for others to join
+	// its batch; a batch is recorded at once when it is full or when no
+	// other call is still running. Defaults to 2 milliseconds.
+	CompleteDelay time.Duration
 	// MaxAttempts is the number of claims after which a failing effect is
 	// marked failed. Defaults to 10.
 	MaxAttempts int
@@ -156,8 +165,10 @@ func NewWorker[TTx any](l *Ledger[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], er
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 10)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
-	if cfg.Concurrency < 0 || cfg.PollInterval < 0 || cfg.MaxAttempts < 0 {
-		return nil, idem.InvalidOptionf("effect: negative Concurrency, PollInterval or MaxAttempts")
+	cfg.CompleteBatch = cmp.Or(cfg.CompleteBatch, cfg.Concurrency)
+	cfg.CompleteDelay = cmp.Or(cfg.CompleteDelay, 2*time.Millisecond)
+	if cfg.Concurrency < 0 || cfg.PollInterval < 0 || cfg.MaxAttempts < 0 || cfg.CompleteBatch < 0 || cfg.CompleteDelay < 0 {
+		return nil, idem.InvalidOptionf("effect: negative Concurrency, PollInterval, MaxAttempts, CompleteBatch or CompleteDelay")
 	}
 	if cfg.Backoff == nil {
 		cfg.Backoff = FullJitter(time.Second, 5*time.Minute)
@@ -241,76 +252,102 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 	})
 
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	c := newCompleter(w.l, min(w.cfg.CompleteBatch, w.cfg.Concurrency), w.cfg.CompleteDelay)
+	fctx, fcancel := context.WithCancel(context.WithoutCancel(ctx))
+	flushed := make(chan struct{})
+	go func() { defer close(flushed); c.run(fctx) }()
+	defer func() {
+		// Calls in flight finish (their completions recorded) before the
+		// completer stops.
+		wg.Wait()
+		close(c.in)
+		<-flushed
+		fcancel()
+	}()
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	freed := make(chan struct{}, 1)
 	start := 0
+	// more: due work may be left. It stays true until a pass visited every
+	// kind and none of them returned a full batch, so a wake-up that finds
+	// every slot busy (a stale one in freed) keeps it: the next freed slot
+	// is refilled at once, not a poll interval later.
+	more := true
 	for ctx.Err() == nil {
 		wait := w.cfg.PollInterval
-		more := false // some kind returned a full batch: more may be due
-		for i := range kinds {
-			k := kinds[(start+i)%len(kinds)]
-			free := cap(slots) - len(slots)
-			if free == 0 {
-				break
-			}
-			if k.breaker != nil && k.breaker.Allow() != nil {
-				continue
-			}
-			n := free
-			if k.lim != nil {
-				tok := int(math.Floor(k.lim.Tokens()))
-				if tok < 1 {
-					r := k.lim.Reserve()
-					wait = min(wait, r.Delay())
-					r.Cancel()
+		if cap(slots)-len(slots) == 0 {
+			more = true // look once a slot frees
+		} else {
+			more = false
+			for i := range kinds {
+				k := kinds[(start+i)%len(kinds)]
+				free := cap(slots) - len(slots)
+				if free == 0 {
+					more = true // kinds left unvisited: they may have due work
+					break
+				}
+				if k.breaker != nil && k.breaker.Allow() != nil {
 					continue
 				}
-				n = min(n, tok)
-			}
-			claimed, err := w.claim(ctx, k, n)
-			if err != nil {
-				if ctx.Err() == nil {
-					w.log.WarnContext(ctx, "claim failed", "kind", k.name, "error", err)
+				n := free
+				if k.lim != nil {
+					tok := int(math.Floor(k.lim.Tokens()))
+					if tok < 1 {
+						r := k.lim.Reserve()
+						wait = min(wait, r.Delay())
+						r.Cancel()
+						continue
+					}
+					n = min(n, tok)
 				}
-				break
+				claimed, err := w.claim(ctx, k, n)
+				if err != nil {
+					if ctx.Err() == nil {
+						w.log.WarnContext(ctx, "claim failed", "kind", k.name, "error", err)
+					}
+					more = false // back off to the poll interval
+					break
+				}
+				if k.lim != nil && len(claimed) > 0 {
+					k.lim.AllowN(time.Now(), len(claimed))
+				}
+				if len(claimed) == n {
+					more = true
+				}
+				for _, e := range claimed {
+					slots <- struct{}{}
+					c.calling.Add(1)
+					wg.Go(func() {
+						defer func() {
+							<-slots
+							select {
+							case freed <- struct{}{}:
+							default:
+							}
+						}()
+						w.perform(ctx, c, k, e)
+					})
+				}
 			}
-			if k.lim != nil && len(claimed) > 0 {
-				k.lim.AllowN(time.Now(), len(claimed))
-			}
-			if len(claimed) == n {
-				more = true
-			}
-			for _, e := range claimed {
-				slots <- struct{}{}
-				wg.Go(func() {
-					defer func() {
-						<-slots
-						select {
-						case freed <- struct{}{}:
-						default:
-						}
-					}()
-					w.perform(ctx, k, e)
-				})
-			}
+			start++
 		}
-		start++
-		if more && cap(slots)-len(slots) > 0 {
+		if more {
+			if cap(slots)-len(slots) > 0 {
+				continue
+			}
+			// Every slot is busy and work is due: refill as soon as one frees.
+			select {
+			case <-ctx.Done():
+			case <-freed:
+			}
 			continue
 		}
+		// Nothing due (or the due work is paced by a rate limit or a
+		// breaker): look again after the poll interval, or when the rate
+		// limiter has a token.
 		timer := time.NewTimer(max(wait, time.Millisecond))
 		select {
 		case <-ctx.Done():
 		case <-timer.C:
-		case <-freed:
-			if !more {
-				// A slot freed while idle-polling: keep to the poll interval.
-				select {
-				case <-ctx.Done():
-				case <-timer.C:
-				}
-			}
 		}
 		timer.Stop()
 	}
@@ -331,7 +368,13 @@ func (w *Worker[TTx]) claim(ctx context.Context, k *kind, n int) ([]Effect, erro
 }
 
 // perform runs one claimed effect and records its outcome under its token.
-func (w *Worker[TTx]) perform(ctx context.Context, k *kind, e Effect) {
+func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], k *kind, e Effect) {
+	handed := false // the completion went to c, which counts the call done
+	defer func() {
+		if !handed {
+			c.calling.Add(-1)
+		}
+	}()
 	log := w.log.With("effect_key", e.Key, "kind", k.name, "attempt", e.Attempts, "token", e.Token)
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer fcancel()
@@ -367,7 +410,8 @@ func (w *Worker[TTx]) perform(ctx context.Context, k *kind, e Effect) {
 	switch {
 	case err == nil:
 		endCall(span, outcomeCompleted, nil)
-		if cerr := w.l.complete(fctx, e.Key, e.Token, res); cerr != nil {
+		handed = true
+		if cerr := c.complete(fctx, e.Key, e.Token, res); cerr != nil {
 			w.logFinalise(fctx, log, "complete", cerr)
 		}
 	case ctx.Err() != nil && !idem.IsPermanent(err):

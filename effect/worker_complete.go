@@ -1,0 +1,150 @@
+package effect
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/store"
+)
+
+// completer records the completions of a Worker's calls in batches: the
+// completions of calls that finish close together cost one round trip (a
+// pipelined batch on a driver that pipelines) or one transaction (one
+// commit, on SQLite one write lock), each UPDATE still fenced by its own
+// token, so a lost lease is reported for exactly that effect.
+type completer[TTx any] struct {
+	l     *Ledger[TTx]
+	in    chan completion
+	max   int
+	delay time.Duration
+	// calling counts the claimed effects whose call has not yet handed a
+	// completion to the completer nor ended otherwise: when it is 0 no
+	// one else can join the batch, which is then recorded at once.
+	calling atomic.Int64
+}
+
+type completion struct {
+	key    string
+	token  int64
+	result []byte
+	done   chan error
+}
+
+func newCompleter[TTx any](l *Ledger[TTx], size int, delay time.Duration) *completer[TTx] {
+	size = max(size, 1)
+	return &completer[TTx]{l: l, in: make(chan completion, size), max: size, delay: delay}
+}
+
+// complete hands the completion to the batch and waits until it is
+// recorded (nil), fenced off (ErrLeaseLost) or failed. The caller counted
+// itself in calling; the completer counts it out on receipt.
+func (c *completer[TTx]) complete(ctx context.Context, key string, token int64, result []byte) error {
+	if result == nil {
+		result = []byte{}
+	}
+	done := make(chan error, 1)
+	select {
+	case c.in <- completion{key: key, token: token, result: result, done: done}:
+	case <-ctx.Done():
+		c.calling.Add(-1)
+		return ctx.Err()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run records batches until in is closed and drained.
+func (c *completer[TTx]) run(ctx context.Context) {
+	batch := make([]completion, 0, c.max)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		first, ok := <-c.in
+		if !ok {
+			return
+		}
+		c.calling.Add(-1)
+		batch = append(batch[:0], first)
+		closed := false
+		if len(batch) < c.max && c.calling.Load() > 0 {
+			timer.Reset(c.delay)
+		collect:
+			for len(batch) < c.max {
+				select {
+				case x, ok := <-c.in:
+					if !ok {
+						closed = true
+						break collect
+					}
+					c.calling.Add(-1)
+					batch = append(batch, x)
+					if c.calling.Load() == 0 {
+						break collect
+					}
+				case <-timer.C:
+					break collect
+				}
+			}
+			timer.Stop()
+		}
+		c.flush(ctx, batch)
+		if closed {
+			return
+		}
+	}
+}
+
+// flush records batch: one completion as a single UPDATE, more as one
+// SendBatch of fenced UPDATEs (pipelined on the pool when the driver
+// pipelines, in one transaction otherwise). If the batch fails as a whole
+// (a statement's error undoes it), each completion is recorded on its own
+// so that every effect gets its own answer.
+func (c *completer[TTx]) flush(ctx context.Context, batch []completion) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if len(batch) == 1 {
+		b := batch[0]
+		b.done <- c.l.complete(ctx, b.key, b.token, b.result)
+		return
+	}
+	err := c.l.completeBatch(ctx, batch)
+	if err != nil {
+		for _, b := range batch {
+			b.done <- c.l.complete(ctx, b.key, b.token, b.result)
+		}
+	}
+}
+
+// completeBatch runs the fenced Complete of every completion in one batch
+// and answers each one's done with nil or ErrLeaseLost (0 rows affected:
+// another claimer took the effect over, or it settled). An error of the
+// batch as a whole is returned with nothing answered.
+func (l *Ledger[TTx]) completeBatch(ctx context.Context, batch []completion) error {
+	now := l.now()
+	at, exp := store.Micros(now), l.expiresAt(now)
+	affected := make([]int64, len(batch))
+	stmts := make([]store.Stmt, len(batch))
+	for i, b := range batch {
+		stmts[i] = store.Stmt{SQL: l.q.Complete, Args: []any{b.key, b.token, b.result, at, exp}, Affected: &affected[i]}
+	}
+	var err error
+	if l.d.SupportsPipeline() {
+		err = l.d.SendBatch(ctx, l.d.Pool(), stmts)
+	} else {
+		err = store.InTx(ctx, l.d, func(tx TTx) error { return l.d.SendBatch(ctx, l.d.Tx(tx), stmts) })
+	}
+	if err != nil {
+		return err
+	}
+	for i, b := range batch {
+		b.done <- lease.Fence(affected[i], nil, fmt.Sprintf("effect: complete %q", b.key), b.token)
+	}
+	return nil
+}
