@@ -112,6 +112,24 @@ var funcs = template.FuncMap{
 	"trunc":   truncate,
 	"list":    func(s ...string) []string { return s },
 	"len64":   func(v []outbox.Event) int64 { return int64(len(v)) },
+	"dict":    dict,
+}
+
+// dict makes a map of alternate names and values, to hand a {{define}}d
+// template more than one value.
+func dict(kv ...any) (map[string]any, error) {
+	if len(kv)%2 != 0 {
+		return nil, fmt.Errorf("dict: %d arguments, want name/value pairs", len(kv))
+	}
+	m := make(map[string]any, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		k, ok := kv[i].(string)
+		if !ok {
+			return nil, fmt.Errorf("dict: name %v is not a string", kv[i])
+		}
+		m[k] = kv[i+1]
+	}
+	return m, nil
 }
 
 // visible renders s as text a terminal or a browser cannot be tricked by:
