@@ -189,11 +189,11 @@ func (c *Console[TTx]) routes() http.Handler {
 	m.HandleFunc("POST "+p+"/dlq/{id}/redrive", c.action(c.dlqOne("redrive")))
 	m.HandleFunc("POST "+p+"/dlq/{id}/discard", c.action(c.dlqOne("discard")))
 	m.HandleFunc("POST "+p+"/dlq/{id}/revise", c.action(c.dlqRevise))
-	m.HandleFunc("GET "+p+"/held", c.heldList)
+	m.HandleFunc("GET "+p+"/held", c.page("held", "Held work", c.heldData))
 	m.HandleFunc("POST "+p+"/held/{what}/{verb}", c.action(c.heldAct))
 	m.HandleFunc("GET "+p+"/keys", c.keys)
 	m.HandleFunc("POST "+p+"/keys/forget", c.action(c.keyForget))
-	m.HandleFunc("GET "+p+"/outbox", c.outboxList)
+	m.HandleFunc("GET "+p+"/outbox", c.page("outbox", "Outbox", c.outboxData))
 	m.HandleFunc("POST "+p+"/outbox/{seq}/{verb}", c.action(c.outboxAct))
 	m.HandleFunc("GET "+p+"/audit", c.auditList)
 	m.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {

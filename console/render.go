@@ -71,6 +71,19 @@ func (c *Console[TTx]) render(w http.ResponseWriter, r *http.Request, status int
 	_, _ = w.Write(buf.Bytes())
 }
 
+// page serves page name, titled title, with the data build gathers for
+// the request; an error of build answers the error page (500) instead.
+func (c *Console[TTx]) page(name, title string, build func(r *http.Request) (map[string]any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		data, err := build(r)
+		if err != nil {
+			c.renderError(w, r, http.StatusInternalServerError, title, err.Error())
+			return
+		}
+		c.render(w, r, http.StatusOK, name, title, data)
+	}
+}
+
 func (c *Console[TTx]) renderError(w http.ResponseWriter, r *http.Request, status int, title, detail string) {
 	c.render(w, r, status, "error", title, map[string]any{"Status": status, "Detail": detail})
 }

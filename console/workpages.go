@@ -1,7 +1,6 @@
 package console
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -52,15 +51,6 @@ func (c *Console[TTx]) heldEffects(r *http.Request) ([]heldEffect, error) {
 		out = append(out, heldEffect{e, "failed: permanent error or attempts exhausted"})
 	}
 	return out, nil
-}
-
-func (c *Console[TTx]) heldList(w http.ResponseWriter, r *http.Request) {
-	data, err := c.heldData(r)
-	if err != nil {
-		c.renderError(w, r, http.StatusInternalServerError, "Held work", err.Error())
-		return
-	}
-	c.render(w, r, http.StatusOK, "held", "Held work", data)
 }
 
 // heldData is the held-work page's: held effects, HTTP keys and sagas.
@@ -187,19 +177,11 @@ type parkedView struct {
 	Blocked      []outbox.Event
 }
 
-func (c *Console[TTx]) outboxList(w http.ResponseWriter, r *http.Request) {
-	data, err := c.outboxData(r.Context())
-	if err != nil {
-		c.renderError(w, r, http.StatusInternalServerError, "Outbox", err.Error())
-		return
-	}
-	c.render(w, r, http.StatusOK, "outbox", "Outbox", data)
-}
-
 // outboxData is the outbox page's: the stats and the parked events grouped
 // by ordering key, each with what waits behind it (one statement for the
 // page, not one per event).
-func (c *Console[TTx]) outboxData(ctx context.Context) (map[string]any, error) {
+func (c *Console[TTx]) outboxData(r *http.Request) (map[string]any, error) {
+	ctx := r.Context()
 	st, err := c.outbox.Stats(ctx)
 	if err != nil {
 		return nil, err
