@@ -1,0 +1,165 @@
+package effect_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/store"
+)
+
+// A backlog drains at the pace of the calls, not of the poll interval: with
+// a poll interval far longer than the whole drain, 200 effects on 4 slots
+// all complete before one poll interval has passed (a worker that refilled
+// its slots once per poll, as it did when a stale wake-up reset its "more
+// work" flag, needs at least 200/4 poll intervals), and the calls in flight
+// never exceed Concurrency.
+func TestWorkerRefillsFreedSlotsWithoutWaitingForThePoll(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+		const n, conc, poll = 200, 4, 30 * time.Second
+		l := newLedger(t, d, effect.Config{})
+		effs := make([]effect.Effect, n)
+		for i := range effs {
+			effs[i] = effect.Effect{Key: fmt.Sprintf("mail:%d", i), Kind: "email"}
+		}
+		schedule(t, d, l, effs...)
+		var inFlight, peak, calls atomic.Int64
+		w := fastWorker(t, l, effect.WorkerConfig[any]{Concurrency: conc, PollInterval: poll})
+		_ = w.Register("email", func(context.Context, string, []byte) ([]byte, error) {
+			cur := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
+			}
+			calls.Add(1)
+			return []byte("sent"), nil
+		})
+		started := time.Now()
+		stop := runWorker(t, w)
+		for counts(t, l)[effect.Completed] < n {
+			if time.Since(started) > poll {
+				t.Fatalf("after one poll interval (%s) only %d of %d effects completed: the worker waits for the poll between bursts",
+					poll, counts(t, l)[effect.Completed], n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		stop()
+		if c := counts(t, l); c[effect.Completed] != n || calls.Load() != n {
+			t.Fatalf("counts %v, %d calls; want %d completed, one call each", c, calls.Load(), n)
+		}
+		if p := peak.Load(); p > conc {
+			t.Fatalf("%d calls in flight at once; Concurrency is %d", p, conc)
+		}
+	})
+}
+
+// batchCounter counts the driver's SendBatch calls by size.
+type batchCounter struct {
+	store.Driver[any]
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (b *batchCounter) SendBatch(ctx context.Context, q store.Querier, stmts []store.Stmt) error {
+	b.mu.Lock()
+	b.sizes = append(b.sizes, len(stmts))
+	b.mu.Unlock()
+	return b.Driver.SendBatch(ctx, q, stmts)
+}
+
+// syncBuffer is a log sink safe for the worker's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Completions of calls that finish together are recorded in one batch, each
+// fenced by its own token: the effect another claimer took over while its
+// call ran (its token moved on) is not marked completed by the old owner's
+// batch and its lost lease is reported for it alone; the others of the same
+// batch are completed with their results.
+func TestBatchedCompletionsKeepFencing(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+		ctx := context.Background()
+		const conc = 4
+		bd := &batchCounter{Driver: d}
+		l := newLedger(t, bd, effect.Config{Lease: time.Minute})
+		keys := []string{"mail:a", "mail:b", "mail:victim", "mail:d"}
+		var effs []effect.Effect
+		for _, k := range keys {
+			effs = append(effs, effect.Effect{Key: k, Kind: "email"})
+		}
+		schedule(t, d, l, effs...)
+		var logs syncBuffer
+		w := fastWorker(t, l, effect.WorkerConfig[any]{Concurrency: conc, PollInterval: time.Minute,
+			CompleteDelay: 5 * time.Second, // the batch is recorded when full, not by the timer
+			Logger:        slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		var arrived sync.WaitGroup
+		arrived.Add(conc)
+		all := make(chan struct{})
+		go func() { arrived.Wait(); close(all) }()
+		_ = w.Register("email", func(_ context.Context, key string, _ []byte) ([]byte, error) {
+			if key == "mail:victim" {
+				// Another claimer takes the effect over while this call runs.
+				if _, err := d.Pool().Exec(ctx, `UPDATE `+d.Table("effects")+` SET token = token + 1 WHERE effect_key = $1`, key); err != nil {
+					t.Errorf("take-over: %v", err)
+				}
+			}
+			arrived.Done()
+			<-all // the four calls end together
+			return []byte("sent " + key), nil
+		})
+		stop := runWorker(t, w)
+		waitFor(t, "the three owned effects completed", func() bool { return counts(t, l)[effect.Completed] == 3 })
+		waitFor(t, "the lost lease logged", func() bool { return strings.Contains(logs.String(), "lease lost before complete") })
+		stop()
+
+		bd.mu.Lock()
+		sizes := append([]int(nil), bd.sizes...)
+		bd.mu.Unlock()
+		if len(sizes) != 1 || sizes[0] != conc {
+			t.Fatalf("SendBatch sizes %v; want the four completions in one batch", sizes)
+		}
+		for _, k := range keys {
+			e := get(t, l, k)
+			if k == "mail:victim" {
+				if e.State != effect.InProgress || e.Token != 2 || e.Result != nil && len(e.Result) > 0 {
+					t.Fatalf("victim written by the old owner's batch: %+v", e)
+				}
+				continue
+			}
+			if e.State != effect.Completed || string(e.Result) != "sent "+k || e.Token != 1 {
+				t.Fatalf("%s not completed by the batch: %+v", k, e)
+			}
+		}
+		var lost []string
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "lease lost before complete") {
+				lost = append(lost, line)
+			}
+		}
+		if len(lost) != 1 || !strings.Contains(lost[0], "effect_key=mail:victim") {
+			t.Fatalf("lost-lease reports %q; want exactly one, for mail:victim", lost)
+		}
+	})
+}
