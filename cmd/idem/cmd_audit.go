@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/idemkit/idem/console"
@@ -53,24 +51,10 @@ func runAudit(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		if es == nil {
-			es = []console.AuditEntry{}
-		}
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(es)
-	}
-	if len(es) == 0 {
-		fmt.Fprintln(env.Stdout, "no operator actions recorded")
-		return nil
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tWHEN\tWHO\tACTION\tTARGET\tREASON\tOUTCOME\tDETAILS")
-	for _, e := range es {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.At.UTC().Format(time.RFC3339), termSafe(e.Actor),
-			termSafe(e.Action), termSafe(dlqTruncate(e.Target, 60)), termSafe(dlqTruncate(e.Reason, 40)),
-			termSafe(dlqTruncate(e.Outcome, 40)), termSafe(dlqTruncate(e.Details, 80)))
-	}
-	return tw.Flush()
+	return printList(env, *asJSON, es, "no operator actions recorded", "ID\tWHEN\tWHO\tACTION\tTARGET\tREASON\tOUTCOME\tDETAILS",
+		func(e console.AuditEntry) string {
+			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", e.ID, e.At.UTC().Format(time.RFC3339), termSafe(e.Actor),
+				termSafe(e.Action), termSafe(dlqTruncate(e.Target, 60)), termSafe(dlqTruncate(e.Reason, 40)),
+				termSafe(dlqTruncate(e.Outcome, 40)), termSafe(dlqTruncate(e.Details, 80)))
+		})
 }

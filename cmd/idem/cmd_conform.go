@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -92,9 +91,7 @@ func runConform(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := printJSON(env, rep); err != nil {
 			return err
 		}
 	} else {

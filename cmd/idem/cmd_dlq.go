@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
@@ -361,42 +360,26 @@ func dlqReport(env *Env, asJSON bool, verb string, n int) error {
 }
 
 func dlqPrintLetters(env *Env, ls []dlq.Letter, asJSON bool) error {
-	if asJSON {
-		if ls == nil {
-			ls = []dlq.Letter{}
-		}
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(ls)
-	}
-	if len(ls) == 0 {
-		fmt.Fprintln(env.Stdout, "no dead letters")
-		return nil
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tCONSUMER\tMESSAGE ID\tSOURCE\tCLASS\tATTEMPTS\tLAST FAILED\tSTATE\tERROR")
-	for _, l := range ls {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, termSafe(l.Consumer), termSafe(l.MessageID),
-			termSafe(l.Source), termSafe(l.ErrorClass), l.Attempts, l.LastFailedAt.Format(time.RFC3339),
-			termSafe(string(l.State)), termSafe(dlqTruncate(l.Error, 60)))
-	}
-	return tw.Flush()
+	return printList(env, asJSON, ls, "no dead letters", "ID\tCONSUMER\tMESSAGE ID\tSOURCE\tCLASS\tATTEMPTS\tLAST FAILED\tSTATE\tERROR",
+		func(l dlq.Letter) string {
+			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s", l.ID, termSafe(l.Consumer), termSafe(l.MessageID),
+				termSafe(l.Source), termSafe(l.ErrorClass), l.Attempts, l.LastFailedAt.Format(time.RFC3339),
+				termSafe(string(l.State)), termSafe(dlqTruncate(l.Error, 60)))
+		})
 }
 
 func dlqShowLetters(env *Env, ls []dlq.Letter, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
 		if len(ls) == 1 {
-			return enc.Encode(ls[0])
+			return printJSON(env, ls[0])
 		}
-		return enc.Encode(ls)
+		return printJSON(env, ls)
 	}
 	for i, l := range ls {
 		if i > 0 {
 			fmt.Fprintln(env.Stdout)
 		}
-		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+		tw := newTable(env)
 		row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, termSafe(v)) }
 		row("id", strconv.FormatInt(l.ID, 10))
 		row("consumer", l.Consumer)

@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/idemkit/idem/boxoffice"
@@ -53,11 +51,9 @@ func runHorizon(ctx context.Context, env *Env, args []string) error {
 		if ok {
 			out.Weakest = &weakest
 		}
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return printJSON(env, out)
 	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(env)
 	fmt.Fprintln(tw, "STAGE\tCOMPONENT\tHORIZON")
 	for _, l := range h.Chain() {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", l.Stage, termSafe(l.Component), horizon.Format(l.Duration))

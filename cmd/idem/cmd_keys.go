@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
@@ -59,9 +57,7 @@ func runKeys(ctx context.Context, env *Env, args []string) error {
 	}
 	now := time.Now()
 	if *asJSON {
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(keysJSON(rec, now))
+		return printJSON(env, keysJSON(rec, now))
 	}
 	return keysPrint(env, rec, now)
 }
@@ -118,7 +114,7 @@ func keysPrint(env *Env, r *idemhttp.Record, now time.Time) error {
 		}
 		return t.Format(time.RFC3339Nano)
 	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(env)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, termSafe(v)) }
 	row("tenant", fmt.Sprintf("%q", r.Tenant))
 	row("operation", r.Operation)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/migrate"
@@ -54,7 +53,7 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(env)
 	fmt.Fprintln(tw, "VERSION\tNAME\tSTATE\tAPPLIED AT")
 	for _, s := range st {
 		state, at := "pending", ""

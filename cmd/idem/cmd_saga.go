@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/idemkit/idem/effect"
@@ -82,13 +80,13 @@ func runSaga(ctx context.Context, env *Env, args []string) error {
 			for _, sg := range list {
 				out = append(out, toSagaJSON(sg))
 			}
-			return sagaPrintJSON(env, out)
+			return printJSON(env, out)
 		}
 		if len(list) == 0 {
 			fmt.Fprintln(env.Stdout, "no sagas")
 			return nil
 		}
-		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+		tw := newTable(env)
 		fmt.Fprintln(tw, "ID\tNAME\tSTATE\tSTEP\tAWAITING\tUPDATED\tLAST ERROR")
 		for _, sg := range list {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", termSafe(dlqTruncate(sg.ID, 40)), termSafe(sg.Name), sg.State,
@@ -120,7 +118,7 @@ func runSaga(ctx context.Context, env *Env, args []string) error {
 		shown = append(shown, j)
 	}
 	if *asJSON {
-		return sagaPrintJSON(env, shown)
+		return printJSON(env, shown)
 	}
 	for i, j := range shown {
 		if i > 0 {
@@ -136,7 +134,7 @@ func runSaga(ctx context.Context, env *Env, args []string) error {
 		}
 		fmt.Fprintf(env.Stdout, "  input:      %s\n", termSafe(dlqTruncate(j.Input, 200)))
 		fmt.Fprintf(env.Stdout, "  created %s, updated %s\n", j.CreatedAt.Format(time.RFC3339), j.UpdatedAt.Format(time.RFC3339))
-		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+		tw := newTable(env)
 		fmt.Fprintln(tw, "  STEP\tOP\tORIGIN\tOUTCOME\tEFFECT\tATTEMPTS\tRESULT / ERROR")
 		for _, st := range j.StepRecords {
 			eff, attempts, detail := "-", "-", st.Result
@@ -201,10 +199,4 @@ func toSagaJSON(sg saga.Saga) sagaJSON {
 	return sagaJSON{ID: sg.ID, Name: sg.Name, State: string(sg.State), Step: sg.Step, Steps: sg.Steps, CurrentKey: sg.CurrentKey,
 		AbortRequested: sg.AbortRequested, LastError: sg.LastError, Input: string(sg.Input),
 		CreatedAt: sg.CreatedAt.UTC(), UpdatedAt: sg.UpdatedAt.UTC()}
-}
-
-func sagaPrintJSON(env *Env, v any) error {
-	enc := json.NewEncoder(env.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

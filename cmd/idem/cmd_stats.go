@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/idemkit/idem/idemmetrics"
@@ -33,11 +31,9 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return printJSON(env, st)
 	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(env)
 	fmt.Fprintln(tw, "SECTION\tITEM\tCOUNT")
 	section := func(name string, c idemmetrics.Counts, item string) {
 		fmt.Fprintf(tw, "%s\ttotal\t%d\n", name, c.Total)
