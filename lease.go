@@ -51,6 +51,10 @@ type Backoff struct {
 func (b Backoff) Ceil(n int) time.Duration {
 	ceil := b.Base
 	for i := 1; i < n && ceil < b.Max; i++ {
+		if ceil > b.Max/2 {
+			ceil = b.Max // doubling would pass Max (or overflow)
+			break
+		}
 		ceil *= 2
 	}
 	return max(0, min(ceil, b.Max))

@@ -171,3 +171,18 @@ func TestSameFingerprint(t *testing.T) {
 		t.Fatalf("stored fingerprint in the error = %v, want %s", err, other)
 	}
 }
+
+// A cap near the largest duration ("no practical cap") must not overflow
+// the doubling into a zero or negative ceiling.
+func TestBackoffCeilHugeMax(t *testing.T) {
+	t.Parallel()
+	b := idem.Backoff{Base: time.Hour, Max: math.MaxInt64}
+	prev := time.Duration(0)
+	for n := 1; n <= 200; n++ {
+		c := b.Ceil(n)
+		if c < prev || c <= 0 {
+			t.Fatalf("Ceil(%d) = %v after Ceil(%d) = %v: the doubling overflowed", n, c, n-1, prev)
+		}
+		prev = c
+	}
+}

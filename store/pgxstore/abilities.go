@@ -107,6 +107,10 @@ func (l *listener) Wait(ctx context.Context) (string, error) {
 }
 
 func (l *listener) Close(ctx context.Context) error {
+	if l.c == nil {
+		return nil // closed already
+	}
+	defer func() { l.c = nil }()
 	// A connection that was listening is closed rather than returned to
 	// the pool, so no later user inherits the LISTEN.
 	err := l.c.Conn().Close(ctx)

@@ -212,6 +212,9 @@ func TestListen(t *testing.T) {
 	if err := l.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatalf("a second Close: %v", err)
+	}
 	// No connection in the pool is still listening.
 	if n := testdb.Count(t, d, `SELECT count(*) FROM pg_listening_channels()`); n != 0 {
 		t.Fatalf("a pooled connection listens on %d channels", n)
