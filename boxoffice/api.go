@@ -156,15 +156,19 @@ func (s *System[TTx]) CreateOrderTx(ctx context.Context, tx TTx, tenant string, 
 		return oc, err
 	}
 	payload, _ := json.Marshal(oc)
-	if _, err := s.outbox.EnqueueTx(ctx, tx, outbox.Event{
+	evs, err := s.outbox.EnqueueTx(ctx, tx, outbox.Event{
 		Type:            EventTypeOrderConfirmed,
 		Subject:         oc.OrderID,
 		DataContentType: "application/json",
 		Topic:           s.cfg.Subject,
 		Key:             oc.OrderID,
 		Payload:         payload,
-	}); err != nil {
+	})
+	if err != nil {
 		return oc, fmt.Errorf("boxoffice: enqueue OrderConfirmed: %w", err)
+	}
+	if h := s.cfg.Hooks.Enqueued; h != nil && len(evs) == 1 {
+		h(oc, evs[0])
 	}
 	return oc, nil
 }

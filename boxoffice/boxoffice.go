@@ -110,6 +110,11 @@ type Hooks struct {
 	// steps ("charge" do and undo): crashes after the provider call,
 	// time-outs.
 	WrapSagaStep func(step string, op saga.Op, f SagaStep) SagaStep
+	// Enqueued runs after an order's OrderConfirmed event is enqueued,
+	// inside the order's transaction (which may still roll back), with
+	// the event as stored (ID and Source filled in): the drill's record
+	// of which events exist, for its projection report.
+	Enqueued func(oc OrderConfirmed, ev outbox.Event)
 }
 
 // Config configures a System (its database is [New]'s argument).

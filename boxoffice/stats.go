@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/outbox"
 )
@@ -19,8 +21,8 @@ import (
 type Stats struct {
 	Orders          int64 `json:"orders"`           // rows in orders
 	EventsPublished int64 `json:"events_published"` // outbox events the relay published (until pruned; outbox.Counts)
-	Notifications   int64 `json:"notifications"`    // orders the notification consumer recorded a confirmation e-mail for (rows in outgoing_emails)
-	EmailsScheduled int64 `json:"emails_scheduled"` // e-mail effects scheduled (one per outgoing_emails row, in its transaction)
+	Notifications   int64 `json:"notifications"`    // OrderConfirmed events the notification consumer recorded (its inbox records; inbox.CountsByConsumer)
+	EmailsScheduled int64 `json:"emails_scheduled"` // e-mail effects in the ledger (effect.CountsByKind)
 	EmailsSent      int64 `json:"emails_sent"`      // unique effects at the provider
 	ProviderCalls   int64 `json:"provider_calls"`   // raw calls the provider received
 	Invoices        int64 `json:"invoices"`         // rows in invoices
@@ -47,7 +49,6 @@ func (s *System[TTx]) Stats(ctx context.Context) (Stats, error) {
 		table string
 	}{
 		{&st.Orders, s.t.orders},
-		{&st.Notifications, s.t.emails},
 		{&st.Invoices, s.t.invoices},
 		{&st.Payments, s.t.payments},
 	}
@@ -56,9 +57,16 @@ func (s *System[TTx]) Stats(ctx context.Context) (Stats, error) {
 			return st, fmt.Errorf("boxoffice: stats: %w", err)
 		}
 	}
-	// Each outgoing_emails row schedules its e-mail effect in its own
-	// transaction: one row, one effect.
-	st.EmailsScheduled = st.Notifications
+	byConsumer, err := inbox.CountsByConsumer(ctx, s.db)
+	if err != nil {
+		return st, fmt.Errorf("boxoffice: stats: %w", err)
+	}
+	st.Notifications = byConsumer[ConsumerNotification]
+	byKind, err := effect.CountsByKind(ctx, s.db)
+	if err != nil {
+		return st, fmt.Errorf("boxoffice: stats: %w", err)
+	}
+	st.EmailsScheduled = byKind[EffectKindEmail]
 	published, err := outbox.Counts(ctx, s.db)
 	if err != nil {
 		return st, fmt.Errorf("boxoffice: stats: %w", err)
