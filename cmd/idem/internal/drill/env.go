@@ -2,6 +2,7 @@ package drill
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,13 +12,16 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem/boxoffice"
 	bjs "github.com/idemkit/idem/broker/jetstream"
 	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/httpserver"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/webhook"
 )
 
@@ -74,6 +78,40 @@ type env struct {
 	client  *http.Client
 	signer  *webhook.Standard
 	cleanup []func()
+	events  enqueued // the OrderConfirmed events the API enqueued, for the projection report
+}
+
+// enqueued records the OrderConfirmed events of a scenario per concert
+// (boxoffice.Hooks.Enqueued): which events exist, so the projection
+// report can ask their owners where each one is.
+type enqueued struct {
+	mu        sync.Mutex
+	byConcert map[string][]event
+}
+
+// event is one enqueued OrderConfirmed event.
+type event struct {
+	source, id string
+	version    int64
+}
+
+// record is the boxoffice.Hooks.Enqueued hook.
+func (q *enqueued) record(oc boxoffice.OrderConfirmed, ev outbox.Event) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.byConcert == nil {
+		q.byConcert = map[string][]event{}
+	}
+	q.byConcert[oc.EventID] = append(q.byConcert[oc.EventID], event{source: ev.Source, id: ev.ID, version: oc.EventVersion})
+}
+
+// of returns concert's events, oldest version first.
+func (q *enqueued) of(concert string) []event {
+	q.mu.Lock()
+	evs := slices.Clone(q.byConcert[concert])
+	q.mu.Unlock()
+	slices.SortFunc(evs, func(a, b event) int { return cmp.Compare(a.version, b.version) })
+	return evs
 }
 
 // newEnv opens a fresh system for scenario name. mod adjusts the options
@@ -121,6 +159,7 @@ func (r *runner) newEnv(ctx context.Context, name string, start bool, mod func(*
 	if mod != nil {
 		mod(&o)
 	}
+	o.Config.Hooks.Enqueued = chainEnqueued(o.Config.Hooks.Enqueued, e.events.record)
 	e.opts = o
 	e.sys, err = boxoffice.Open(ctx, o)
 	if err != nil {
@@ -155,6 +194,7 @@ func (e *env) addSystem(ctx context.Context, mod func(*boxoffice.Config)) (*boxo
 	if mod != nil {
 		mod(&cfg)
 	}
+	cfg.Hooks.Enqueued = chainEnqueued(cfg.Hooks.Enqueued, e.events.record)
 	s, err := boxoffice.New(ctx, e.sys.DB(), cfg)
 	if err != nil {
 		return nil, err
@@ -164,6 +204,15 @@ func (e *env) addSystem(ctx context.Context, mod func(*boxoffice.Config)) (*boxo
 	}
 	e.extra = append(e.extra, s)
 	return s, nil
+}
+
+// chainEnqueued runs a scenario's Enqueued hook (if any), then the
+// drill's record.
+func chainEnqueued(h, record func(boxoffice.OrderConfirmed, outbox.Event)) func(boxoffice.OrderConfirmed, outbox.Event) {
+	if h == nil {
+		return record
+	}
+	return func(oc boxoffice.OrderConfirmed, ev outbox.Event) { h(oc, ev); record(oc, ev) }
 }
 
 func (e *env) close() {

@@ -2,10 +2,8 @@ package drill
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -44,6 +42,7 @@ func (f facts) String() string {
 // facts queries the database and the provider.
 func (e *env) facts(ctx context.Context) (facts, error) {
 	var f facts
+	var err error
 	q := e.sys.DB().Pool()
 	one := func(dst *int64, sql string, args ...any) error {
 		if err := q.QueryRow(ctx, sql, args...).Scan(dst); err != nil {
@@ -72,11 +71,9 @@ func (e *env) facts(ctx context.Context) (facts, error) {
 			return f, err
 		}
 	}
-	done, err := e.effects(ctx, func(ef effect.Effect) bool { return ef.Kind == boxoffice.EffectKindEmail }, effect.Completed)
-	if err != nil {
+	if f.effectsDone, err = e.emailsDone(ctx); err != nil {
 		return f, err
 	}
-	f.effectsDone = int64(len(done))
 	if f.parked, err = e.parked(ctx); err != nil {
 		return f, err
 	}
@@ -140,6 +137,30 @@ func (e *env) effects(ctx context.Context, keep func(effect.Effect) bool, states
 	return out, nil
 }
 
+// emailsDone counts the completed e-mail effects without listing them:
+// the ledger's e-mail effects (effect.CountsByKind, every state) less
+// those still open or failed, listed by state (few once the system
+// settles). The kind count comes first, so an effect scheduled meanwhile
+// only lowers the result; in_progress is listed on both sides of pending,
+// so a claim or a release between two listings is still seen, and failed
+// last, after the claims that fail.
+func (e *env) emailsDone(ctx context.Context) (int64, error) {
+	byKind, err := effect.CountsByKind(ctx, e.sys.DB())
+	if err != nil {
+		return 0, fmt.Errorf("drill: effects by kind: %w", err)
+	}
+	notDone, err := e.effects(ctx, func(ef effect.Effect) bool { return ef.Kind == boxoffice.EffectKindEmail },
+		effect.InProgress, effect.Pending, effect.InProgress, effect.Failed)
+	if err != nil {
+		return 0, err
+	}
+	keys := map[string]bool{}
+	for _, ef := range notDone {
+		keys[ef.Key] = true
+	}
+	return byKind[boxoffice.EffectKindEmail] - int64(len(keys)), nil
+}
+
 // parked counts the parked dead letters (dlq.CountParked, per consumer).
 func (e *env) parked(ctx context.Context) (int64, error) {
 	by, err := dlq.CountParked(ctx, e.sys.DB())
@@ -190,10 +211,11 @@ func dups(st boxoffice.Stats) int64 {
 }
 
 // projectionReport explains an off search projection: per event whose
-// availability disagrees with the inventory, both rows; where the events
-// stand (the outbox's and the inboxes' counts per state, from their
-// owners); and the event's OrderConfirmed messages the search consumer
-// dead-lettered, those newer than the projection listed.
+// availability disagrees with the inventory, both rows, and its
+// OrderConfirmed events of newer versions than the projection's with
+// where each one is (its outbox state, the search consumer's inbox
+// record, its dead letter: each from the table's owner), after how the
+// outbox and the inboxes stand overall (their owners' counts).
 func (e *env) projectionReport(ctx context.Context) string {
 	q := e.sys.DB().Pool()
 	type row struct {
@@ -219,24 +241,13 @@ func (e *env) projectionReport(ctx context.Context) string {
 		off = append(off, r)
 	}
 	rows.Close()
-	// The search consumer's dead letters of OrderConfirmed events (the
-	// dead-letter store), and how the outbox and the inboxes stand (their
-	// owners' counts).
-	type ev struct {
-		id, letter string
-		version    int64
-	}
-	byEvent := map[string][]ev{}
 	letters, err := e.sys.DeadLetters().List(ctx, dlq.Filter{Consumer: boxoffice.ConsumerSearch, Limit: -1})
 	if err != nil {
 		return "projection report: " + err.Error()
 	}
+	letterOf := map[string]string{}
 	for _, l := range letters {
-		var oc boxoffice.OrderConfirmed
-		if json.Unmarshal(l.Payload, &oc) != nil {
-			continue
-		}
-		byEvent[oc.EventID] = append(byEvent[oc.EventID], ev{id: l.MessageID, letter: string(l.State), version: oc.EventVersion})
+		letterOf[l.MessageID] = string(l.State)
 	}
 	outboxBy, oerr := outbox.Counts(ctx, e.sys.DB())
 	inboxBy, ierr := inbox.Counts(ctx, e.sys.DB())
@@ -254,22 +265,50 @@ func (e *env) projectionReport(ctx context.Context) string {
 		} else {
 			b.WriteString("missing")
 		}
-		evs := byEvent[r.event]
-		slices.SortFunc(evs, func(a, b ev) int { return int(a.version - b.version) })
-		var newer []ev
+		evs := e.events.of(r.event)
+		var newer []event
 		for _, x := range evs {
 			if x.version > r.projVersion {
 				newer = append(newer, x)
 			}
 		}
-		fmt.Fprintf(&b, "; %d of its events dead-lettered by search, %d of them newer than the projection", len(evs), len(newer))
+		fmt.Fprintf(&b, "; %d events in the outbox, %d newer than the projection", len(evs), len(newer))
 		for i, x := range newer {
 			if i == 5 {
 				fmt.Fprintf(&b, "\n    … %d more", len(newer)-i)
 				break
 			}
-			fmt.Fprintf(&b, "\n    message %s version=%d dead_letter=%s", x.id, x.version, x.letter)
+			ostate, ofound, oerr := outbox.StateOf(ctx, e.sys.DB(), x.source, x.id)
+			istate, ifound, ierr := inbox.StateOf(ctx, e.sys.DB(), boxoffice.ConsumerSearch, x.id)
+			if err := errors.Join(oerr, ierr); err != nil {
+				return b.String() + "\nprojection report: " + err.Error()
+			}
+			fmt.Fprintf(&b, "\n    message %s version=%d outbox=%s search_inbox=%s dead_letter=%s", x.id, x.version,
+				outboxWord(ostate, ofound), or(istate, ifound), or(letterOf[x.id], letterOf[x.id] != ""))
 		}
 	}
 	return b.String()
+}
+
+// outboxWord names an event's outbox state as the outbox's API and the
+// report always have: published (stored "completed" since migration
+// 0010), pending, parked (stored "failed"); none when it is not there.
+func outboxWord(state string, found bool) string {
+	switch {
+	case !found:
+		return "none"
+	case state == lease.Completed:
+		return "published"
+	case state == lease.Failed:
+		return "parked"
+	}
+	return state
+}
+
+// or returns s when found, else "none".
+func or(s string, found bool) string {
+	if !found {
+		return "none"
+	}
+	return s
 }

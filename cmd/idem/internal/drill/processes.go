@@ -41,12 +41,18 @@ func (c *child) start(exe string) error {
 	return nil
 }
 
-// kill SIGKILLs the child and reaps it.
-func (c *child) kill() {
+// take returns the running process and forgets it (nil when none runs).
+func (c *child) take() *exec.Cmd {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	cmd := c.cmd
 	c.cmd = nil
-	c.mu.Unlock()
+	return cmd
+}
+
+// kill SIGKILLs the child and reaps it.
+func (c *child) kill() {
+	cmd := c.take()
 	if cmd == nil {
 		return
 	}
@@ -56,10 +62,7 @@ func (c *child) kill() {
 
 // stop asks the child to shut down cleanly (SIGTERM), then kills it.
 func (c *child) stop() {
-	c.mu.Lock()
-	cmd := c.cmd
-	c.cmd = nil
-	c.mu.Unlock()
+	cmd := c.take()
 	if cmd == nil {
 		return
 	}

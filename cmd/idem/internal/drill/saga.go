@@ -124,13 +124,6 @@ func (e *env) checkSagas(ctx context.Context) (sagaCheck, error) {
 		return c, err
 	}
 	c.pendingEffects = int64(len(open))
-	refused, err := e.effects(ctx, func(ef effect.Effect) bool {
-		return isSaga(ef) && strings.HasSuffix(ef.Kind, ":do") && bytes.Equal(ef.Result, saga.RefusedResult)
-	}, effect.Completed)
-	if err != nil {
-		return c, err
-	}
-	c.refusedLateCalls = int64(len(refused))
 	sagas, err := e.sys.Sagas().List(ctx, "", listAll)
 	if err != nil {
 		return c, fmt.Errorf("drill: sagas: %w", err)
@@ -149,6 +142,17 @@ func (e *env) checkSagas(ctx context.Context) (sagaCheck, error) {
 	return c, nil
 }
 
+// refusedLateCalls counts the saga actions the barrier refused (their
+// effects completed with saga.RefusedResult). Only the final check asks:
+// it lists the completed effects, while the settle loop's checks need
+// only the open ones.
+func (e *env) refusedLateCalls(ctx context.Context) (int64, error) {
+	refused, err := e.effects(ctx, func(ef effect.Effect) bool {
+		return strings.HasPrefix(ef.Kind, "saga:") && strings.HasSuffix(ef.Kind, ":do") && bytes.Equal(ef.Result, saga.RefusedResult)
+	}, effect.Completed)
+	return int64(len(refused)), err
+}
+
 // settleSagas waits until every saga finished and no saga effect is left,
 // then returns the check.
 func (e *env) settleSagas(ctx context.Context, n int) (sagaCheck, error) {
@@ -158,7 +162,13 @@ func (e *env) settleSagas(ctx context.Context, n int) (sagaCheck, error) {
 		if err != nil {
 			return c, err
 		}
-		if c.f.Orders >= int64(n) && c.f.Pending == 0 && c.active == 0 && c.pendingEffects == 0 {
+		settled := c.f.Orders >= int64(n) && c.f.Pending == 0 && c.active == 0 && c.pendingEffects == 0
+		if settled || time.Now().After(deadline) {
+			if c.refusedLateCalls, err = e.refusedLateCalls(ctx); err != nil {
+				return c, err
+			}
+		}
+		if settled {
 			return c, nil
 		}
 		if time.Now().After(deadline) {
@@ -208,8 +218,7 @@ func paidBody(i int) []byte {
 func (r *runner) createPaid(ctx context.Context, e *env, n int, prefix string, after func(i int, o boxoffice.PaidOrder)) ([]boxoffice.PaidOrder, error) {
 	out := make([]boxoffice.PaidOrder, n)
 	var next atomic.Int64
-	var mu sync.Mutex
-	var errs []error
+	var errs failures
 	var wg sync.WaitGroup
 	for range r.cfg.Workers {
 		wg.Go(func() {
@@ -223,9 +232,7 @@ func (r *runner) createPaid(ctx context.Context, e *env, n int, prefix string, a
 					err = fmt.Errorf("paid order %s-%d: status %d: %s", prefix, i, a.status, a.body)
 				}
 				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
+					errs.fail(err)
 					continue
 				}
 				out[i] = a.order
@@ -236,7 +243,7 @@ func (r *runner) createPaid(ctx context.Context, e *env, n int, prefix string, a
 		})
 	}
 	wg.Wait()
-	return out, errors.Join(errs...)
+	return out, errs.err()
 }
 
 func sagaResult(res *Result, c sagaCheck, n int, extraExpected, extraObserved string, ok bool) {
@@ -307,8 +314,7 @@ func sagaCompensationRace(ctx context.Context, r *runner, res *Result) error {
 	defer e.close()
 	e.sys.Provider().Inject(fakeprovider.Fault{On: fakeprovider.Charges, Times: -1, Delay: 250 * time.Millisecond})
 	var inFlight, immediate, accepted, tooLate atomic.Int64
-	var cancelErrs []error
-	var mu sync.Mutex
+	var cancelErrs failures
 	var wg sync.WaitGroup
 	ledger := e.sys.Ledger()
 	_, cerr := r.createPaid(ctx, e, m, "race", func(i int, o boxoffice.PaidOrder) {
@@ -332,17 +338,13 @@ func sagaCompensationRace(ctx context.Context, r *runner, res *Result) error {
 			st, err := e.cancelPaid(ctx, o.OrderID)
 			switch {
 			case err != nil:
-				mu.Lock()
-				cancelErrs = append(cancelErrs, err)
-				mu.Unlock()
+				cancelErrs.fail(err)
 			case st == http.StatusAccepted:
 				accepted.Add(1)
 			case st == http.StatusConflict:
 				tooLate.Add(1)
 			default:
-				mu.Lock()
-				cancelErrs = append(cancelErrs, fmt.Errorf("cancel %s: status %d", o.OrderID, st))
-				mu.Unlock()
+				cancelErrs.fail(fmt.Errorf("cancel %s: status %d", o.OrderID, st))
 			}
 		})
 	})
@@ -351,8 +353,8 @@ func sagaCompensationRace(ctx context.Context, r *runner, res *Result) error {
 	sagaResult(res, c, m, " cancels_in_flight>0 failed>=cancels_accepted",
 		fmt.Sprintf(" cancels_in_flight=%d cancels_immediate=%d cancels_accepted=%d cancels_too_late=%d null_compensations=%d late_actions_refused=%d",
 			inFlight.Load(), immediate.Load(), accepted.Load(), tooLate.Load(), c.nullCompensations, c.refusedLateCalls),
-		cerr == nil && len(cancelErrs) == 0 && inFlight.Load() > 0 && c.f.Failed >= accepted.Load())
-	return errors.Join(cerr, serr, errors.Join(cancelErrs...))
+		cerr == nil && cancelErrs.err() == nil && inFlight.Load() > 0 && c.f.Failed >= accepted.Load())
+	return errors.Join(cerr, serr, cancelErrs.err())
 }
 
 // sagaCompensationTimeout: charges are made and then time out (the client
@@ -404,13 +406,8 @@ func sagaDuplicateStart(ctx context.Context, r *runner, res *Result) error {
 	}
 	defer e.close()
 	var created, replays, mismatches, other atomic.Int64
-	var mu sync.Mutex
-	var errs []error
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
+	var errs failures
+	fail := errs.fail
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range max(r.cfg.Workers/2, 1) {
@@ -461,10 +458,10 @@ func sagaDuplicateStart(ctx context.Context, r *runner, res *Result) error {
 	c, serr := e.settleSagas(ctx, m)
 	sagaResult(res, c, m, fmt.Sprintf(" created=%d duplicates=%d mismatch_422=%d confirmed=%d charges=%d", m, (racers-1)*m, m, m, m),
 		fmt.Sprintf(" created=%d duplicates=%d mismatch_422=%d other=%d", created.Load(), replays.Load(), mismatches.Load(), other.Load()),
-		len(errs) == 0 && created.Load() == int64(m) && replays.Load() == int64((racers-1)*m) && mismatches.Load() == int64(m) &&
+		errs.err() == nil && created.Load() == int64(m) && replays.Load() == int64((racers-1)*m) && mismatches.Load() == int64(m) &&
 			other.Load() == 0 && c.f.Confirmed == int64(m) && c.charges == m)
 	res.DuplicatesSuppressed += replays.Load() // duplicate starts answered by the one saga
-	return errors.Join(serr, errors.Join(errs...))
+	return errors.Join(serr, errs.err())
 }
 
 // sagaCrashProcess is saga-crash-after-step with --processes: the saga
