@@ -112,13 +112,7 @@ func peerProduce(e *Env) Pair {
 	)
 	p := Pair{Name: "peer_watermill_produce"}
 	p.Setup = func(ctx context.Context) (err error) {
-		if _, err := e.peerBinary(ctx); err != nil {
-			return err
-		}
-		if d, err = e.sqlPgNS(ctx); err != nil {
-			return err
-		}
-		if ob, err = outbox.New(d, outbox.Config{}); err != nil {
+		if d, ob, err = e.peerSetup(ctx); err != nil {
 			return err
 		}
 		insert, err = businessTable(ctx, d, e.name("rows_idem_produce"))
@@ -144,6 +138,21 @@ func peerProduce(e *Env) Pair {
 	return p
 }
 
+// peerSetup is what both peer pairs set up first: the peer's binary
+// (built once), the database/sql PostgreSQL namespace Watermill's SQL
+// adapter also runs on, and idem's outbox on it.
+func (e *Env) peerSetup(ctx context.Context) (*sqlstore.Driver, *outbox.Outbox[*sqlTx], error) {
+	if _, err := e.peerBinary(ctx); err != nil {
+		return nil, nil, err
+	}
+	d, err := e.sqlPgNS(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	ob, err := outbox.New(d, outbox.Config{})
+	return d, ob, err
+}
+
 // peerConsume: N events already committed → N business rows written
 // effectively-once, timed from start until the N-th row exists. idem: the
 // relay publishes the outbox to JetStream and an inbox consumer in batch
@@ -165,13 +174,7 @@ func peerConsume(e *Env) Pair {
 	}
 	p := Pair{Name: "peer_watermill_consume", Weight: 1.5}
 	p.Setup = func(ctx context.Context) (err error) {
-		if _, err := e.peerBinary(ctx); err != nil {
-			return err
-		}
-		if d, err = e.sqlPgNS(ctx); err != nil {
-			return err
-		}
-		if ob, err = outbox.New(d, outbox.Config{}); err != nil {
+		if d, ob, err = e.peerSetup(ctx); err != nil {
 			return err
 		}
 		in, err = inbox.New(d, inbox.Config{})
