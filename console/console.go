@@ -62,6 +62,7 @@ import (
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/saga"
@@ -151,7 +152,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Console[TTx], error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Console[TTx]{d: d, cfg: cfg, tokenH: sha256.Sum256([]byte(cfg.Token)), log: cfg.Logger.With("component", "idem.console")}
+	c := &Console[TTx]{d: d, cfg: cfg, tokenH: sha256.Sum256([]byte(cfg.Token)), log: obs.Component(cfg.Logger, "idem.console")}
 	var err error
 	if c.dlq, err = dlq.New(d, dlq.Config{Now: cfg.Now, Logger: cfg.Logger}); err != nil {
 		return nil, err

@@ -252,7 +252,7 @@ func New[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], sub broker.Subscrib
 		}
 		cfg.DLQ = s
 	}
-	c := &Consumer[TTx]{d: d, ib: ib, sub: sub, cfg: cfg, log: obs.Logger(cfg.Logger).With("component", "consumer", "consumer", cfg.Name),
+	c := &Consumer[TTx]{d: d, ib: ib, sub: sub, cfg: cfg, log: obs.Component(cfg.Logger, "consumer", "consumer", cfg.Name),
 		tr: obs.Tracer(cfg.TracerProvider)}
 	if cfg.Schema != nil {
 		sch, err := compileSchema(cfg.Schema)

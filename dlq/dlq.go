@@ -43,6 +43,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlset"
 )
@@ -195,7 +196,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Store[TTx], error) {
 		cfg.InboxRetention = func(string) time.Duration { return DefaultInboxRetention }
 	}
 	return &Store[TTx]{d: d, q: d.Statements().DeadLetters, now: cfg.Now,
-		log: cfg.Logger.With("component", "dlq"), retention: cfg.InboxRetention}, nil
+		log: obs.Component(cfg.Logger, "dlq"), retention: cfg.InboxRetention}, nil
 }
 
 // ParkTx parks l in the caller's transaction and returns the letter's id:

@@ -143,7 +143,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
 		d:   d,
 		cfg: cfg,
 		q:   &d.Statements().HTTPKeys,
-		log: obs.Logger(cfg.Logger).With("component", "idemhttp", "mode", cfg.Mode.String()),
+		log: obs.Component(cfg.Logger, "idemhttp", "mode", cfg.Mode.String()),
 		tr:  obs.Tracer(cfg.TracerProvider),
 	}, nil
 }

@@ -162,7 +162,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
 		t.MaxIdleConns, t.MaxIdleConnsPerHost = 512, 256
 		cfg.Transport = t
 	}
-	p := &Proxy{mux: http.NewServeMux(), log: cfg.Logger.With("component", "idemproxy"), metrics: cfg.Metrics}
+	p := &Proxy{mux: http.NewServeMux(), log: obs.Component(cfg.Logger, "idemproxy"), metrics: cfg.Metrics}
 	p.abort, p.cancel = context.WithCancel(context.Background())
 	p.reqs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_proxy_requests_total",
 		Help: "Requests through idem proxy by operation and outcome (executed, replayed, rejected, passthrough)."},

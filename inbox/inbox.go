@@ -125,7 +125,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Inbox[TTx]{d: d, cfg: cfg, q: &d.Statements().Inbox, log: obs.Logger(cfg.Logger).With("component", "inbox")}, nil
+	return &Inbox[TTx]{d: d, cfg: cfg, q: &d.Statements().Inbox, log: obs.Component(cfg.Logger, "inbox")}, nil
 }
 
 // Driver returns the inbox's driver.

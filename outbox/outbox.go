@@ -188,7 +188,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.NotifyInterval = cmp.Or(cfg.NotifyInterval, 5*time.Millisecond)
-	o := &Outbox[TTx]{d: d, cfg: cfg, q: d.Statements().Outbox, keys: newLockKeys(d.Names()), log: obs.Logger(cfg.Logger).With("component", "idem.outbox"),
+	o := &Outbox[TTx]{d: d, cfg: cfg, q: d.Statements().Outbox, keys: newLockKeys(d.Names()), log: obs.Component(cfg.Logger, "idem.outbox"),
 		tr: obs.Tracer(cfg.TracerProvider), epoch: time.Now()}
 	o.lastNotify.Store(-int64(time.Hour))
 	return o, nil

@@ -212,7 +212,7 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 		cfg:    cfg,
 		q:      d.Statements().Outbox,
 		keys:   newLockKeys(d.Names()),
-		log:    obs.Logger(cfg.Logger).With("component", "idem.outbox.relay", "relay", cfg.Name),
+		log:    obs.Component(cfg.Logger, "idem.outbox.relay", "relay", cfg.Name),
 		tr:     obs.Tracer(cfg.TracerProvider),
 		bo:     idem.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff},
 		listen: !cfg.DisableListen && d.SupportsListener(),

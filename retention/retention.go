@@ -54,6 +54,7 @@ import (
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/saga"
@@ -167,7 +168,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*GC[TTx], error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &GC[TTx]{d: d, cfg: cfg, log: cfg.Logger.With("component", "retention"), exists: map[string]bool{}}, nil
+	return &GC[TTx]{d: d, cfg: cfg, log: obs.Component(cfg.Logger, "retention"), exists: map[string]bool{}}, nil
 }
 
 // rule is one table's expiry: its owner's Expire, with the horizon the

@@ -74,6 +74,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlset"
 )
@@ -249,11 +250,7 @@ func New[TTx any](d store.Driver[TTx], l *effect.Ledger[TTx], cfg Config, defs .
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Sagas[TTx]{d: d, l: l, cfg: cfg, log: log.With("component", "saga"), q: d.Statements().Sagas, defs: map[string]*def[TTx]{}}
+	s := &Sagas[TTx]{d: d, l: l, cfg: cfg, log: obs.Component(cfg.Logger, "saga"), q: d.Statements().Sagas, defs: map[string]*def[TTx]{}}
 	for _, df := range defs {
 		if err := validate(df); err != nil {
 			return nil, err

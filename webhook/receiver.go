@@ -103,11 +103,7 @@ func NewReceiver[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], cfg Receive
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Receiver[TTx]{d: d, ib: ib, cfg: cfg, log: obs.Logger(log).With("component", "webhook", "source", cfg.Source),
+	return &Receiver[TTx]{d: d, ib: ib, cfg: cfg, log: obs.Component(cfg.Logger, "webhook", "source", cfg.Source),
 		tr: obs.Tracer(cfg.TracerProvider)}, nil
 }
 

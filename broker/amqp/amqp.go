@@ -34,6 +34,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/obs"
 )
 
 // Header names the adapter sets on every message.
@@ -85,11 +86,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		return nil, idem.InvalidOptionf("amqp: negative ConfirmTimeout")
 	}
 	cfg.ConfirmTimeout = cmp.Or(cfg.ConfirmTimeout, 5*time.Second)
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	p := &Publisher{cfg: cfg, log: log.With("component", "broker/amqp")}
+	p := &Publisher{cfg: cfg, log: obs.Component(cfg.Logger, "broker/amqp")}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.connectLocked(); err != nil {

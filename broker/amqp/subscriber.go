@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/obs"
 )
 
 // SubscriberConfig configures a [Subscriber].
@@ -63,11 +64,7 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	cfg.Prefetch = cmp.Or(cfg.Prefetch, 100)
 	cfg.AckWait = cmp.Or(cfg.AckWait, 30*time.Second)
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Subscriber{cfg: cfg, log: log.With("component", "broker/amqp", "queue", cfg.Queue), attempts: map[string]int{}}
+	s := &Subscriber{cfg: cfg, log: obs.Component(cfg.Logger, "broker/amqp", "queue", cfg.Queue), attempts: map[string]int{}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.connectLocked(); err != nil {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/redact"
 )
 
@@ -124,11 +125,7 @@ func NewPublisher(js jetstream.JetStream, cfg PublisherConfig) (*Publisher, erro
 	}
 	cfg.AckTimeout = cmp.Or(cfg.AckTimeout, 5*time.Second)
 	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, 256)
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Publisher{js: js, cfg: cfg, log: log.With("component", "broker/jetstream")}, nil
+	return &Publisher{js: js, cfg: cfg, log: obs.Component(cfg.Logger, "broker/jetstream")}, nil
 }
 
 // Duplicates returns how many PubAcks so far reported a duplicate: a
@@ -331,11 +328,7 @@ func NewSubscriber(ctx context.Context, js jetstream.JetStream, cfg SubscriberCo
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: consumer %q on %q: %w", cfg.Durable, cfg.Stream, classify(err))
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Subscriber{js: js, stream: cfg.Stream, cons: cons, log: log.With("component", "broker/jetstream", "consumer", cfg.Durable)}, nil
+	return &Subscriber{js: js, stream: cfg.Stream, cons: cons, log: obs.Component(cfg.Logger, "broker/jetstream", "consumer", cfg.Durable)}, nil
 }
 
 // Fetch pulls up to max messages (max < 1 means 1), waiting at most

@@ -33,6 +33,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/obs"
 )
 
 // Header names the adapter sets on every record.
@@ -85,11 +86,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		cl.Close()
 		return nil, idem.InvalidOptionf("kafka: kgo.DisableIdempotentWrite is refused: idem's publisher needs franz-go's idempotent producer")
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Publisher{cl: cl, log: log.With("component", "broker/kafka")}, nil
+	return &Publisher{cl: cl, log: obs.Component(cfg.Logger, "broker/kafka")}, nil
 }
 
 // Client returns the underlying franz-go client (for admin requests).

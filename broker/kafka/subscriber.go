@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/obs"
 )
 
 // ErrRevoked reports an Ack, Nak or Term of a record whose partition was
@@ -89,13 +90,9 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	case cfg.AckWait < 0:
 		return nil, idem.InvalidOptionf("kafka: negative AckWait")
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	s := &Subscriber{
 		ackWait: cmp.Or(cfg.AckWait, 30*time.Second),
-		log:     log.With("component", "broker/kafka", "group", cfg.Group),
+		log:     obs.Component(cfg.Logger, "broker/kafka", "group", cfg.Group),
 		parts:   map[tp]*partState{},
 	}
 	drop := func(_ context.Context, _ *kgo.Client, m map[string][]int32) {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/obs"
 )
 
 // ErrInjected is wrapped (with [broker.ErrUnavailable]) by the errors of
@@ -131,13 +132,9 @@ func New(cfg Config) (*Broker, error) {
 	}
 	cfg.AckWait = cmp.Or(cfg.AckWait, 30*time.Second)
 	cfg.Seed = cmp.Or(cfg.Seed, 1)
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	return &Broker{
 		cfg:     cfg,
-		log:     log.With("component", "broker/memory"),
+		log:     obs.Component(cfg.Logger, "broker/memory"),
 		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		topics:  map[string]*topic{},
 		changed: make(chan struct{}),

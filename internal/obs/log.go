@@ -53,3 +53,13 @@ func (l logHandler) Handle(ctx context.Context, r slog.Record) error {
 func (l logHandler) WithAttrs(as []slog.Attr) slog.Handler { return logHandler{l.h.WithAttrs(as)} }
 
 func (l logHandler) WithGroup(name string) slog.Handler { return logHandler{l.h.WithGroup(name)} }
+
+// Component returns the logger a component of idem logs with: l (a nil l
+// discards), its handler joined to traces as by [Logger], with the
+// "component" attribute set to name and attrs added.
+func Component(l *slog.Logger, name string, attrs ...any) *slog.Logger {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return Logger(l).With(append([]any{"component", name}, attrs...)...)
+}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/obs"
 )
 
 // Config configures a [Server].
@@ -92,11 +93,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Port < 0 || cfg.Port > 65535 || cfg.MaxStore < 0 || cfg.MaxMemory < 0 || cfg.StartTimeout < 0 {
 		return nil, idem.InvalidOptionf("embedded: bad port, limits or timeout")
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Server{cfg: cfg, log: log.With("component", "broker/jetstream/embedded"), password: rand.Text()}
+	s := &Server{cfg: cfg, log: obs.Component(cfg.Logger, "broker/jetstream/embedded"), password: rand.Text()}
 	if cfg.DataDir == "" {
 		dir, err := os.MkdirTemp("", "idem-nats-*")
 		if err != nil {
