@@ -46,16 +46,9 @@ func runConsole(ctx context.Context, env *Env, args []string) error {
 			return err
 		}
 	}
-	tok, tokenFrom := *token, "--token"
-	if tok == "" {
-		tok, tokenFrom = env.Getenv("IDEM_CONSOLE_TOKEN"), "IDEM_CONSOLE_TOKEN"
-	}
-	if tok == "" {
-		b := make([]byte, 24)
-		if _, err := rand.Read(b); err != nil {
-			return err
-		}
-		tok, tokenFrom = hex.EncodeToString(b), ""
+	tok, tokenFrom, err := consoleToken(env, *token, "--token")
+	if err != nil {
+		return err
 	}
 
 	u := databaseURL(env, *dbURL)
@@ -136,6 +129,23 @@ func runConsole(ctx context.Context, env *Env, args []string) error {
 	return srv.Shutdown(shut)
 }
 
+// consoleToken chooses the console's token: the flag's value (from names
+// the flag), else $IDEM_CONSOLE_TOKEN, else a generated one (from "": the
+// caller prints it, once).
+func consoleToken(env *Env, flag, flagName string) (tok, from string, err error) {
+	if flag != "" {
+		return flag, flagName, nil
+	}
+	if tok := env.Getenv("IDEM_CONSOLE_TOKEN"); tok != "" {
+		return tok, "IDEM_CONSOLE_TOKEN", nil
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", "", err
+	}
+	return hex.EncodeToString(b), "", nil
+}
+
 // demoConsole is the console "idem demo" mounts at /console/, on the demo's
 // database, broker and metrics, with POST /demo/poison beside it.
 type demoConsole struct {
@@ -148,16 +158,10 @@ type demoConsole struct {
 // newDemoConsole builds the demo's console; token "" falls back to
 // IDEM_CONSOLE_TOKEN, then a generated one. Its sampler runs until ctx ends.
 func newDemoConsole(ctx context.Context, env *Env, sys *boxoffice.System[any], token, where string) (*demoConsole, error) {
-	dc := &demoConsole{token: token, tokenFrom: "--console-token"}
-	if dc.token == "" {
-		dc.token, dc.tokenFrom = env.Getenv("IDEM_CONSOLE_TOKEN"), "IDEM_CONSOLE_TOKEN"
-	}
-	if dc.token == "" {
-		b := make([]byte, 24)
-		if _, err := rand.Read(b); err != nil {
-			return nil, err
-		}
-		dc.token, dc.tokenFrom = hex.EncodeToString(b), ""
+	dc := &demoConsole{}
+	var err error
+	if dc.token, dc.tokenFrom, err = consoleToken(env, token, "--console-token"); err != nil {
+		return nil, err
 	}
 	pub, err := sys.Config().Broker.Publisher()
 	if err != nil {
