@@ -32,10 +32,27 @@ import (
 	"github.com/idemkit/idem/store/sqlset"
 )
 
+// SQL is what a dialect package hands this driver for a database it does
+// not know itself: the dialect's statements and the translation of its
+// driver's errors onto store's sentinels (store.ErrNoRows is translated
+// by sqlstore before Translate is called). With it, a new dialect is a
+// package of its own and sqlstore is not edited.
+type SQL interface {
+	// Statements returns the dialect's statements for names.
+	Statements(names store.Names) *sqlset.Set
+	// Translate maps the database's errors onto store's sentinels,
+	// keeping the original error in the chain; others pass unchanged.
+	Translate(err error) error
+}
+
 // Config configures a Driver.
 type Config struct {
 	// Dialect of the database behind the *sql.DB. Defaults to store.SQLite.
+	// A dialect other than store.SQLite and store.Postgres needs SQL.
 	Dialect store.Dialect
+	// SQL supplies the statements and error translation of a dialect
+	// defined outside this package (its name is Dialect).
+	SQL SQL
 	// Names sets the schema (PostgreSQL) or table prefix (SQLite). Defaults
 	// to schema "idem" / prefix "idem_".
 	Names store.Names
@@ -46,6 +63,7 @@ type Driver struct {
 	db      *sql.DB
 	dialect store.Dialect
 	stmts   *sqlset.Set
+	tr      func(error) error
 	names   store.Names
 	owned   bool
 }
@@ -60,18 +78,26 @@ func New(db *sql.DB, cfg Config) (*Driver, error) {
 	if cfg.Dialect == "" {
 		cfg.Dialect = store.SQLite
 	}
-	if cfg.Dialect != store.SQLite && cfg.Dialect != store.Postgres {
-		return nil, fmt.Errorf("sqlstore: unknown dialect %q", cfg.Dialect)
-	}
 	names, err := cfg.Names.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{db: db, dialect: cfg.Dialect, names: names}
-	if cfg.Dialect == store.Postgres {
+	d := &Driver{db: db, dialect: cfg.Dialect, names: names, tr: Translate}
+	switch {
+	case cfg.SQL != nil:
+		d.stmts = cfg.SQL.Statements(names)
+		d.tr = func(err error) error {
+			if err == nil || errors.Is(err, sql.ErrNoRows) {
+				return Translate(err)
+			}
+			return cfg.SQL.Translate(err)
+		}
+	case cfg.Dialect == store.Postgres:
 		d.stmts = postgres.Statements(names)
-	} else {
+	case cfg.Dialect == store.SQLite:
 		d.stmts = sqlitesql.Statements(names)
+	default:
+		return nil, fmt.Errorf("sqlstore: unknown dialect %q (a dialect of its own package comes with Config.SQL)", cfg.Dialect)
 	}
 	return d, nil
 }
@@ -243,11 +269,11 @@ func (d *Driver) Table(name string) string { return d.names.Table(d.dialect, nam
 // OpenSQLite).
 func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
 	tx, err := d.db.BeginTx(ctx, nil)
-	return tx, Translate(err)
+	return tx, d.tr(err)
 }
 
 // Commit commits tx.
-func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error { return Translate(tx.Commit()) }
+func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error { return d.tr(tx.Commit()) }
 
 // Rollback rolls tx back; a finished transaction is not an error.
 func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
@@ -255,14 +281,14 @@ func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
 	if errors.Is(err, sql.ErrTxDone) {
 		return nil
 	}
-	return Translate(err)
+	return d.tr(err)
 }
 
 // Tx wraps tx as a store.Querier.
-func (d *Driver) Tx(tx *sql.Tx) store.Querier { return querier{tx} }
+func (d *Driver) Tx(tx *sql.Tx) store.Querier { return querier{tx, d.tr} }
 
 // Pool returns a store.Querier on the *sql.DB.
-func (d *Driver) Pool() store.Querier { return querier{d.db} }
+func (d *Driver) Pool() store.Querier { return querier{d.db, d.tr} }
 
 // Close closes the *sql.DB if this package opened it.
 func (d *Driver) Close() error {
@@ -278,39 +304,48 @@ type conn interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-type querier struct{ c conn }
+type querier struct {
+	c  conn
+	tr func(error) error
+}
 
 func (q querier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	res, err := q.c.ExecContext(ctx, query, args...)
 	if err != nil {
-		return 0, Translate(err)
+		return 0, q.tr(err)
 	}
 	n, err := res.RowsAffected()
-	return n, Translate(err)
+	return n, q.tr(err)
 }
 
 func (q querier) Query(ctx context.Context, query string, args ...any) (store.Rows, error) {
 	rows, err := q.c.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, Translate(err)
+		return nil, q.tr(err)
 	}
-	return sqlRows{rows}, nil
+	return sqlRows{rows, q.tr}, nil
 }
 
 func (q querier) QueryRow(ctx context.Context, query string, args ...any) store.Row {
-	return sqlRow{q.c.QueryRowContext(ctx, query, args...)}
+	return sqlRow{q.c.QueryRowContext(ctx, query, args...), q.tr}
 }
 
-type sqlRows struct{ r *sql.Rows }
+type sqlRows struct {
+	r  *sql.Rows
+	tr func(error) error
+}
 
 func (r sqlRows) Next() bool             { return r.r.Next() }
-func (r sqlRows) Scan(dest ...any) error { return Translate(r.r.Scan(dest...)) }
-func (r sqlRows) Err() error             { return Translate(r.r.Err()) }
+func (r sqlRows) Scan(dest ...any) error { return r.tr(r.r.Scan(dest...)) }
+func (r sqlRows) Err() error             { return r.tr(r.r.Err()) }
 func (r sqlRows) Close()                 { _ = r.r.Close() }
 
-type sqlRow struct{ r *sql.Row }
+type sqlRow struct {
+	r  *sql.Row
+	tr func(error) error
+}
 
-func (r sqlRow) Scan(dest ...any) error { return Translate(r.r.Scan(dest...)) }
+func (r sqlRow) Scan(dest ...any) error { return r.tr(r.r.Scan(dest...)) }
 
 // Translate maps database/sql, SQLite and PostgreSQL errors onto store's
 // sentinels, keeping the original error in the chain.
