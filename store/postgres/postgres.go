@@ -38,5 +38,9 @@ func Statements(n store.Names) *sqlset.Set {
 		Meta:        meta(t, n),
 		Audit:       audit(t),
 		SQLMeta:     sqlMeta(),
+		NotNeeded: map[string]string{
+			"Outbox.AcquireLease": "relays run concurrently on PostgreSQL, serialised per claim by the advisory locks (Outbox.LockClaim, Outbox.LockShared)",
+			"Outbox.ReleaseLease": "no relay lease on PostgreSQL (see Outbox.AcquireLease)",
+		},
 	}
 }

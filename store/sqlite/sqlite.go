@@ -38,5 +38,16 @@ func Statements(n store.Names) *sqlset.Set {
 		Meta:        meta(t, n),
 		Audit:       audit(t),
 		SQLMeta:     sqlMeta(),
+		NotNeeded: map[string]string{
+			"HTTPKeys.InsertLocked":   "BEGIN IMMEDIATE serialises writers: a request never waits on a row lock, so there is no lock timeout to bound (HTTPKeys.Insert is used)",
+			"HTTPKeys.InsertStrict":   "there is no HTTPKeys.InsertLocked to pipeline on SQLite",
+			"HTTPKeys.TakeOverLocked": "there is no HTTPKeys.InsertLocked on SQLite (HTTPKeys.TakeOver is used)",
+			"Outbox.Enqueue":          "SQLite serialises writers: no ordering-key locks nor notifications to fold into one statement, the events are inserted with Outbox.Insert",
+			"Outbox.LockShared":       "SQLite serialises writers itself; no advisory locks",
+			"Outbox.LockClaim":        "SQLite serialises writers itself, and the relay lease (Outbox.AcquireLease) serialises relays",
+			"SQLMeta.EstimateRows":    "SQLite keeps no row estimate: the rows are counted",
+			"Meta.MigrateLock":        "the migration's write transaction (BEGIN IMMEDIATE) serialises migrators",
+			"Meta.CreateSchema":       "SQLite has no schemas: the table prefix names idem's tables",
+		},
 	}
 }

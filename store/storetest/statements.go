@@ -120,6 +120,9 @@ func walk(v reflect.Value, prefix string, out *[]Statement) error {
 			return fmt.Errorf("storetest: %s.%s is unexported: a Set holds exported statements only", typ, f.Name)
 		}
 		fv := v.Field(i)
+		if name == "NotNeeded" {
+			continue // the dialect's own list of empty statements, read by Complete
+		}
 		if b, ok := Builders[name]; ok {
 			if err := walkBuilt(fv, name, b, out); err != nil {
 				return err
@@ -224,30 +227,8 @@ var InTx = map[string]RunInTx{
 	},
 }
 
-// NotNeeded lists, per dialect and by field, the statements that dialect
-// leaves empty on purpose, each with the reason. [Complete] fails for an
-// empty statement not listed here (a new field a dialect forgot) and for an
-// entry whose statement is not empty (a stale entry).
-var NotNeeded = map[store.Dialect]map[string]string{
-	store.Postgres: {
-		"Outbox.AcquireLease": "relays run concurrently on PostgreSQL, serialised per claim by the advisory locks (Outbox.LockClaim, Outbox.LockShared)",
-		"Outbox.ReleaseLease": "no relay lease on PostgreSQL (see Outbox.AcquireLease)",
-	},
-	store.SQLite: {
-		"HTTPKeys.InsertLocked":   "BEGIN IMMEDIATE serialises writers: a request never waits on a row lock, so there is no lock timeout to bound (HTTPKeys.Insert is used)",
-		"HTTPKeys.InsertStrict":   "there is no HTTPKeys.InsertLocked to pipeline on SQLite",
-		"HTTPKeys.TakeOverLocked": "there is no HTTPKeys.InsertLocked on SQLite (HTTPKeys.TakeOver is used)",
-		"Outbox.Enqueue":          "SQLite serialises writers: no ordering-key locks nor notifications to fold into one statement, the events are inserted with Outbox.Insert",
-		"Outbox.LockShared":       "SQLite serialises writers itself; no advisory locks",
-		"Outbox.LockClaim":        "SQLite serialises writers itself, and the relay lease (Outbox.AcquireLease) serialises relays",
-		"SQLMeta.EstimateRows":    "SQLite keeps no row estimate: the rows are counted",
-		"Meta.MigrateLock":        "the migration's write transaction (BEGIN IMMEDIATE) serialises migrators",
-		"Meta.CreateSchema":       "SQLite has no schemas: the table prefix names idem's tables",
-	},
-}
-
 // Complete checks that s, dialect's Set, has a statement in every field
-// but those [NotNeeded] lists for the dialect, and that every NotNeeded and
+// but those its NotNeeded lists, and that every NotNeeded and
 // [InTx] entry names an existing field.
 func Complete(t *testing.T, dialect store.Dialect, s *sqlset.Set) {
 	t.Helper()
@@ -263,7 +244,7 @@ func Complete(t *testing.T, dialect store.Dialect, s *sqlset.Set) {
 			filled[st.Field] = true
 		}
 	}
-	notNeeded := NotNeeded[dialect]
+	notNeeded := s.NotNeeded
 	for _, st := range stmts {
 		if st.Other {
 			continue // set; checked as its Builders entry says
@@ -271,17 +252,17 @@ func Complete(t *testing.T, dialect store.Dialect, s *sqlset.Set) {
 		reason, listed := notNeeded[st.Field]
 		switch {
 		case st.SQL == "" && !listed:
-			t.Errorf("%s: %s has no statement: write it in store/%s, or list it in storetest.NotNeeded[%q] with the reason the dialect does not need it",
-				dialect, st.Name(), dialect, dialect)
+			t.Errorf("%s: %s has no statement: write it in store/%s, or list it in the Set's NotNeeded with the reason the dialect does not need it",
+				dialect, st.Name(), dialect)
 		case st.SQL != "" && listed:
-			t.Errorf("%s: %s has a statement but storetest.NotNeeded says it is not needed (%q): remove the entry", dialect, st.Name(), reason)
+			t.Errorf("%s: %s has a statement but the Set's NotNeeded says it is not needed (%q): remove the entry", dialect, st.Name(), reason)
 		case st.SQL == "" && filled[st.Field]:
 			t.Errorf("%s: %s is empty although other statements of %s are not", dialect, st.Name(), st.Field)
 		}
 	}
 	for _, f := range sortedKeys(notNeeded) {
 		if !fields[f] {
-			t.Errorf("storetest.NotNeeded[%q] names %s, which is no field of sqlset.Set", dialect, f)
+			t.Errorf("%s: NotNeeded names %s, which is no field of sqlset.Set", dialect, f)
 		}
 		if strings.TrimSpace(notNeeded[f]) == "" {
 			t.Errorf("storetest.NotNeeded[%q][%s] gives no reason", dialect, f)

@@ -137,6 +137,7 @@ func preparer(t *testing.T, e testdb.Driver) storetest.Prepare {
 func TestStatements(t *testing.T) {
 	t.Parallel()
 	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		storetest.Complete(t, e.D.Dialect(), e.D.Statements())
 		storetest.Statements(t, e.D, preparer(t, e))
 	})
 }
@@ -165,7 +166,7 @@ func TestPreparersReject(t *testing.T) {
 }
 
 // Each dialect's Set has a statement in every field, but the ones
-// storetest.NotNeeded lists with a reason.
+// dialect's NotNeeded lists with a reason.
 func TestComplete(t *testing.T) {
 	t.Parallel()
 	names, err := store.Names{}.WithDefaults()
