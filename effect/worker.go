@@ -85,6 +85,10 @@ type kind struct {
 // WorkerConfig configures a Worker.
 type WorkerConfig[TTx any] struct {
 	// Concurrency is the maximum number of calls in flight. Defaults to 10.
+	// A call's slot frees once its completion is queued for the next batch
+	// (see CompleteBatch): at most CompleteBatch completions wait in the
+	// queue besides the batch being recorded, and a completion not yet
+	// recorded keeps its lease like a call in flight.
 	Concurrency int
 	// PollInterval is how often the worker looks for due effects when it
 	// found none. Defaults to 1 second.
@@ -317,14 +321,22 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 					slots <- struct{}{}
 					c.calling.Add(1)
 					wg.Go(func() {
-						defer func() {
-							<-slots
-							select {
-							case freed <- struct{}{}:
-							default:
-							}
-						}()
-						w.perform(ctx, c, k, e)
+						// The slot frees when the call ended: once its
+						// completion is queued for the next batch (so the
+						// next claim overlaps the batch's round trip), or
+						// when its other outcome is recorded.
+						var once sync.Once
+						free := func() {
+							once.Do(func() {
+								<-slots
+								select {
+								case freed <- struct{}{}:
+								default:
+								}
+							})
+						}
+						defer free()
+						w.perform(ctx, c, free, k, e)
 					})
 				}
 			}
@@ -368,7 +380,7 @@ func (w *Worker[TTx]) claim(ctx context.Context, k *kind, n int) ([]Effect, erro
 }
 
 // perform runs one claimed effect and records its outcome under its token.
-func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], k *kind, e Effect) {
+func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued func(), k *kind, e Effect) {
 	handed := false // the completion went to c, which counts the call done
 	defer func() {
 		if !handed {
@@ -411,7 +423,7 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], k *kind, e
 	case err == nil:
 		endCall(span, outcomeCompleted, nil)
 		handed = true
-		if cerr := c.complete(fctx, e.Key, e.Token, res); cerr != nil {
+		if cerr := c.complete(fctx, e.Key, e.Token, res, queued); cerr != nil {
 			w.logFinalise(fctx, log, "complete", cerr)
 		}
 	case ctx.Err() != nil && !idem.IsPermanent(err):

@@ -38,16 +38,18 @@ func newCompleter[TTx any](l *Ledger[TTx], size int, delay time.Duration) *compl
 	return &completer[TTx]{l: l, in: make(chan completion, size), max: size, delay: delay}
 }
 
-// complete hands the completion to the batch and waits until it is
-// recorded (nil), fenced off (ErrLeaseLost) or failed. The caller counted
-// itself in calling; the completer counts it out on receipt.
-func (c *completer[TTx]) complete(ctx context.Context, key string, token int64, result []byte) error {
+// complete hands the completion to the batch, calls queued once it is
+// queued, and waits until it is recorded (nil), fenced off (ErrLeaseLost)
+// or failed. The caller counted itself in calling; the completer counts it
+// out on receipt.
+func (c *completer[TTx]) complete(ctx context.Context, key string, token int64, result []byte, queued func()) error {
 	if result == nil {
 		result = []byte{}
 	}
 	done := make(chan error, 1)
 	select {
 	case c.in <- completion{key: key, token: token, result: result, done: done}:
+		queued()
 	case <-ctx.Done():
 		c.calling.Add(-1)
 		return ctx.Err()
@@ -122,10 +124,13 @@ func (c *completer[TTx]) flush(ctx context.Context, batch []completion) {
 	}
 }
 
-// completeBatch runs the fenced Complete of every completion in one batch
-// and answers each one's done with nil or ErrLeaseLost (0 rows affected:
-// another claimer took the effect over, or it settled). An error of the
-// batch as a whole is returned with nothing answered.
+// completeBatch records every completion of batch in one round trip and
+// answers each one's done with nil or ErrLeaseLost (another claimer took
+// the effect over, or it settled): the fenced Complete of each in one
+// SendBatch, pipelined on the pool (one implicit transaction) when the
+// driver pipelines, in one transaction (one commit) otherwise. An error of
+// the batch as a whole is returned with nothing answered and nothing
+// written.
 func (l *Ledger[TTx]) completeBatch(ctx context.Context, batch []completion) error {
 	now := l.now()
 	at, exp := store.Micros(now), l.expiresAt(now)

@@ -19,7 +19,7 @@ const drainKind = "bench.email"
 // drainConcurrency is the effect worker's Concurrency in effect_drain: the
 // calls in flight against the no-op provider, so also the largest batch of
 // completions the worker records in one round trip.
-const drainConcurrency = 32
+const drainConcurrency = 128
 
 // drainWriters is the number of goroutines of the per-row baseline.
 const drainWriters = 8
