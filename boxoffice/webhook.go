@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/webhook"
 )
@@ -46,9 +46,9 @@ func (s *System[TTx]) webhookHandler() (http.Handler, error) {
 		return nil, err
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		spy := &statusSpy{ResponseWriter: w}
+		spy := &httpserver.StatusWriter{ResponseWriter: w}
 		rc.ServeHTTP(spy, r)
-		if spy.status == http.StatusOK { // a replay: recorded before, nothing enqueued
+		if spy.Status == http.StatusOK { // a replay: recorded before, nothing enqueued
 			s.counts.webhook.Add(1)
 			s.metrics.DuplicateContext(r.Context(), "webhook", WebhookSource)
 		}
@@ -88,26 +88,3 @@ func (s *System[TTx]) markPaid(ctx context.Context, tx TTx, d webhook.Delivery, 
 	}
 	return err
 }
-
-type statusSpy struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusSpy) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusSpy) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(p)
-}
-
-func (w *statusSpy) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-var _ atomic.Int64

@@ -53,6 +53,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/problem"
 	"github.com/idemkit/idem/store"
@@ -410,29 +411,6 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	problem.Write(w, prob.Status, prob, prob.RetryAfter)
 }
 
-// statusWriter remembers the status written through it.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection's writer.
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
 func (p *Proxy) instrument(label string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.inflight.Add(1)
@@ -441,7 +419,7 @@ func (p *Proxy) instrument(label string, h http.Handler) http.Handler {
 		ctx, info := idemhttp.WithInfo(r.Context())
 		fw := new(forwarded)
 		ctx = context.WithValue(ctx, forwardedKey{}, fw)
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &httpserver.StatusWriter{ResponseWriter: w}
 		h.ServeHTTP(sw, r.WithContext(ctx))
 		outcome := "rejected"
 		switch {
@@ -454,7 +432,7 @@ func (p *Proxy) instrument(label string, h http.Handler) http.Handler {
 			outcome = "executed"
 		case fw.Load():
 			outcome = "passthrough" // forwarded without the contract (no key where none is needed)
-		case sw.status == http.StatusUnprocessableEntity:
+		case sw.Status == http.StatusUnprocessableEntity:
 			if p.metrics != nil {
 				p.metrics.FingerprintConflict("proxy", label)
 			}
