@@ -31,6 +31,7 @@ func (e *Env) Pairs() []Pair {
 		ps = append(ps, httpPairs(e, e.pg, "postgres")...)
 		ns := func(ctx context.Context) (store.Driver[pgx.Tx], error) { return e.pgxNS(ctx) }
 		ps = append(ps, outboxRelay(e, ns, "postgres"), pipeline(e, ns, "postgres"))
+		ps = append(ps, effectDrain(e, "postgres"))
 	} else {
 		ps = append(ps, httpPairs(e, e.sqlite, "sqlite")...)
 		ns := func(ctx context.Context) (store.Driver[*sql.Tx], error) { return e.sqliteNS(ctx) }
