@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/store"
 )
@@ -33,8 +31,8 @@ const drainWriters = 8
 // fresh pending rows, scheduled untimed through the ledger.
 func effectDrain(e *Env, storeName string) Pair {
 	var (
-		d     store.Driver[pgx.Tx]
-		l     *effect.Ledger[pgx.Tx]
+		d     store.Driver[any]
+		l     *effect.Ledger[any]
 		table string
 		estA  = 5000.0
 		n     int
@@ -42,9 +40,11 @@ func effectDrain(e *Env, storeName string) Pair {
 	)
 	p := Pair{Name: "effect_drain_" + storeName}
 	p.Setup = func(ctx context.Context) (err error) {
-		if d, err = e.pgxNS(ctx); err != nil {
+		pd, err := e.pgxNS(ctx)
+		if err != nil {
 			return err
 		}
+		d = store.Erase(pd) // the pgx driver, its abilities forwarded
 		table = d.Table("effects")
 		l, err = effect.New(d, effect.Config{})
 		return err
@@ -60,7 +60,7 @@ func effectDrain(e *Env, storeName string) Pair {
 			keys[i] = fmt.Sprintf("drain:%d:%d", r, i)
 		}
 		for i := 0; i < count; i += 500 {
-			err := store.InTx(ctx, d, func(tx pgx.Tx) error {
+			err := store.InTx(ctx, d, func(tx any) error {
 				for _, k := range keys[i:min(i+500, count)] {
 					if _, _, err := l.ScheduleTx(ctx, tx, effect.Effect{Key: k, Kind: drainKind, Payload: payload}); err != nil {
 						return err
@@ -80,7 +80,7 @@ func effectDrain(e *Env, storeName string) Pair {
 			return Sample{}, err
 		}
 		var calls atomic.Int64
-		w, err := effect.NewWorker(l, effect.WorkerConfig[pgx.Tx]{Concurrency: drainConcurrency})
+		w, err := effect.NewWorker(l, effect.WorkerConfig[any]{Concurrency: drainConcurrency})
 		if err != nil {
 			return Sample{}, err
 		}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemkit/idem/store"
 )
 
@@ -29,7 +27,13 @@ func (e *Env) Pairs() []Pair {
 	}
 	if e.hasPostgres() {
 		ps = append(ps, httpPairs(e, e.pg, "postgres")...)
-		ns := func(ctx context.Context) (store.Driver[pgx.Tx], error) { return e.pgxNS(ctx) }
+		ns := func(ctx context.Context) (store.Driver[any], error) {
+			d, err := e.pgxNS(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return store.Erase(d), nil // the pgx driver, its abilities forwarded
+		}
 		ps = append(ps, outboxRelay(e, ns, "postgres"), pipeline(e, ns, "postgres"))
 		ps = append(ps, effectDrain(e, "postgres"))
 	} else {

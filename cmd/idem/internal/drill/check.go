@@ -4,18 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redact"
+	"github.com/idemkit/idem/store/pgxstore"
 )
 
 // ErrTarget reports a --db or --nats target the drill cannot use: an
@@ -75,22 +73,18 @@ func Check(ctx context.Context, cfg Config) error {
 
 func checkPostgres(ctx context.Context, raw string) error {
 	shown := redact.URL(raw)
-	pc, err := pgx.ParseConfig(raw)
-	if err != nil {
-		// The parser's message may quote the URL: leave it out.
-		return targetErrorf(raw, nil, "drill: --db %s is not a valid PostgreSQL URL", shown)
-	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	c, err := pgx.ConnectConfig(ctx, pc)
-	if err != nil {
-		return targetErrorf(raw, pgReason(err), "drill: --db %s: cannot connect to PostgreSQL", shown)
+	switch err := pgxstore.Ping(ctx, raw); {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgxstore.ErrBadURL):
+		return targetErrorf(raw, nil, "drill: --db %s is not a valid PostgreSQL URL", shown)
+	case errors.Is(err, pgxstore.ErrNoAnswer):
+		return targetErrorf(raw, errors.New(strings.TrimPrefix(err.Error(), pgxstore.ErrNoAnswer.Error()+": ")), "drill: --db %s: PostgreSQL does not answer", shown)
+	default:
+		return targetErrorf(raw, err, "drill: --db %s: cannot connect to PostgreSQL", shown)
 	}
-	defer c.Close(context.WithoutCancel(ctx))
-	if err := c.Ping(ctx); err != nil {
-		return targetErrorf(raw, err, "drill: --db %s: PostgreSQL does not answer", shown)
-	}
-	return nil
 }
 
 func checkNATS(ctx context.Context, raw string) error {
@@ -110,20 +104,6 @@ func checkNATS(ctx context.Context, raw string) error {
 		return targetErrorf(raw, err, "drill: --nats %s: JetStream is not available", shown)
 	}
 	return nil
-}
-
-// pgReason is the gist of a pgx connection error: the server's answer
-// or the network error (pgx repeats it per address and TLS attempt).
-func pgReason(err error) error {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return fmt.Errorf("%s: %s (SQLSTATE %s)", pe.Severity, pe.Message, pe.Code)
-	}
-	var ne *net.OpError
-	if errors.As(err, &ne) {
-		return ne
-	}
-	return err
 }
 
 // oneLine folds s onto one line.
