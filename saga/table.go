@@ -61,21 +61,8 @@ func ExpireSagas[TTx any](ctx context.Context, d store.Driver[TTx], horizon time
 // "compensating", "completed", "compensated", "held"); states without
 // sagas are absent.
 func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	rows, err := d.Pool().Query(ctx, d.Statements().Sagas.Counts)
+	out, err := store.CountBy(ctx, d.Pool(), d.Statements().Sagas.Counts)
 	if err != nil {
-		return nil, fmt.Errorf("saga: counts: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var st string
-		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, fmt.Errorf("saga: counts: %w", err)
-		}
-		out[st] = n
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("saga: counts: %w", err)
 	}
 	return out, nil
