@@ -38,7 +38,7 @@ func consumeSpans(t *testing.T, batch int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() { b.Close() }) // after the consumer stops (cleanups run last-registered first)
 	sub, err := b.Subscribe("orders", "billing")
 	if err != nil {
 		t.Fatal(err)
