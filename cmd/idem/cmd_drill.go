@@ -13,7 +13,6 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/drill"
-	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/redact"
 )
 
@@ -28,7 +27,7 @@ import (
 // target that cannot be reached) exits 2 with one line on stderr before
 // anything else is printed.
 func runDrill(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "drill", "[--orders 2000] [--duplicates 0.3] [--crash 0.1] [--workers 8] [--seed N] [--db URL] [--nats URL] [--scenario NAME|all] [--processes] [--json]")
+	fs := newFlags(env, "drill", "[--orders 2000] [--duplicates 0.3] [--crash 0.1] [--workers 8] [--seed N] [--db URL] [--nats URL] [--broker nats|kafka|rabbitmq] [--kafka HOST:PORT,…] [--amqp URL] [--nats-cluster N] [--scenario NAME|all] [--processes] [--json]")
 	orders := fs.Int("orders", 2000, "orders of the load scenarios (the focused ones use a tenth, 20 to 200)")
 	duplicates := fs.Float64("duplicates", 0.3, "share of requests whose response is lost and retried")
 	crash := fs.Float64("crash", 0.1, "share of deliveries and effect calls hit by a simulated crash")
@@ -36,6 +35,10 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 	seed := fs.Uint64("seed", 1, "seed of every random choice")
 	db := fs.String("db", "", "run on PostgreSQL: postgres://… (a fresh schema per scenario); default: fresh SQLite files")
 	natsURL := fs.String("nats", "", "run on a NATS server with JetStream (a stream per scenario); default: embedded JetStream")
+	brokerName := fs.String("broker", "nats", "broker of the reference system: nats (JetStream), kafka or rabbitmq")
+	kafka := fs.String("kafka", "", "with --broker kafka: seed brokers host:port,… of a real cluster; default: an in-process kfake cluster")
+	amqpURL := fs.String("amqp", "", "with --broker rabbitmq: the RabbitMQ server, amqp://user:pass@host:5672/")
+	natsCluster := fs.Int("nats-cluster", 0, "run on an embedded JetStream cluster of N nodes (at least 3) whose leaders are killed during the load")
 	scenario := fs.String("scenario", "all", "scenario to run, or all: "+strings.Join(drill.Names(), ", "))
 	processes := fs.Bool("processes", false, "also run relays, consumers and effect workers as child processes that are SIGKILLed and restarted")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
@@ -48,13 +51,17 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	if *db != "" {
-		if _, err := dsn.ParsePostgres(*db); err != nil {
+		if !drill.ValidDatabaseURL(*db) {
 			return fmt.Errorf("%w: --db must be a postgres:// URL (the drill's default is a fresh SQLite file per scenario)", errUsage)
 		}
 	}
 	cfg := drill.Config{
 		Orders: *orders, Duplicates: *duplicates, Crash: *crash, Workers: *workers, Seed: *seed,
 		DatabaseURL: *db, NATSURL: *natsURL, Processes: *processes, Timeout: *timeout,
+		Broker: *brokerName, AMQPURL: *amqpURL, NATSCluster: *natsCluster,
+	}
+	if *kafka != "" {
+		cfg.Kafka = strings.Split(*kafka, ",")
 	}
 	if *scenario != "" && *scenario != "all" {
 		cfg.Scenarios = strings.Split(*scenario, ",")

@@ -59,16 +59,11 @@ func Check(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if cfg.DatabaseURL != "" {
-		if err := checkPostgres(ctx, cfg.DatabaseURL); err != nil {
+		if err := checkDatabase(ctx, cfg.DatabaseURL); err != nil {
 			return err
 		}
 	}
-	if cfg.NATSURL != "" {
-		if err := checkNATS(ctx, cfg.NATSURL); err != nil {
-			return err
-		}
-	}
-	return nil
+	return checkBroker(ctx, cfg)
 }
 
 func checkPostgres(ctx context.Context, raw string) error {

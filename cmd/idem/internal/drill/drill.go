@@ -79,7 +79,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/dsn"
 )
 
 // Config configures a drill run.
@@ -106,6 +105,22 @@ type Config struct {
 	// scenario, deleted afterwards). Defaults to an embedded server per
 	// scenario.
 	NATSURL string
+	// Broker is the broker the reference system runs on: "nats" (the
+	// default: JetStream, embedded unless NATSURL is set), "kafka" (an
+	// in-process kfake cluster unless Kafka is set) or "rabbitmq" (AMQPURL,
+	// required).
+	Broker string
+	// Kafka lists the seed brokers (host:port) of a real Kafka cluster for
+	// Broker "kafka". Empty: an in-process kfake cluster.
+	Kafka []string
+	// AMQPURL is the RabbitMQ server (amqp://…) for Broker "rabbitmq".
+	AMQPURL string
+	// NATSCluster, when at least 3, runs the drill on an embedded JetStream
+	// cluster of that many nodes on loopback (streams with three replicas)
+	// whose stream leader, and at random a follower, are killed and
+	// restarted during the load scenarios. The report counts the node
+	// kills and leader changes (Report.Cluster).
+	NATSCluster int
 	// Scenarios to run, by name. Defaults to all (without "processes"
 	// unless Processes is set).
 	Scenarios []string
@@ -150,8 +165,14 @@ func (c *Config) defaults() error {
 		return idem.InvalidOptionf("drill: --crash must be in [0, 1]")
 	case c.Workers < 1:
 		return idem.InvalidOptionf("drill: --workers must be at least 1")
+	case c.Broker != "" && c.Broker != "nats" && c.Broker != "kafka" && c.Broker != "rabbitmq":
+		return idem.InvalidOptionf("drill: --broker must be nats, kafka or rabbitmq")
+	case c.NATSCluster != 0 && c.NATSCluster < 3:
+		return idem.InvalidOptionf("drill: --nats-cluster must be at least 3 (a JetStream cluster needs a quorum)")
+	case c.NATSCluster != 0 && (c.NATSURL != "" || (c.Broker != "" && c.Broker != "nats")):
+		return idem.InvalidOptionf("drill: --nats-cluster runs its own embedded cluster: it excludes --nats and --broker kafka|rabbitmq")
 	}
-	if _, err := dsn.ParsePostgres(c.DatabaseURL); c.DatabaseURL != "" && err != nil {
+	if c.DatabaseURL != "" && !ValidDatabaseURL(c.DatabaseURL) {
 		return idem.InvalidOptionf("drill: --db must be a postgres:// URL (the default is a fresh SQLite file per scenario)")
 	}
 	return nil
@@ -176,6 +197,9 @@ type Result struct {
 type Report struct {
 	Pass      bool     `json:"pass"`
 	Scenarios []Result `json:"scenarios"`
+	// Cluster reports the node kills and leader changes of a
+	// --nats-cluster run (nil otherwise).
+	Cluster *ClusterReport `json:"cluster,omitempty"`
 }
 
 // scenario is one named drill.
@@ -199,7 +223,7 @@ func Names() []string {
 // for a configuration problem (see [Check]: bad options, a --db or --nats
 // target that cannot be used) or an environment that cannot be set up at
 // all; scenario failures are in the report.
-func Run(ctx context.Context, cfg Config) (Report, error) {
+func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err := Check(ctx, cfg); err != nil {
 		return Report{}, err
 	}
@@ -215,7 +239,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	defer r.close()
-	rep := Report{Pass: true}
+	rep = Report{Pass: true}
+	if cfg.NATSCluster > 0 {
+		c, err := r.startCluster(ctx)
+		if err != nil {
+			return Report{}, err
+		}
+		defer func() { rep.Cluster = c.stop() }()
+	}
 	for i, s := range chosen {
 		if cfg.Progress != nil {
 			cfg.Progress(i, len(chosen), s.name)

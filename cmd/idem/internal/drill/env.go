@@ -13,13 +13,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idem/boxoffice"
-	bjs "github.com/idemkit/idem/broker/jetstream"
-	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/webhook"
@@ -141,20 +138,18 @@ func (r *runner) newEnv(ctx context.Context, name string, start bool, mod func(*
 		},
 	}
 	if r.cfg.DatabaseURL != "" {
-		conn, schema, err := r.pgSchema(ctx)
+		cleanup, err := r.scenarioDB(ctx, &o)
 		if err != nil {
 			return nil, err
 		}
-		e.cleanup = append(e.cleanup, func() { r.dropSchema(schema) })
-		o.DatabaseURL, o.Schema = conn, schema
+		e.cleanup = append(e.cleanup, cleanup)
 	}
-	if r.cfg.NATSURL != "" {
-		id := randHex(4)
-		o.NATSURL = r.cfg.NATSURL
-		o.Stream = "IDEM_DRILL_" + strings.ToUpper(id)
-		o.Config.Subject = "idem-drill." + id + "." + boxoffice.Subject
-		stream := o.Stream
-		e.cleanup = append(e.cleanup, func() { r.deleteStream(stream) })
+	cleanup, err := r.scenarioBroker(ctx, &o)
+	if err != nil {
+		return nil, err
+	}
+	if cleanup != nil {
+		e.cleanup = append(e.cleanup, cleanup)
 	}
 	if mod != nil {
 		mod(&o)
@@ -228,49 +223,6 @@ func (e *env) close() {
 	for i := len(e.cleanup) - 1; i >= 0; i-- {
 		e.cleanup[i]()
 	}
-}
-
-// pgSchema creates a fresh schema and returns a URL whose search_path
-// points at it.
-func (r *runner) pgSchema(ctx context.Context) (string, string, error) {
-	schema := "idem_drill_" + randHex(5)
-	if err := r.pgExec(ctx, `CREATE SCHEMA `+schema); err != nil {
-		return "", "", fmt.Errorf("drill: create schema: %w", err)
-	}
-	return dsn.WithParam(r.cfg.DatabaseURL, "search_path", schema), schema, nil
-}
-
-// pgExec runs one statement on the drill's PostgreSQL server, on a
-// connection of its own.
-func (r *runner) pgExec(ctx context.Context, stmt string) error {
-	db, err := dsn.ParsePostgres(r.cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	d, err := dsn.OpenPgx(ctx, db, dsn.Options{MaxConns: 1})
-	if err != nil {
-		return fmt.Errorf("drill: connect PostgreSQL: %w", err)
-	}
-	defer d.Close()
-	_, err = d.Pool().Exec(ctx, stmt)
-	return err
-}
-
-func (r *runner) dropSchema(schema string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = r.pgExec(ctx, `DROP SCHEMA `+schema+` CASCADE`)
-}
-
-func (r *runner) deleteStream(stream string) {
-	nc, js, err := bjs.Dial(r.cfg.NATSURL)
-	if err != nil {
-		return
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = js.DeleteStream(ctx, stream)
 }
 
 // reply is one HTTP answer.
