@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"time"
 
 	"golang.org/x/term"
@@ -18,17 +19,22 @@ import (
 // runs when --db is a postgres:// URL, in a schema of its own that is
 // dropped at the end.
 func runBench(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "bench", "[--db URL] [--nats URL] [--duration 10s] [--json] [--peer watermill]")
+	fs := newFlags(env, "bench", "[--db URL] [--nats URL] [--duration 10s] [--json] [--peer watermill] [--pair REGEXP]")
 	db := fs.String("db", "", "database URL: postgres://… adds the PostgreSQL variants; sqlite://path puts the SQLite file beside path (default IDEM_DATABASE_URL, else embedded SQLite)")
 	natsURL := fs.String("nats", "", "NATS JetStream URL (default: an embedded in-process server; env IDEM_NATS_URL)")
 	duration := fs.Duration("duration", 10*time.Second, "time budget of each pair, split over its interleaved rounds (A B A B A B)")
 	asJSON := fs.Bool("json", false, `print {"results": [...]} as JSON instead of a table`)
 	peer := fs.String("peer", "", "also compare with a peer library: watermill (needs a postgres:// --db and the Go toolchain; runs cmd/idem/internal/bench/peer)")
+	pairRE := fs.String("pair", "", "run only the pairs whose name matches this regular expression (e.g. '^http_')")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	only, err := regexp.Compile(*pairRE)
+	if err != nil {
+		return fmt.Errorf("%w: --pair %q is not a regular expression: %v", errUsage, *pairRE, err)
 	}
 	if *duration < time.Second {
 		return fmt.Errorf("%w: --duration %v is too short (at least 1s)", errUsage, *duration)
@@ -64,7 +70,15 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		return hideURL(hideURL(err, u), cfg.NATS)
 	}
 	defer e.Close()
-	pairs := e.Pairs()
+	var pairs []bench.Pair
+	for _, p := range e.Pairs() {
+		if only.MatchString(p.Name) {
+			pairs = append(pairs, p)
+		}
+	}
+	if len(pairs) == 0 {
+		return fmt.Errorf("%w: --pair %q matches no pair of this run", errUsage, *pairRE)
+	}
 	rep, runErr := bench.Run(ctx, pairs, bench.Options{
 		Budget:    *duration,
 		Progress:  progressPrinter(env),
