@@ -58,3 +58,16 @@ type Subscriber interface {
 	// redelivered later.
 	Close() error
 }
+
+// Pauser is implemented by subscribers that can stop fetching from the
+// broker for a while (backpressure): Kafka pauses the fetches of its
+// topics' partitions (PauseFetchTopics), JetStream stops pulling, AMQP
+// cancels its consumer so the broker stops pushing. Deliveries already
+// handed out can still be settled while paused, and no message is lost:
+// what was not fetched waits in the broker. Both calls are idempotent.
+type Pauser interface {
+	// Pause stops fetching new messages until Resume.
+	Pause(ctx context.Context) error
+	// Resume fetches again after Pause.
+	Resume(ctx context.Context) error
+}
