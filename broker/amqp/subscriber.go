@@ -194,7 +194,7 @@ func (s *Subscriber) newDelivery(ch *amqp.Channel, d amqp.Delivery) *delivery {
 	s.attempts[m.ID] = n
 	s.mu.Unlock()
 	m.Attempt = n
-	dl := &delivery{s: s, ch: ch, tag: d.DeliveryTag, msg: m}
+	dl := &delivery{s: s, ch: ch, tag: d.DeliveryTag, msg: m, exchange: d.Exchange}
 	dl.mu.Lock() // the timer's settle must see dl.timer
 	dl.timer = time.AfterFunc(s.cfg.AckWait, dl.expire)
 	dl.mu.Unlock()
@@ -215,11 +215,12 @@ func (s *Subscriber) Close() error {
 }
 
 type delivery struct {
-	s     *Subscriber
-	ch    *amqp.Channel
-	tag   uint64
-	msg   idem.Message
-	timer *time.Timer
+	s        *Subscriber
+	ch       *amqp.Channel
+	tag      uint64
+	msg      idem.Message
+	exchange string
+	timer    *time.Timer
 
 	mu      sync.Mutex
 	settled bool // protected by mu
@@ -234,6 +235,17 @@ var ErrAckWaitExpired = errors.New("amqp: ack wait expired, message requeued")
 func (d *delivery) expire() { _ = d.settleAs(true, true, false, true) }
 
 func (d *delivery) Message() idem.Message { return d.msg }
+
+// Origin implements [broker.Locator]: the queue, the delivery tag, and the
+// exchange ("" for the default exchange) and routing key of the message.
+func (d *delivery) Origin() map[string]string {
+	return map[string]string{
+		broker.OriginQueue:       d.s.cfg.Queue,
+		broker.OriginDeliveryTag: strconv.FormatUint(d.tag, 10),
+		broker.OriginExchange:    d.exchange,
+		broker.OriginRoutingKey:  d.msg.Subject,
+	}
+}
 
 // settle acks or nacks once; later calls are no-ops.
 func (d *delivery) settle(nack, requeue, forget bool) error {

@@ -399,8 +399,9 @@ func (s *Subscriber) Close() error {
 }
 
 type delivery struct {
-	m   jetstream.Msg
-	msg idem.Message
+	m    jetstream.Msg
+	msg  idem.Message
+	meta *jetstream.MsgMetadata
 }
 
 func newDelivery(m jetstream.Msg) (*delivery, error) {
@@ -439,10 +440,21 @@ func newDelivery(m jetstream.Msg) (*delivery, error) {
 			msg.Headers[k] = v[0]
 		}
 	}
-	return &delivery{m: m, msg: msg}, nil
+	return &delivery{m: m, msg: msg, meta: meta}, nil
 }
 
 func (d *delivery) Message() idem.Message { return d.msg }
+
+// Origin implements [broker.Locator]: the stream, the message's stream
+// sequence, the durable consumer and the subject.
+func (d *delivery) Origin() map[string]string {
+	return map[string]string{
+		broker.OriginStream:    d.meta.Stream,
+		broker.OriginStreamSeq: strconv.FormatUint(d.meta.Sequence.Stream, 10),
+		broker.OriginConsumer:  d.meta.Consumer,
+		broker.OriginSubject:   d.msg.Subject,
+	}
+}
 
 // Ack double-acks: it returns once the server confirmed the ack, so a nil
 // error means the message will not be redelivered.

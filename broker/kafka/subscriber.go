@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -335,6 +336,16 @@ type delivery struct {
 }
 
 func (d *delivery) Message() idem.Message { return d.msg }
+
+// Origin implements [broker.Locator]: the record's topic, partition and
+// offset.
+func (d *delivery) Origin() map[string]string {
+	return map[string]string{
+		broker.OriginTopic:     d.r.r.Topic,
+		broker.OriginPartition: strconv.FormatInt(int64(d.r.r.Partition), 10),
+		broker.OriginOffset:    strconv.FormatInt(d.r.r.Offset, 10),
+	}
+}
 
 // Ack settles the record and synchronously commits the partition's offset
 // past every settled record before the first unsettled one. A nil error

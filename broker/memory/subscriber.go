@@ -165,6 +165,12 @@ type delivery struct {
 
 func (d *delivery) Message() idem.Message { return d.msg }
 
+// Origin implements [broker.Locator]: the subject and the message's
+// sequence number in the broker.
+func (d *delivery) Origin() map[string]string {
+	return map[string]string{broker.OriginSubject: d.msg.Subject, broker.OriginSeq: d.msg.Position}
+}
+
 // settle removes the item from its group. Called with b.mu held.
 func (d *delivery) settleLocked() {
 	g := d.s.g
