@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"strconv"
 	"strings"
@@ -141,10 +142,19 @@ func FromMessage(consumer string, msg idem.Message, err error) Letter {
 }
 
 // Message rebuilds the original message for republishing: same id, subject,
-// key, headers and payload. Attempt and Position are left zero (the broker
-// assigns new ones).
+// key, headers and payload. Attempt and Position are left zero, and the
+// origin headers the consumer recorded (broker.OriginPrefix) are dropped:
+// the broker assigns new ones.
 func (l Letter) Message() idem.Message {
-	return idem.Message{ID: l.MessageID, Subject: l.Source, Key: l.Key, Headers: l.Headers, Payload: l.Payload}
+	h := l.Headers
+	for k := range h {
+		if broker.IsOriginHeader(k) {
+			h = maps.Clone(h)
+			maps.DeleteFunc(h, func(k, _ string) bool { return broker.IsOriginHeader(k) })
+			break
+		}
+	}
+	return idem.Message{ID: l.MessageID, Subject: l.Source, Key: l.Key, Headers: h, Payload: l.Payload}
 }
 
 // LogValue implements slog.LogValuer without the payload.
