@@ -186,6 +186,26 @@ type Config[TTx any] struct {
 	// AcceptShortRetention starts the consumer anyway when its inbox
 	// retention is shorter than the stream's max age, with a warning.
 	AcceptShortRetention bool
+	// Reroute, if set, takes over failed deliveries instead of the
+	// broker's redelivery (non-blocking retries): consumer/retrytopic
+	// publishes each to the next retry topic or to the dead-letter topic,
+	// and the delivery is acked only after that publish was durably
+	// accepted. See [Rerouter].
+	Reroute Rerouter
+	// RetryInPlace (blocking retries) retries a transient failure in place,
+	// waiting Backoff between attempts, up to MaxAttempts, while the
+	// subscription is paused (when the subscriber is a broker.Pauser), so
+	// the messages behind it wait: for consumers whose per-key order
+	// matters. It requires Concurrency 1 and BatchSize 1 (with more, other
+	// workers would handle the messages behind it meanwhile).
+	RetryInPlace bool
+	// Gate, if set, is consulted before every fetch (backpressure): while
+	// it answers closed, the consumer fetches nothing, pauses the
+	// subscription (when the subscriber is a broker.Pauser) and asks again
+	// after retryAfter (bounded by FetchWait); once open it resumes. Use
+	// effect.Worker.Gate: closed while a kind's breaker is open or its
+	// rate limit is saturated.
+	Gate func() (open bool, retryAfter time.Duration)
 }
 
 // Consumer binds a broker subscription to the inbox. It is safe to run
@@ -203,6 +223,8 @@ type Consumer[TTx any] struct {
 
 	mu      sync.Mutex
 	running bool // protected by mu
+
+	pause pauseHold // the holders of the subscription's pause
 }
 
 // New validates cfg and returns a consumer; call Run.
@@ -215,6 +237,8 @@ func New[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], sub broker.Subscrib
 	case cfg.Concurrency < 0 || cfg.BatchSize < 0 || cfg.MaxAttempts < 0 || cfg.FetchWait < 0 ||
 		cfg.Backoff.Base < 0 || cfg.Backoff.Max < 0:
 		return nil, idem.InvalidOptionf("consumer: negative Concurrency, BatchSize, MaxAttempts, FetchWait or Backoff")
+	case cfg.RetryInPlace && (cfg.Concurrency > 1 || cfg.BatchSize > 1):
+		return nil, idem.InvalidOptionf("consumer: RetryInPlace needs Concurrency 1 and BatchSize 1, or messages behind a retried one are handled meanwhile")
 	}
 	if err := idem.ValidateID(cfg.Name); err != nil {
 		return nil, idem.InvalidOptionf("consumer: Name: %v", err)
@@ -254,6 +278,7 @@ func New[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], sub broker.Subscrib
 	}
 	c := &Consumer[TTx]{d: d, ib: ib, sub: sub, cfg: cfg, log: obs.Component(cfg.Logger, "consumer", "consumer", cfg.Name),
 		tr: obs.Tracer(cfg.TracerProvider)}
+	c.pause.p, _ = sub.(broker.Pauser)
 	if cfg.Schema != nil {
 		sch, err := compileSchema(cfg.Schema)
 		if err != nil {
@@ -319,7 +344,12 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 
 func (c *Consumer[TTx]) work(ctx context.Context) error {
 	failures := 0
+	gated := false
+	defer func() { c.ungate(ctx, &gated) }()
 	for ctx.Err() == nil {
+		if c.gated(ctx, &gated) {
+			continue
+		}
 		ds, err := c.sub.Fetch(ctx, c.cfg.BatchSize, c.cfg.FetchWait)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -446,17 +476,26 @@ func (c *Consumer[TTx]) processOne(ctx context.Context, dv broker.Delivery) {
 		c.fail(ctx, dv, msg, fmt.Errorf("consumer: begin: %w", err))
 		return
 	}
-	res, err := c.ib.ProcessTx(ctx, tx, c.cfg.Name, msg, c.handler())
-	if err != nil || res == inbox.Duplicate {
-		_ = c.d.Rollback(context.WithoutCancel(ctx), tx)
-	} else if err = c.d.Commit(ctx, tx); err != nil {
-		err = fmt.Errorf("consumer: commit: %w", err)
+	res, err := c.attempt(ctx, tx, msg)
+	if err != nil && c.cfg.RetryInPlace {
+		res, msg, err = c.retryInPlace(ctx, msg, err)
 	}
 	if err != nil {
 		c.fail(ctx, dv, msg, err)
 		return
 	}
 	c.succeeded(ctx, dv, msg, res)
+}
+
+// attempt processes msg in tx and commits (or rolls back) tx.
+func (c *Consumer[TTx]) attempt(ctx context.Context, tx TTx, msg idem.Message) (inbox.Result, error) {
+	res, err := c.ib.ProcessTx(ctx, tx, c.cfg.Name, msg, c.handler())
+	if err != nil || res == inbox.Duplicate {
+		_ = c.d.Rollback(context.WithoutCancel(ctx), tx)
+	} else if err = c.d.Commit(ctx, tx); err != nil {
+		err = fmt.Errorf("consumer: commit: %w", err)
+	}
+	return res, err
 }
 
 func (c *Consumer[TTx]) processBatch(ctx context.Context, ds []broker.Delivery) {
@@ -565,6 +604,10 @@ func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.M
 	c.cfg.Metrics.Failed(c.cfg.Name, class)
 	if errors.Is(err, idem.ErrFingerprintMismatch) {
 		c.cfg.Metrics.FingerprintConflict("consumer", c.cfg.Name)
+	}
+	if c.rerouted(ctx, sctx, dv, msg, err, class) {
+		decision = DecisionRerouted
+		return
 	}
 	park := idem.IsPermanent(err) || errors.Is(err, idem.ErrNeedsReconciliation) || msg.Attempt >= c.cfg.MaxAttempts
 	if !park {

@@ -18,6 +18,7 @@ const (
 	DecisionMismatch     = "mismatch"      // the message id came before with another payload
 	DecisionDeadLettered = "dead_lettered" // parked in the dead-letter store (permanent, or out of attempts)
 	DecisionRetry        = "retry"         // sent back for redelivery
+	DecisionRerouted     = "rerouted"      // handed to Config.Reroute (a retry or dead-letter topic), then acked
 )
 
 // consumeSpan is the idem.consume span of one delivery, in its context.
