@@ -16,9 +16,10 @@ const effectMaxAttempts = 20
 
 // Horizons returns the system's replay horizons as configured: the
 // Idempotency-Key retention of POST /orders, the relay's retry span, the
-// JetStream stream's max age and duplicate window (read from the server
-// when the broker is JetStream), every consumer's inbox retention, the
-// webhook sender's documented retry span against the receiver's retention,
+// broker's horizons (read from the server: the JetStream stream's max age
+// and duplicate window, the Kafka topic's retention.ms; on RabbitMQ each
+// consumer queue's x-message-ttl, beyond which nothing is replayed), every
+// consumer's inbox retention, the webhook sender's documented retry span against the receiver's retention,
 // and the e-mail effect's retry span against the provider's key lifetime.
 // The client retry window is not the system's to declare (0). Dead letters
 // stay parked until an operator resolves them, so the redrive window is
@@ -32,17 +33,36 @@ func (s *System[TTx]) Horizons(ctx context.Context) (horizon.System, error) {
 		return h, err
 	}
 	h.OutboxRetry = r.RetrySpan()
-	stream := "order-events"
-	if b, ok := s.cfg.Broker.(*JetStreamBroker); ok {
+	stream := s.cfg.Subject
+	switch b := s.cfg.Broker.(type) {
+	case *JetStreamBroker:
 		st, err := jetstream.StreamHorizon(ctx, b.js, b.cfg.Stream)
 		if err != nil {
 			return h, err
 		}
 		h.Streams = append(h.Streams, st)
 		stream = st.Name
+	case *KafkaBroker:
+		// The topic's retention: a record is readable (by a group reset,
+		// or again after a crash before the commit) until it expires.
+		st, err := b.StreamHorizon(ctx)
+		if err != nil {
+			return h, err
+		}
+		h.Streams = append(h.Streams, st)
+	case *AMQPBroker:
+		// Each consumer's queue: nothing is replayed beyond the queue, and
+		// its x-message-ttl bounds how late a delivery can come.
+		for _, c := range []string{ConsumerNotification, ConsumerBilling, ConsumerSearch} {
+			h.Streams = append(h.Streams, b.StreamHorizon(b.Queue(c+s.cfg.DurableSuffix)))
+		}
 	}
 	for _, c := range []string{ConsumerNotification, ConsumerBilling, ConsumerSearch} {
-		h.Consumers = append(h.Consumers, horizon.Consumer{Name: c, Stream: stream, InboxRetention: s.inbox.RetentionOf(c)})
+		st := stream
+		if b, ok := s.cfg.Broker.(*AMQPBroker); ok {
+			st = b.Queue(c + s.cfg.DurableSuffix)
+		}
+		h.Consumers = append(h.Consumers, horizon.Consumer{Name: c, Stream: st, InboxRetention: s.inbox.RetentionOf(c)})
 	}
 	h.Webhooks = []horizon.WebhookSource{{Name: WebhookSource + " (Standard Webhooks)", SenderRetry: webhook.StandardWebhooksRetrySpan,
 		Retention: s.inbox.RetentionOf("webhook:" + WebhookSource)}}
@@ -59,8 +79,8 @@ func (s *System[TTx]) Horizons(ctx context.Context) (horizon.System, error) {
 	return h, nil
 }
 
-// duplicateWindow is the broker's duplicate window (0 when it has none or
-// it is unknown): the relay warns when its retry span outlives it.
+// duplicateWindow is the broker's duplicate window (0 when it has none, as
+// Kafka and RabbitMQ, or it is unknown): the relay warns when its retry span outlives it.
 func (s *System[TTx]) duplicateWindow() time.Duration {
 	if b, ok := s.cfg.Broker.(*JetStreamBroker); ok {
 		return b.cfg.Duplicates

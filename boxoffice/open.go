@@ -1,6 +1,7 @@
 package boxoffice
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -34,6 +35,20 @@ type Options struct {
 	Schema string
 	// SQLiteSynchronous is the SQLite synchronous level. Defaults to FULL.
 	SQLiteSynchronous string
+	// Broker is the broker: "nats" (the default: JetStream, NATSURL or an
+	// embedded server), "kafka" (Kafka, or an in-process kfake cluster
+	// when Kafka is empty) or "rabbitmq" (AMQPURL, required).
+	Broker string
+	// Kafka lists the seed brokers (host:port) of the Kafka cluster for
+	// Broker "kafka". Empty: an in-process cluster ([StartKafka]) that
+	// lives as long as the System.
+	Kafka []string
+	// KafkaSessionTimeout is the consumer groups' session timeout on Kafka
+	// (see [KafkaConfig.SessionTimeout]). Defaults to franz-go's, or to
+	// [KafkaSessionTimeout] on the in-process cluster.
+	KafkaSessionTimeout time.Duration
+	// AMQPURL is the RabbitMQ server (amqp://…) for Broker "rabbitmq".
+	AMQPURL string
 	// NATSURL is the NATS server (with JetStream). Defaults to an embedded
 	// JetStream server on loopback storing in DataDir/jetstream, which
 	// refuses clients without its random password (see package
@@ -108,27 +123,9 @@ func Open(ctx context.Context, opts Options) (_ *System[any], err error) {
 		return nil, err
 	}
 	closers = append(closers, d.Close)
-	natsURL := opts.NATSURL
-	if natsURL != "" {
-		if b, err := dsn.ParseBroker(natsURL); err != nil || b.Kind != dsn.NATS {
-			return nil, idem.InvalidOptionf("boxoffice: the broker URL must be nats://… or tls://… (NATS JetStream)")
-		}
-	}
-	if natsURL == "" && needsBroker(cfg.Roles) {
-		srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(opts.DataDir, "jetstream"), Port: opts.NATSPort, Logger: nil})
-		if err != nil {
-			return nil, fmt.Errorf("boxoffice: start embedded JetStream: %w", err)
-		}
-		closers = append(closers, srv.Close)
-		natsURL = srv.ClientURL()
-	}
-	if natsURL != "" {
-		b, err := DialJetStream(ctx, JetStreamConfig{URL: natsURL, Stream: opts.Stream, Subject: cfg.Subject, Duplicates: opts.Duplicates, AckWait: opts.AckWait})
-		if err != nil {
-			return nil, err
-		}
-		closers = append(closers, b.Close)
-		cfg.Broker = b
+	natsURL, err := openBroker(ctx, &opts, &cfg, &closers)
+	if err != nil {
+		return nil, err
 	}
 	s, err := New(ctx, d, cfg)
 	if err != nil {
@@ -138,6 +135,97 @@ func Open(ctx context.Context, opts Options) (_ *System[any], err error) {
 	s.closers = closers
 	s.natsURL = natsURL
 	return s, nil
+}
+
+// Broker names of [Options.Broker].
+const (
+	BrokerNATS     = "nats"
+	BrokerKafka    = "kafka"
+	BrokerRabbitMQ = "rabbitmq"
+)
+
+// openBroker sets cfg.Broker to the broker opts names (when the roles need
+// one), appending what it started to closers; it returns the NATS URL
+// (JetStream only).
+func openBroker(ctx context.Context, opts *Options, cfg *Config, closers *[]func() error) (string, error) {
+	kind := opts.Broker
+	if kind == "" {
+		kind = BrokerNATS
+	}
+	switch {
+	case kind != BrokerNATS && kind != BrokerKafka && kind != BrokerRabbitMQ:
+		return "", idem.InvalidOptionf("boxoffice: unknown broker %q (want nats, kafka or rabbitmq)", kind)
+	case kind != BrokerNATS && opts.NATSURL != "":
+		return "", idem.InvalidOptionf("boxoffice: a NATS URL is for the nats broker, not %s", kind)
+	case kind != BrokerKafka && len(opts.Kafka) > 0:
+		return "", idem.InvalidOptionf("boxoffice: Kafka brokers are for the kafka broker, not %s", kind)
+	case kind != BrokerRabbitMQ && opts.AMQPURL != "":
+		return "", idem.InvalidOptionf("boxoffice: an AMQP URL is for the rabbitmq broker, not %s", kind)
+	case kind == BrokerRabbitMQ && opts.AMQPURL == "" && needsBroker(cfg.Roles):
+		return "", idem.InvalidOptionf("boxoffice: the rabbitmq broker needs an AMQP URL (amqp://user:pass@host:5672/)")
+	}
+	if opts.AMQPURL != "" {
+		if b, err := dsn.ParseBroker(opts.AMQPURL); err != nil || b.Kind != dsn.AMQP {
+			return "", idem.InvalidOptionf("boxoffice: the AMQP URL must be amqp://… or amqps://…")
+		}
+	}
+	switch kind {
+	case BrokerKafka:
+		if !needsBroker(cfg.Roles) && len(opts.Kafka) == 0 {
+			return "", nil
+		}
+		seeds, session := opts.Kafka, opts.KafkaSessionTimeout
+		if len(seeds) == 0 {
+			c, err := StartKafka()
+			if err != nil {
+				return "", err
+			}
+			*closers = append(*closers, func() error { c.Close(); return nil })
+			seeds, session = c.ListenAddrs(), cmp.Or(session, KafkaSessionTimeout)
+		}
+		b, err := DialKafka(ctx, KafkaConfig{Brokers: seeds, Topic: cfg.Subject, AckWait: opts.AckWait, SessionTimeout: session})
+		if err != nil {
+			return "", err
+		}
+		*closers = append(*closers, b.Close)
+		cfg.Broker = b
+		return "", nil
+	case BrokerRabbitMQ:
+		if opts.AMQPURL == "" {
+			return "", nil
+		}
+		b, err := DialAMQP(ctx, AMQPConfig{URL: opts.AMQPURL, Subject: cfg.Subject, AckWait: opts.AckWait,
+			Durables: []string{ConsumerNotification + cfg.DurableSuffix, ConsumerBilling + cfg.DurableSuffix, ConsumerSearch + cfg.DurableSuffix}})
+		if err != nil {
+			return "", err
+		}
+		*closers = append(*closers, b.Close)
+		cfg.Broker = b
+		return "", nil
+	}
+	natsURL := opts.NATSURL
+	if natsURL != "" {
+		if b, err := dsn.ParseBroker(natsURL); err != nil || b.Kind != dsn.NATS {
+			return "", idem.InvalidOptionf("boxoffice: the broker URL must be nats://… or tls://… (NATS JetStream)")
+		}
+	}
+	if natsURL == "" && needsBroker(cfg.Roles) {
+		srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(opts.DataDir, "jetstream"), Port: opts.NATSPort, Logger: nil})
+		if err != nil {
+			return "", fmt.Errorf("boxoffice: start embedded JetStream: %w", err)
+		}
+		*closers = append(*closers, srv.Close)
+		natsURL = srv.ClientURL()
+	}
+	if natsURL != "" {
+		b, err := DialJetStream(ctx, JetStreamConfig{URL: natsURL, Stream: opts.Stream, Subject: cfg.Subject, Duplicates: opts.Duplicates, AckWait: opts.AckWait})
+		if err != nil {
+			return "", err
+		}
+		*closers = append(*closers, b.Close)
+		cfg.Broker = b
+	}
+	return natsURL, nil
 }
 
 func hasRole(roles []Role, want ...Role) bool {
