@@ -625,6 +625,7 @@ func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.M
 	// A message without a usable id is parked under its broker
 	// coordinates (dlq.SyntheticID).
 	l := dlq.FromMessage(c.cfg.Name, msg, err)
+	l.Headers = withOrigin(l.Headers, dv) // the broker's coordinates (broker.Locator)
 	unidentified := l.MessageID != msg.ID
 	msg.ID = l.MessageID // for the logs
 	letter, perr := c.cfg.DLQ.Park(sctx, l)
