@@ -166,7 +166,27 @@ type Names struct {
 	// Prefix is prepended to every table name on SQLite. Defaults to "idem_".
 	// Ignored on PostgreSQL.
 	Prefix string
+	// Layout is the shape of idem's tables: LayoutPlain (the default) or
+	// LayoutPartitioned (PostgreSQL only: the inbox range-partitioned by
+	// expiry, see package retention's Partition). It must match the
+	// database: a store converted with retention.Partition is opened with
+	// LayoutPartitioned by every process; a mismatch fails every inbox
+	// insert loudly (no unique constraint matches, or no such function),
+	// never silently.
+	Layout Layout
 }
+
+// Layout names a shape of idem's tables (see Names.Layout).
+type Layout string
+
+const (
+	// LayoutPlain is the default layout: one table per record kind,
+	// expired rows deleted in bounded batches.
+	LayoutPlain Layout = ""
+	// LayoutPartitioned range-partitions the inbox by expires_at on
+	// PostgreSQL, so expiry drops whole partitions.
+	LayoutPartitioned Layout = "partitioned"
+)
 
 var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
@@ -182,6 +202,9 @@ func (n Names) WithDefaults() (Names, error) {
 	}
 	if !identRe.MatchString(n.Schema) {
 		return n, fmt.Errorf("store: schema %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", n.Schema)
+	}
+	if n.Layout != LayoutPlain && n.Layout != LayoutPartitioned {
+		return n, fmt.Errorf("store: layout %q is not %q or empty", n.Layout, LayoutPartitioned)
 	}
 	if !identRe.MatchString(n.Prefix) {
 		return n, fmt.Errorf("store: prefix %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", n.Prefix)

@@ -28,8 +28,13 @@ func Migrations() fs.FS {
 // (n must already have its defaults; see [store.Names.WithDefaults]).
 func Statements(n store.Names) *sqlset.Set {
 	t := func(name string) string { return n.Table(store.Postgres, name) }
+	in := inbox(t)
+	if n.Layout == store.LayoutPartitioned {
+		in = partitionedInbox(n, in)
+	}
 	return &sqlset.Set{
-		Inbox:       inbox(t),
+		Partitions:  partitions(n),
+		Inbox:       in,
 		HTTPKeys:    httpKeys(t),
 		Outbox:      outboxSQL(t, n),
 		Effects:     effects(t),

@@ -39,6 +39,7 @@ func Statements(n store.Names) *sqlset.Set {
 		Audit:       audit(t),
 		SQLMeta:     sqlMeta(),
 		NotNeeded: map[string]string{
+			"Partitions":              "SQLite has no table partitioning: expiry keeps its bounded batch deletes (retention.GC)",
 			"HTTPKeys.InsertLocked":   "BEGIN IMMEDIATE serialises writers: a request never waits on a row lock, so there is no lock timeout to bound (HTTPKeys.Insert is used)",
 			"HTTPKeys.InsertStrict":   "there is no HTTPKeys.InsertLocked to pipeline on SQLite",
 			"HTTPKeys.TakeOverLocked": "there is no HTTPKeys.InsertLocked on SQLite (HTTPKeys.TakeOver is used)",

@@ -30,6 +30,9 @@ type Set struct {
 	Meta        Meta
 	Audit       Audit
 	SQLMeta     SQLMeta
+	// Partitions is the partitioned layout's statements (PostgreSQL); nil
+	// where the dialect has no such layout (listed in NotNeeded).
+	Partitions *Partitions
 
 	// NotNeeded names, by field path ("Outbox.LockClaim"), the statements
 	// this dialect leaves empty on purpose, each with the reason. The
