@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/term"
@@ -19,12 +21,13 @@ import (
 // runs when --db is a postgres:// URL, in a schema of its own that is
 // dropped at the end.
 func runBench(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "bench", "[--db URL] [--nats URL] [--duration 10s] [--json] [--peer watermill] [--pair REGEXP]")
+	fs := newFlags(env, "bench", "[--db URL] [--nats URL] [--duration 10s] [--json] [--peer watermill,river] [--pair REGEXP]")
 	db := fs.String("db", "", "database URL: postgres://… adds the PostgreSQL variants; sqlite://path puts the SQLite file beside path (default IDEM_DATABASE_URL, else embedded SQLite)")
 	natsURL := fs.String("nats", "", "NATS JetStream URL (default: an embedded in-process server; env IDEM_NATS_URL)")
 	duration := fs.Duration("duration", 10*time.Second, "time budget of each pair, split over its interleaved rounds (A B A B A B)")
 	asJSON := fs.Bool("json", false, `print {"results": [...]} as JSON instead of a table`)
-	peer := fs.String("peer", "", "also compare with a peer library: watermill (needs a postgres:// --db and the Go toolchain; runs cmd/idem/internal/bench/peer)")
+	var peers peerList
+	fs.Var(&peers, "peer", "also compare with peer libraries: a comma list of watermill and river, and the flag may repeat (--peer watermill,river or --peer watermill --peer river); needs a postgres:// --db and the Go toolchain (runs cmd/idem/internal/bench/peer)")
 	pairRE := fs.String("pair", "", "run only the pairs whose name matches this regular expression (e.g. '^http_')")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -39,10 +42,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	if *duration < time.Second {
 		return fmt.Errorf("%w: --duration %v is too short (at least 1s)", errUsage, *duration)
 	}
-	if *peer != "" && *peer != "watermill" {
-		return fmt.Errorf("%w: --peer %q: the only peer is watermill", errUsage, *peer)
-	}
-	cfg := bench.Config{Peer: *peer, NATS: *natsURL}
+	cfg := bench.Config{Peers: peers, NATS: *natsURL}
 	if cfg.NATS == "" {
 		cfg.NATS = env.Getenv("IDEM_NATS_URL")
 	}
@@ -61,8 +61,8 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 			cfg.SQLiteDir = filepath.Dir(t.Path)
 		}
 	}
-	if cfg.Peer != "" && cfg.Postgres == "" {
-		return fmt.Errorf("%w: --peer watermill needs --db postgres://… (watermill-sql runs on PostgreSQL)", errUsage)
+	if len(cfg.Peers) > 0 && cfg.Postgres == "" {
+		return fmt.Errorf("%w: --peer %s needs --db postgres://… (the peers run on PostgreSQL)", errUsage, peers.String())
 	}
 
 	e, err := bench.Open(ctx, cfg)
@@ -97,6 +97,25 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		}
 	}
 	return runErr
+}
+
+// peerList is the value of --peer: peer names, comma-separated, the flag
+// repeatable; each name must be one of bench.KnownPeers, each kept once.
+type peerList []string
+
+func (p *peerList) String() string { return strings.Join(*p, ",") }
+
+func (p *peerList) Set(v string) error {
+	for name := range strings.SplitSeq(v, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.Contains(bench.KnownPeers(), name) {
+			return fmt.Errorf("unknown peer %q (want a comma list of %s)", name, strings.Join(bench.KnownPeers(), ", "))
+		}
+		if !slices.Contains(*p, name) {
+			*p = append(*p, name)
+		}
+	}
+	return nil
 }
 
 // progressPrinter returns a Progress callback writing one status line to

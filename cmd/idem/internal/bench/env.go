@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,9 +36,9 @@ type Config struct {
 	// NATS is a nats:// URL of a JetStream server. Defaults to an embedded
 	// in-process server on a temporary directory.
 	NATS string
-	// Peer names the peer library to compare with ("watermill"), or "".
-	// Peer pairs need Postgres.
-	Peer string
+	// Peers names the peer libraries to compare with ("watermill",
+	// "river"), none when empty. Peer pairs need Postgres.
+	Peers []string
 	// PeerDir is the directory of the peer harness module
 	// (cmd/idem/internal/bench/peer). Defaults to the first
 	// cmd/idem/internal/bench/peer found from the working directory upwards.
@@ -82,10 +83,12 @@ type Env struct {
 // Open prepares a run: a fresh SQLite file, and a fresh PostgreSQL schema
 // when cfg.Postgres is set, both migrated.
 func Open(ctx context.Context, cfg Config) (_ *Env, err error) {
-	if cfg.Peer != "" && cfg.Peer != "watermill" {
-		return nil, fmt.Errorf("bench: unknown peer %q (want watermill)", cfg.Peer)
+	for _, p := range cfg.Peers {
+		if !slices.Contains(KnownPeers(), p) {
+			return nil, fmt.Errorf("bench: unknown peer %q (want one of %v)", p, KnownPeers())
+		}
 	}
-	if cfg.Peer != "" && cfg.Postgres == "" {
+	if len(cfg.Peers) > 0 && cfg.Postgres == "" {
 		return nil, errors.New("bench: --peer needs PostgreSQL (--db postgres://…)")
 	}
 	if cfg.Logger == nil {

@@ -42,6 +42,8 @@ var targets = []struct {
 	{"outbox_relay", Target{MinAPerS: 20000, MaxP99Ms: 100}},
 	{"peer_watermill_produce", Target{MinRatio: 1.0}},
 	{"peer_watermill_consume", Target{MinRatio: 3}},
+	{"peer_river_schedule", Target{MinRatio: 1.0}},
+	{"peer_river_work", Target{MinRatio: 1.0}},
 }
 
 // TargetFor returns the target of the pair named name, if it has one.

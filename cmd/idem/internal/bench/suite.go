@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"database/sql"
+	"slices"
 
 	"github.com/idemkit/idem/store"
 )
@@ -44,8 +45,11 @@ func (e *Env) Pairs() []Pair {
 	if p, ok := e.proxyPair(); ok {
 		ps = append(ps, p)
 	}
-	if e.cfg.Peer == "watermill" {
+	if slices.Contains(e.cfg.Peers, "watermill") {
 		ps = append(ps, peerProduce(e), peerConsume(e))
+	}
+	if slices.Contains(e.cfg.Peers, "river") {
+		ps = append(ps, peerRiverSchedule(e), peerRiverWork(e))
 	}
 	return ps
 }

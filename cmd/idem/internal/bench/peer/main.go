@@ -1,7 +1,8 @@
-// Command peer is the Watermill side of "idem bench --peer watermill": one
-// round of one pair per run, printed as one JSON line on stdout
+// Command peer is the peer-library side of "idem bench --peer watermill,river":
+// one round of one pair per run, printed as one JSON line on stdout
 // ({"ops": N, "elapsed_ns": T}). It lives in its own Go module so idem's
-// module never depends on Watermill.
+// module never depends on Watermill or River (river.go has River's pairs,
+// river_schedule and river_work).
 //
 // It uses Watermill's documented exactly-once setup on PostgreSQL
 // (watermill-sql v4, database/sql over pgx's stdlib driver):
@@ -19,6 +20,7 @@
 // Usage:
 //
 //	peer --db postgres://…?search_path=bench_x --pair produce|consume --tag r1 [--duration 2s] [--workers 8] [--events 10000] [--batch 100]
+//	peer --db postgres://…?search_path=bench_x --pair river_schedule|river_work --river-schema bench_x_river --tag r1 [--duration 2s] [--workers 8|128] [--events 10000]
 package main
 
 import (
@@ -50,11 +52,13 @@ type result struct {
 
 func main() {
 	db := flag.String("db", "", "PostgreSQL URL (its search_path selects the schema)")
-	pair := flag.String("pair", "", "produce or consume")
+	pair := flag.String("pair", "", "produce, consume, river_schedule or river_work")
+	riverSchema := flag.String("river-schema", "", "river_*: the schema of River's tables (created and migrated when missing)")
 	tag := flag.String("tag", "r", "suffix of this round's tables and topic")
 	duration := flag.Duration("duration", 2*time.Second, "produce: how long to run")
-	workers := flag.Int("workers", 8, "produce: concurrent producers")
-	events := flag.Int("events", 10000, "consume: events to consume")
+	workers := flag.Int("workers", 8, "produce, river_schedule: concurrent producers; river_work: the queue's MaxWorkers")
+	events := flag.Int("events", 10000, "consume, river_work: events (jobs) to consume")
+	cooldown := flag.Duration("fetch-cooldown", 0, "river_work: River's FetchCooldown (0: River's default, 100ms)")
 	batch := flag.Int("batch", 100, "consume: SubscribeBatchSize")
 	flag.Parse()
 	if *db == "" {
@@ -74,8 +78,17 @@ func main() {
 		res, err = produce(ctx, sdb, *tag, *duration, *workers)
 	case "consume":
 		res, err = consume(ctx, sdb, *tag, *events, *batch)
+	case "river_schedule", "river_work":
+		if *riverSchema == "" {
+			fail(errors.New("--river-schema is required"))
+		}
+		if *pair == "river_schedule" {
+			res, err = riverSchedule(ctx, *db, *riverSchema, *tag, *duration, *workers)
+		} else {
+			res, err = riverWork(ctx, *db, *riverSchema, *events, *workers, *cooldown)
+		}
 	default:
-		err = fmt.Errorf("--pair %q: want produce or consume", *pair)
+		err = fmt.Errorf("--pair %q: want produce, consume, river_schedule or river_work", *pair)
 	}
 	if err != nil {
 		fail(err)
