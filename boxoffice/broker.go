@@ -2,6 +2,7 @@ package boxoffice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,7 +29,8 @@ type Broker interface {
 
 // JetStreamConfig configures [DialJetStream].
 type JetStreamConfig struct {
-	// URL of the NATS server. Required.
+	// URL of the NATS server, or a comma-separated list of the servers of
+	// a cluster (nats.Connect fails over between them). Required.
 	URL string
 	// Stream is the JetStream stream holding the order subject. Defaults
 	// to "BOXOFFICE".
@@ -50,6 +52,11 @@ type JetStreamConfig struct {
 	// default 7-day inbox retention, so no redelivery can outlive the
 	// record that recognises it (the consumers refuse to start otherwise).
 	MaxAge time.Duration
+	// Replicas is the stream's replica count (its consumers inherit it):
+	// 3 on a JetStream cluster, so it survives the loss of a node. 0
+	// keeps an existing stream's count (so a worker started without it
+	// does not scale the stream down) and creates a new one with 1.
+	Replicas int
 }
 
 // DefaultStreamMaxAge is the reference system's stream max age: a day
@@ -64,7 +71,9 @@ type JetStreamBroker struct {
 }
 
 // DialJetStream connects to the NATS server and creates (or updates) the
-// stream.
+// stream. A cluster that cannot place or update the stream for the moment
+// (a node down, a leader election under way) is retried until ctx is
+// done: see [transientJS].
 func DialJetStream(ctx context.Context, cfg JetStreamConfig) (*JetStreamBroker, error) {
 	if cfg.URL == "" {
 		return nil, fmt.Errorf("boxoffice: JetStream URL is required")
@@ -88,12 +97,25 @@ func DialJetStream(ctx context.Context, cfg JetStreamConfig) (*JetStreamBroker, 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := jetstream.EnsureStream(ctx, js, natsjs.StreamConfig{
+	sc := natsjs.StreamConfig{
 		Name:       cfg.Stream,
 		Subjects:   []string{cfg.Subject},
 		Duplicates: cfg.Duplicates,
 		Storage:    cfg.Storage,
 		MaxAge:     cfg.MaxAge,
+		Replicas:   cfg.Replicas,
+	}
+	if err := retryJS(ctx, func(ctx context.Context) error {
+		if cfg.Replicas == 0 {
+			switch s, err := js.Stream(ctx, cfg.Stream); {
+			case err == nil:
+				sc.Replicas = s.CachedInfo().Config.Replicas
+			case !errors.Is(err, natsjs.ErrStreamNotFound):
+				return err
+			}
+		}
+		_, err := jetstream.EnsureStream(ctx, js, sc)
+		return err
 	}); err != nil {
 		nc.Close()
 		return nil, err
@@ -107,13 +129,74 @@ func (b *JetStreamBroker) Publisher() (broker.Publisher, error) {
 }
 
 // Subscriber returns a pull subscriber of the durable consumer durable.
+// Like the stream, a consumer the cluster cannot create for the moment is
+// retried until ctx is done.
 func (b *JetStreamBroker) Subscriber(ctx context.Context, durable string) (broker.Subscriber, error) {
-	return jetstream.NewSubscriber(ctx, b.js, jetstream.SubscriberConfig{
-		Stream:         b.cfg.Stream,
-		Durable:        durable,
-		FilterSubjects: []string{b.cfg.Subject},
-		AckWait:        b.cfg.AckWait,
+	var sub *jetstream.Subscriber
+	err := retryJS(ctx, func(ctx context.Context) (err error) {
+		sub, err = jetstream.NewSubscriber(ctx, b.js, jetstream.SubscriberConfig{
+			Stream:         b.cfg.Stream,
+			Durable:        durable,
+			FilterSubjects: []string{b.cfg.Subject},
+			AckWait:        b.cfg.AckWait,
+		})
+		return err
 	})
+	if err != nil {
+		return nil, err
+	}
+	return sub, nil
+}
+
+// retryJS runs f, each attempt bounded by 5s, again while it fails with a
+// transient error ([transientJS]) and ctx is not done (at most a minute
+// when ctx has no deadline), with a growing pause (up to 1s) between
+// attempts. It returns f's last error.
+func retryJS(ctx context.Context, f func(context.Context) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+	}
+	pause := 100 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := f(actx)
+		cancel()
+		if err == nil || !transientJS(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// transientJS reports whether err is one a JetStream cluster returns while
+// a node is down or a leader is being elected, and which a later attempt
+// may not: the connection or an API request unavailable or timed out
+// (broker.ErrUnavailable, no responders, deadline), no meta leader or
+// cluster (JetStream error codes 10006, 10008, 10009), too few peers or
+// resources to place the replicas (10005, 10023), the stream offline
+// (10118), or a 503.
+func transientJS(err error) bool {
+	if errors.Is(err, broker.ErrUnavailable) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, natsjs.ErrNoStreamResponse) {
+		return true
+	}
+	var api *natsjs.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode {
+	case 10005, 10006, 10008, 10009, 10023, 10118:
+		return true
+	}
+	return api.Code == 503
 }
 
 // Close closes the NATS connection.
