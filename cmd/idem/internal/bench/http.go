@@ -69,8 +69,9 @@ func post(ctx context.Context, c *http.Client, url, key string, want int, replay
 // httpPairs returns http_vs_plain (a handler doing one INSERT, with the
 // Idempotency-Key middleware and a new key per request, against the same
 // handler without it) and http_replay_vs_execute (replaying a stored
-// response against executing a new key), 32 clients over loopback.
-func httpPairs[TTx any](e *Env, d store.Driver[TTx], storeName string) []Pair {
+// response against executing a new key), clients concurrent clients
+// (httpClients in the suite) over loopback.
+func httpPairs[TTx any](e *Env, d store.Driver[TTx], storeName string, clients int) []Pair {
 	var (
 		idemURL, plainURL string
 		stops             []func() error
@@ -160,14 +161,14 @@ func httpPairs[TTx any](e *Env, d store.Driver[TTx], storeName string) []Pair {
 		return err
 	}
 	execute := func(ctx context.Context, budget time.Duration) (Sample, error) {
-		return throughput(ctx, budget, httpClients, func(ctx context.Context, _ int) (int, error) {
+		return throughput(ctx, budget, clients, func(ctx context.Context, _ int) (int, error) {
 			return 1, post(ctx, c, idemURL, "k-"+e.runID+"-"+strconv.FormatInt(seq.Add(1), 10), http.StatusCreated, false)
 		})
 	}
 	vsPlain := Pair{Name: "http_vs_plain_" + storeName, Setup: setup,
 		A: Side{Label: "idempotency-key", Run: execute},
 		B: Side{Label: "plain", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
-			return throughput(ctx, budget, httpClients, func(ctx context.Context, _ int) (int, error) {
+			return throughput(ctx, budget, clients, func(ctx context.Context, _ int) (int, error) {
 				return 1, post(ctx, c, plainURL, "", http.StatusCreated, false)
 			})
 		}},
@@ -175,7 +176,7 @@ func httpPairs[TTx any](e *Env, d store.Driver[TTx], storeName string) []Pair {
 	var next atomic.Int64
 	replay := Pair{Name: "http_replay_vs_execute_" + storeName, Setup: setup, Close: closeAll,
 		A: Side{Label: "replay", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
-			return throughput(ctx, budget, httpClients, func(ctx context.Context, _ int) (int, error) {
+			return throughput(ctx, budget, clients, func(ctx context.Context, _ int) (int, error) {
 				k := replayKeys[int(next.Add(1))%len(replayKeys)]
 				return 1, post(ctx, c, idemURL, k, http.StatusCreated, true)
 			})

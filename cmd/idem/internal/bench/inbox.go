@@ -87,12 +87,13 @@ const batchSize = 100
 
 // inboxBatchVsSingle: batches of 100 messages per transaction
 // (ProcessBatchTx: one multi-row inbox insert, each handler in a savepoint)
-// against one message per transaction (Process), one worker each.
+// against one message per transaction (Process), on workers concurrent
+// workers each (1 in the suite).
 //
 // With batchHandler, side A hands the batch's new messages to a
 // BatchHandler writing them with one multi-row INSERT
 // (ProcessBatchWithTx), the pair inbox_batch_handler_vs_single.
-func inboxBatchVsSingle[TTx any](e *Env, d store.Driver[TTx], storeName string, batchHandler bool) Pair {
+func inboxBatchVsSingle[TTx any](e *Env, d store.Driver[TTx], storeName string, batchHandler bool, workers int) Pair {
 	var (
 		in       *inbox.Inbox[TTx]
 		insert   string
@@ -115,7 +116,7 @@ func inboxBatchVsSingle[TTx any](e *Env, d store.Driver[TTx], storeName string, 
 		return err
 	}
 	p.A = Side{Label: "batch100", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
-		return throughput(ctx, budget, 1, func(ctx context.Context, _ int) (int, error) {
+		return throughput(ctx, budget, workers, func(ctx context.Context, _ int) (int, error) {
 			msgs := make([]idem.Message, batchSize)
 			for i := range msgs {
 				msgs[i] = idem.Message{ID: "m-" + strconv.FormatInt(seq.Add(1), 10), Subject: "bench", Payload: payload}
@@ -144,7 +145,7 @@ func inboxBatchVsSingle[TTx any](e *Env, d store.Driver[TTx], storeName string, 
 		})
 	}}
 	p.B = Side{Label: "single", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
-		return throughput(ctx, budget, 1, func(ctx context.Context, _ int) (int, error) {
+		return throughput(ctx, budget, workers, func(ctx context.Context, _ int) (int, error) {
 			msg := idem.Message{ID: "m-" + strconv.FormatInt(seq.Add(1), 10), Subject: "bench", Payload: payload, Attempt: 1}
 			_, err := in.Process(ctx, consumer, msg, h)
 			return 1, err

@@ -21,13 +21,13 @@ func (e *Env) Pairs() []Pair {
 		}
 	}
 	for _, bh := range []bool{false, true} {
-		ps = append(ps, inboxBatchVsSingle(e, e.sqlite, "sqlite", bh))
+		ps = append(ps, inboxBatchVsSingle(e, e.sqlite, "sqlite", bh, 1))
 		if e.hasPostgres() {
-			ps = append(ps, inboxBatchVsSingle(e, e.pg, "postgres", bh))
+			ps = append(ps, inboxBatchVsSingle(e, e.pg, "postgres", bh, 1))
 		}
 	}
 	if e.hasPostgres() {
-		ps = append(ps, httpPairs(e, e.pg, "postgres")...)
+		ps = append(ps, httpPairs(e, e.pg, "postgres", httpClients)...)
 		ns := func(ctx context.Context) (store.Driver[any], error) {
 			d, err := e.pgxNS(ctx)
 			if err != nil {
@@ -38,7 +38,7 @@ func (e *Env) Pairs() []Pair {
 		ps = append(ps, outboxRelay(e, ns, "postgres"), pipeline(e, ns, "postgres"))
 		ps = append(ps, effectDrain(e, "postgres"))
 	} else {
-		ps = append(ps, httpPairs(e, e.sqlite, "sqlite")...)
+		ps = append(ps, httpPairs(e, e.sqlite, "sqlite", httpClients)...)
 		ns := func(ctx context.Context) (store.Driver[*sql.Tx], error) { return e.sqliteNS(ctx) }
 		ps = append(ps, outboxRelay(e, ns, "sqlite"), pipeline(e, ns, "sqlite"))
 	}
