@@ -85,6 +85,11 @@ type Config struct {
 	// lengthen a consumer's retention after the fact (e.g. after a
 	// CheckRetention warning) without rewriting rows.
 	InboxMinAge map[string]time.Duration
+	// Partitions configures the partitioned layout's maintenance, used
+	// when the store is opened with store.LayoutPartitioned (see
+	// [Partition]): each pass then creates the inbox partitions ahead and
+	// drops the expired ones instead of deleting their rows.
+	Partitions PartitionConfig
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
 	// Logger receives a summary of every pass that deleted rows and errors.
@@ -113,6 +118,9 @@ type Report struct {
 	Skipped []string `json:"skipped,omitempty"`
 	// Took is the duration of the pass.
 	Took time.Duration `json:"took_ns"`
+	// Partitions is what the pass did to the inbox's partitions (nil
+	// unless the store has the partitioned layout).
+	Partitions *PartitionReport `json:"partitions,omitempty"`
 }
 
 // Total is the number of rows deleted from every table.
@@ -165,6 +173,12 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*GC[TTx], error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if d.Names().Layout == store.LayoutPartitioned {
+		var err error
+		if cfg.Partitions, err = cfg.Partitions.withDefaults(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -183,8 +197,15 @@ type rule[TTx any] struct {
 // which rows have passed their horizon (pending work never has).
 func (g *GC[TTx]) rules(now time.Time) []rule[TTx] {
 	sagas := now.Add(-g.cfg.SagaRetention)
+	inboxHorizon := now
+	if g.partitioned() {
+		// Expired rows of the partition holding now leave with it; rows
+		// before it are in partitions kept for InboxMinAge, or in the
+		// default partition: those are deleted in batches.
+		inboxHorizon, _ = bounds(now, g.cfg.Partitions.Span)
+	}
 	return []rule[TTx]{
-		{"inbox", now, g.expireInbox},
+		{"inbox", inboxHorizon, g.expireInbox},
 		{"idempotency_keys", now, idemhttp.Expire[TTx]},
 		{"outbox", now.Add(-g.cfg.OutboxRetention), outbox.Expire[TTx]},
 		{"effects", now, effect.Expire[TTx]},
@@ -198,11 +219,22 @@ func (g *GC[TTx]) rules(now time.Time) []rule[TTx] {
 // expireInbox is inbox.Expire, keeping the rows of the consumers of
 // Config.InboxMinAge received within their minimum age.
 func (g *GC[TTx]) expireInbox(ctx context.Context, d store.Driver[TTx], horizon time.Time, limit int) (int64, error) {
+	return inbox.ExpireKeeping(ctx, d, horizon, limit, g.keep(horizon))
+}
+
+// keep maps each consumer of Config.InboxMinAge to the received_at from
+// which its rows are kept at horizon.
+func (g *GC[TTx]) keep(horizon time.Time) map[string]time.Time {
 	keep := make(map[string]time.Time, len(g.cfg.InboxMinAge))
 	for c, age := range g.cfg.InboxMinAge {
 		keep[c] = horizon.Add(-age)
 	}
-	return inbox.ExpireKeeping(ctx, d, horizon, limit, keep)
+	return keep
+}
+
+// partitioned reports whether the GC's store has the partitioned layout.
+func (g *GC[TTx]) partitioned() bool {
+	return g.d.Names().Layout == store.LayoutPartitioned && g.d.Dialect() == store.Postgres
 }
 
 // RunOnce deletes every expired record, batch by batch, until no table has
@@ -212,6 +244,14 @@ func (g *GC[TTx]) RunOnce(ctx context.Context) (Report, error) {
 	t0 := time.Now()
 	rep := Report{Deleted: map[string]int64{}}
 	now := g.cfg.Now()
+	if g.partitioned() {
+		pr, err := MaintainPartitions(ctx, g.d, g.cfg.Partitions, now, g.keep(now))
+		rep.Partitions = &pr
+		if err != nil {
+			rep.Took = time.Since(t0)
+			return rep, err
+		}
+	}
 	for _, j := range g.rules(now) {
 		ok, err := g.tableExists(ctx, j.table)
 		if err != nil {
@@ -244,6 +284,10 @@ func (g *GC[TTx]) RunOnce(ctx context.Context) (Report, error) {
 	rep.Took = time.Since(t0)
 	if rep.Total() > 0 {
 		g.log.InfoContext(ctx, "expired records deleted", "deleted", rep.Deleted, "batches", rep.Batches, "took", rep.Took)
+	}
+	if pr := rep.Partitions; pr != nil && (len(pr.Dropped) > 0 || len(pr.Created) > 0 || len(pr.Busy) > 0) {
+		g.log.InfoContext(ctx, "inbox partitions maintained", "created", pr.Created, "dropped", pr.Dropped,
+			"dropped_rows_estimate", pr.DroppedRows, "kept", pr.Kept, "busy", pr.Busy)
 	}
 	return rep, nil
 }

@@ -1,0 +1,295 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlset"
+)
+
+// The partitioned layout (opt-in, PostgreSQL).
+//
+// Deleting millions of expired rows a day is what hurts a busy database
+// most in a same-database inbox: every deleted row is a WAL record, a dead
+// tuple for autovacuum and index entries to clean, and a long DELETE
+// competes with the writers for I/O and locks. In the partitioned layout
+// the inbox is range-partitioned by expires_at (daily by default): a
+// partition whose upper bound has passed holds only expired rows, each by
+// its own expiry, and is removed whole with DETACH PARTITION and DROP
+// TABLE — a catalog change, whatever its size. A consumer whose retention
+// is longer than the span simply writes into a later partition; a
+// consumer kept longer with Config.InboxMinAge keeps its partitions until
+// they hold no row it keeps (their expired rows are then deleted in
+// batches, as in the plain layout). Rows expiring beyond the partitions
+// created so far go to the default partition until a pass creates theirs
+// (moving them out); rows expired before the conversion stay in the
+// default partition and are deleted in batches.
+//
+// The dedup decision stays a database constraint in the caller's
+// transaction, with one addition: a partitioned table's unique key must
+// contain its partition key, so the inbox's key becomes (consumer,
+// message_id, expires_at). Its inserts therefore take a transaction-scoped
+// advisory lock on (consumer, message_id) and insert only when no
+// partition holds the message, in a statement of their own (see
+// sqlset.Partitions); concurrent deliveries of one message are serialised
+// by the lock and the second one finds the first's record. This needs the
+// consumer's transaction to run at READ COMMITTED (PostgreSQL's default,
+// and what idem's consumer runtime uses): under REPEATABLE READ the
+// snapshot taken before the lock would not see a record committed while
+// waiting for it.
+
+// PartitionConfig configures the partitioned layout's maintenance.
+type PartitionConfig struct {
+	// Span is the range of expires_at each partition covers. Defaults to
+	// 24h (daily partitions, aligned on UTC midnight). At least a minute,
+	// and a whole number of minutes.
+	Span time.Duration
+	// Ahead is how far past now partitions are created ahead of the rows
+	// that will land in them. Defaults to 8 days: the inbox's default
+	// retention (7 days) and a day to spare, so a GC that misses a pass
+	// never lets new rows fall into the default partition.
+	Ahead time.Duration
+	// LockTimeout bounds how long a partition's detach waits for its lock
+	// (it needs the inbox briefly to itself); a detach that would wait
+	// longer gives up and is tried at the next pass. Defaults to 2s.
+	LockTimeout time.Duration
+}
+
+func (c PartitionConfig) withDefaults() (PartitionConfig, error) {
+	if c.Span == 0 {
+		c.Span = 24 * time.Hour
+	}
+	if c.Ahead == 0 {
+		c.Ahead = 8 * 24 * time.Hour
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = 2 * time.Second
+	}
+	if c.Span < time.Minute || c.Span%time.Minute != 0 || c.Ahead < 0 || c.LockTimeout < 0 {
+		return c, idem.InvalidOptionf("retention: PartitionConfig.Span must be a whole number of minutes (at least one); Ahead and LockTimeout must not be negative")
+	}
+	return c, nil
+}
+
+// ErrNotPartitionable reports a store that cannot have the partitioned
+// layout: not PostgreSQL, or not opened with store.LayoutPartitioned.
+var ErrNotPartitionable = errors.New("retention: the partitioned layout needs a PostgreSQL store opened with store.Names.Layout = store.LayoutPartitioned")
+
+// PartitionReport says what one maintenance pass did to the partitions.
+type PartitionReport struct {
+	// Created names the partitions created (ahead, or for rows that were
+	// waiting in the default partition).
+	Created []string `json:"created,omitempty"`
+	// Dropped names the partitions detached and dropped, every row in
+	// them expired.
+	Dropped []string `json:"dropped,omitempty"`
+	// DroppedRows is the planner's estimate of the rows the dropped
+	// partitions held (0 when never analysed).
+	DroppedRows int64 `json:"dropped_rows_estimate,omitempty"`
+	// Kept names expired partitions kept because Config.InboxMinAge keeps
+	// a row in them.
+	Kept []string `json:"kept,omitempty"`
+	// Busy names expired partitions whose detach gave up waiting for its
+	// lock (tried again at the next pass).
+	Busy []string `json:"busy,omitempty"`
+}
+
+// partitionStmts returns d's partitioned-layout statements, or
+// ErrNotPartitionable.
+func partitionStmts[TTx any](d store.Driver[TTx]) (*sqlset.Partitions, error) {
+	p := d.Statements().Partitions
+	if p == nil || d.Dialect() != store.Postgres || d.Names().Layout != store.LayoutPartitioned {
+		return nil, ErrNotPartitionable
+	}
+	return p, nil
+}
+
+// Partitioned reports whether d's inbox has the partitioned layout.
+func Partitioned[TTx any](ctx context.Context, d store.Driver[TTx]) (bool, error) {
+	p := d.Statements().Partitions
+	if p == nil || d.Dialect() != store.Postgres {
+		return false, nil
+	}
+	var ok bool
+	if err := d.Pool().QueryRow(ctx, p.Converted).Scan(&ok); err != nil {
+		return false, fmt.Errorf("retention: partitioned: %w", err)
+	}
+	return ok, nil
+}
+
+// Partition converts d's inbox (migrated by package migrate) to the
+// partitioned layout, in one transaction: the inbox is locked, renamed,
+// recreated partitioned with every row copied, and the partitions from
+// now to now+Ahead are created. Run it with the consumers stopped or
+// expect them to wait for it (the inbox is locked while its rows are
+// copied: about a second per few hundred thousand rows); then open every
+// store on the database with store.LayoutPartitioned. On an inbox already
+// partitioned it only creates the partitions ahead. It fails with
+// ErrNotPartitionable unless d is a PostgreSQL store opened with
+// store.LayoutPartitioned.
+func Partition[TTx any](ctx context.Context, d store.Driver[TTx], cfg PartitionConfig, now time.Time) (PartitionReport, error) {
+	p, err := partitionStmts(d)
+	if err != nil {
+		return PartitionReport{}, err
+	}
+	if cfg, err = cfg.withDefaults(); err != nil {
+		return PartitionReport{}, err
+	}
+	done, err := Partitioned(ctx, d)
+	if err != nil {
+		return PartitionReport{}, err
+	}
+	var rep PartitionReport
+	if !done {
+		tx, err := d.Begin(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("retention: partition: %w", err)
+		}
+		defer func() { _ = d.Rollback(context.WithoutCancel(ctx), tx) }()
+		q := d.Tx(tx)
+		if _, err := q.Exec(ctx, p.Convert); err != nil {
+			return rep, fmt.Errorf("retention: partition: convert the inbox: %w", err)
+		}
+		if rep.Created, err = ensure(ctx, q, p, cfg, now); err != nil {
+			return rep, err
+		}
+		if err := d.Commit(ctx, tx); err != nil {
+			return rep, fmt.Errorf("retention: partition: %w", err)
+		}
+		return rep, nil
+	}
+	rep.Created, err = ensure(ctx, d.Pool(), p, cfg, now)
+	return rep, err
+}
+
+// partitionName names the partition starting at lo for span: inbox_p
+// followed by the UTC date (daily spans) or date and time.
+func partitionName(lo time.Time, span time.Duration) string {
+	if span%(24*time.Hour) == 0 {
+		return "inbox_p" + lo.UTC().Format("20060102")
+	}
+	return "inbox_p" + lo.UTC().Format("20060102_1504")
+}
+
+// bounds returns the partition of span holding t: [lo, hi).
+func bounds(t time.Time, span time.Duration) (lo, hi time.Time) {
+	lo = time.UnixMicro(t.UnixMicro() - mod(t.UnixMicro(), span.Microseconds())).UTC()
+	return lo, lo.Add(span)
+}
+
+func mod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
+
+// ensure creates the partitions from the one holding now to the one
+// holding now+Ahead.
+func ensure(ctx context.Context, q store.Querier, p *sqlset.Partitions, cfg PartitionConfig, now time.Time) ([]string, error) {
+	var created []string
+	lo, _ := bounds(now, cfg.Span)
+	for ; !lo.After(now.Add(cfg.Ahead)); lo = lo.Add(cfg.Span) {
+		name := partitionName(lo, cfg.Span)
+		var ok bool
+		if err := q.QueryRow(ctx, p.Add, name, store.Micros(lo), store.Micros(lo.Add(cfg.Span))).Scan(&ok); err != nil {
+			return created, fmt.Errorf("retention: create partition %s: %w", name, err)
+		}
+		if ok {
+			created = append(created, name)
+		}
+	}
+	return created, nil
+}
+
+// partition is one row of Partitions.List.
+type partition struct {
+	name     string
+	lo, hi   int64
+	isDef    bool
+	estimate int64
+}
+
+func listPartitions(ctx context.Context, q store.Querier, p *sqlset.Partitions) ([]partition, error) {
+	rows, err := q.Query(ctx, p.List)
+	if err != nil {
+		return nil, fmt.Errorf("retention: list partitions: %w", err)
+	}
+	defer rows.Close()
+	var out []partition
+	for rows.Next() {
+		var pt partition
+		if err := rows.Scan(&pt.name, &pt.lo, &pt.hi, &pt.isDef, &pt.estimate); err != nil {
+			return nil, fmt.Errorf("retention: list partitions: %w", err)
+		}
+		out = append(out, pt)
+	}
+	return out, rows.Err()
+}
+
+// MaintainPartitions is one pass over the partitioned inbox: it creates
+// the partitions ahead (PartitionConfig.Ahead) and drops every partition
+// whose upper bound is at or before now — all its rows expired by their
+// own expires_at — unless keep holds a row in it (keep maps a consumer to
+// the received_at from which its rows are kept, as Config.InboxMinAge
+// computes it). A partition whose upper bound is after now is never
+// dropped, so no row younger than its expiry is lost. The GC runs it on
+// every pass of a partitioned store.
+func MaintainPartitions[TTx any](ctx context.Context, d store.Driver[TTx], cfg PartitionConfig, now time.Time, keep map[string]time.Time) (PartitionReport, error) {
+	p, err := partitionStmts(d)
+	if err != nil {
+		return PartitionReport{}, err
+	}
+	if cfg, err = cfg.withDefaults(); err != nil {
+		return PartitionReport{}, err
+	}
+	var rep PartitionReport
+	q := d.Pool()
+	if rep.Created, err = ensure(ctx, q, p, cfg, now); err != nil {
+		return rep, err
+	}
+	parts, err := listPartitions(ctx, q, p)
+	if err != nil {
+		return rep, err
+	}
+	consumers := make([]string, 0, len(keep))
+	for c := range keep {
+		consumers = append(consumers, c)
+	}
+	slices.Sort(consumers)
+	cutoffs := make([]int64, len(consumers))
+	for i, c := range consumers {
+		cutoffs[i] = store.Micros(keep[c])
+	}
+	for _, pt := range parts {
+		if pt.isDef || pt.hi > store.Micros(now) {
+			continue
+		}
+		if len(consumers) > 0 {
+			var kept bool
+			if err := q.QueryRow(ctx, p.Keeps, pt.name, consumers, cutoffs).Scan(&kept); err != nil {
+				return rep, fmt.Errorf("retention: partition %s: %w", pt.name, err)
+			}
+			if kept {
+				rep.Kept = append(rep.Kept, pt.name)
+				continue
+			}
+		}
+		if _, err := q.Exec(ctx, p.Drop, pt.name, fmt.Sprintf("%dms", max(cfg.LockTimeout.Milliseconds(), 1))); err != nil {
+			if errors.Is(err, store.ErrLockTimeout) {
+				rep.Busy = append(rep.Busy, pt.name)
+				continue
+			}
+			return rep, fmt.Errorf("retention: drop partition %s: %w", pt.name, err)
+		}
+		rep.Dropped = append(rep.Dropped, pt.name)
+		rep.DroppedRows += max(pt.estimate, 0)
+	}
+	return rep, nil
+}

@@ -1,0 +1,224 @@
+package retention_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/retention"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/pgxstore"
+)
+
+// partitionedStores returns two drivers on one fresh, migrated PostgreSQL
+// schema: one with the plain layout (for rows written before the
+// conversion) and one with the partitioned layout.
+func partitionedStores(t *testing.T) (plain, part store.Driver[any]) {
+	t.Helper()
+	pool, schema := testdb.PgxPool(t)
+	pl, err := pgxstore.New(pool, pgxstore.Config{Names: store.Names{Schema: schema}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testdb.MustMigrate(t, pl)
+	pa, err := pgxstore.New(pool, pgxstore.Config{Names: store.Names{Schema: schema, Layout: store.LayoutPartitioned}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store.Erase(pl), store.Erase(pa)
+}
+
+// day is 2026-12-01 00:00 UTC, the test's calendar.
+var day = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
+func processAt[TTx any](t *testing.T, d store.Driver[TTx], at time.Time, retention time.Duration, consumer, id string, h inbox.Handler[TTx]) inbox.Result {
+	t.Helper()
+	in, err := inbox.New(d, inbox.Config{Retention: retention, Now: func() time.Time { return at }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := in.Process(context.Background(), consumer, idem.Message{ID: id, Payload: []byte(id)}, h)
+	if err != nil {
+		t.Fatalf("process %s/%s: %v", consumer, id, err)
+	}
+	return res
+}
+
+func nop[TTx any](context.Context, TTx, idem.Message) error { return nil }
+
+func inboxIDs[TTx any](t *testing.T, d store.Driver[TTx]) []string {
+	t.Helper()
+	rows, err := d.Pool().Query(context.Background(), `SELECT consumer || '/' || message_id FROM `+d.Table("inbox")+` ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The conversion keeps every row and its dedup; afterwards a GC pass drops
+// exactly the partitions whose rows have all expired: rows older than
+// their retention are gone, none younger is lost, and a consumer kept
+// longer by InboxMinAge keeps its partition.
+func TestPartitionedInboxExpiry(t *testing.T) {
+	t.Parallel()
+	plain, part := partitionedStores(t)
+	ctx := context.Background()
+
+	// Before the conversion: rows expiring on Dec 2 and Dec 6.
+	processAt(t, plain, day, 36*time.Hour, "billing", "pre-dec02", nop[any])
+	processAt(t, plain, day, 5*24*time.Hour+time.Hour, "billing", "pre-dec06", nop[any])
+
+	if _, err := retention.Partition(ctx, plain, retention.PartitionConfig{}, day); !errors.Is(err, retention.ErrNotPartitionable) {
+		t.Fatalf("Partition on a plain-layout store: %v, want ErrNotPartitionable", err)
+	}
+	rep, err := retention.Partition(ctx, part, retention.PartitionConfig{Ahead: 4 * 24 * time.Hour}, day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"inbox_p20261201", "inbox_p20261202", "inbox_p20261203", "inbox_p20261204", "inbox_p20261205"}; !slices.Equal(rep.Created, want) {
+		t.Fatalf("created %v, want %v", rep.Created, want)
+	}
+	if ok, err := retention.Partitioned(ctx, part); err != nil || !ok {
+		t.Fatalf("Partitioned = %v, %v after the conversion", ok, err)
+	}
+	// Converting again only ensures partitions.
+	if rep, err := retention.Partition(ctx, part, retention.PartitionConfig{Ahead: 4 * 24 * time.Hour}, day); err != nil || len(rep.Created) != 0 {
+		t.Fatalf("second Partition: %+v, %v", rep, err)
+	}
+	// Dedup holds for the copied rows, on the partitioned statements.
+	if res := processAt(t, part, day.Add(time.Hour), 7*24*time.Hour, "billing", "pre-dec02", nop[any]); res != inbox.Duplicate {
+		t.Fatalf("redelivery of a copied record: %v, want Duplicate", res)
+	}
+	// After it: one row per expiry day, and a long-kept consumer.
+	for i, exp := range []time.Duration{30 * time.Hour, 54 * time.Hour, 78 * time.Hour, 102 * time.Hour} {
+		processAt(t, part, day, exp, "billing", fmt.Sprintf("post-%d", i), nop[any])
+	}
+	processAt(t, part, day, 30*time.Hour, "audit", "kept", nop[any]) // expires Dec 2 06:00
+	// An expiry beyond the partitions lands in the default partition.
+	processAt(t, part, day, 20*24*time.Hour, "billing", "far", nop[any])
+
+	before := inboxIDs(t, part)
+	// Dec 4 01:00: every partition up to Dec 3 has passed; Dec 4's holds a
+	// row expiring at 06:00 (post-3 expires Dec 5 06:00, post-2 Dec 4 06:00).
+	now := day.Add(3*24*time.Hour + time.Hour)
+	gc, err := retention.New(part, retention.Config{
+		Now:         func() time.Time { return now },
+		InboxMinAge: map[string]time.Duration{"audit": 10 * 24 * time.Hour},
+		Partitions:  retention.PartitionConfig{Ahead: 4 * 24 * time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grep, err := gc.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := grep.Partitions
+	if pr == nil {
+		t.Fatal("no partition report from a partitioned store's GC")
+	}
+	// Dec 1 held nothing and drops; Dec 2 holds audit/kept (InboxMinAge);
+	// Dec 3 (post-1) drops.
+	if want := []string{"inbox_p20261201", "inbox_p20261203"}; !slices.Equal(pr.Dropped, want) {
+		t.Fatalf("dropped %v, want %v (report %+v)", pr.Dropped, want, pr)
+	}
+	if want := []string{"inbox_p20261202"}; !slices.Equal(pr.Kept, want) {
+		t.Fatalf("kept %v, want %v", pr.Kept, want)
+	}
+	after := inboxIDs(t, part)
+	// Gone: the rows of Dec 3 (post-1) and of Dec 2 that no minimum age
+	// keeps (pre-dec02, post-0: deleted in batches from the kept partition).
+	gone := []string{"billing/post-0", "billing/post-1", "billing/pre-dec02"}
+	var want []string
+	for _, id := range before {
+		if !slices.Contains(gone, id) {
+			want = append(want, id)
+		}
+	}
+	if !slices.Equal(after, want) {
+		t.Fatalf("after the GC: %v, want %v (before: %v)", after, want, before)
+	}
+	// None younger lost: every row expiring after now is still there.
+	for _, id := range []string{"billing/post-2", "billing/post-3", "billing/pre-dec06", "billing/far", "audit/kept"} {
+		if !slices.Contains(after, id) {
+			t.Fatalf("%s (not expired) was lost", id)
+		}
+	}
+	// The partitions ahead now reach Dec 8, and the far row still waits in
+	// the default partition.
+	if !slices.Contains(pr.Created, "inbox_p20261208") {
+		t.Fatalf("created %v, want it to reach inbox_p20261208", pr.Created)
+	}
+}
+
+// Racing deliveries of one message on the partitioned layout run the
+// handler once, also when the deliveries compute different expiries (the
+// case a partitioned unique key alone would not catch).
+func TestPartitionedInboxRacingDuplicates(t *testing.T) {
+	t.Parallel()
+	_, part := partitionedStores(t)
+	ctx := context.Background()
+	if _, err := retention.Partition(ctx, part, retention.PartitionConfig{}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	const messages, racers = 40, 6
+	var runs [messages]atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, messages*racers)
+	for r := range racers {
+		in, err := inbox.New(part, inbox.Config{Retention: time.Duration(r+1) * 25 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range messages {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				msg := idem.Message{ID: fmt.Sprintf("m-%d", i), Payload: []byte("same")}
+				h := func(context.Context, any, idem.Message) error { runs[i].Add(1); return nil }
+				var err error
+				if r%2 == 0 {
+					_, err = in.Process(ctx, "billing", msg, h)
+				} else {
+					_, err = in.ProcessBatch(ctx, "billing", []idem.Message{msg}, h)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range messages {
+		if n := runs[i].Load(); n != 1 {
+			t.Errorf("message m-%d: handler ran %d times, want once", i, n)
+		}
+	}
+	if n := testdb.Count(t, part, `SELECT count(*) FROM `+part.Table("inbox")); n != messages {
+		t.Fatalf("%d inbox rows, want %d", n, messages)
+	}
+}
