@@ -56,6 +56,18 @@ func (a erased[TTx]) SendBatch(ctx context.Context, q Querier, stmts []Stmt) err
 	return a.d.SendBatch(ctx, q, stmts)
 }
 
+func (a erased[TTx]) BeginReserved(ctx context.Context, stmts []Stmt) (any, bool, error) {
+	tx, ok, err := a.d.BeginReserved(ctx, stmts)
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	return tx, ok, nil
+}
+
+func (a erased[TTx]) EndReserved(ctx context.Context, tx any, commit bool, before, after []Stmt) error {
+	return a.d.EndReserved(ctx, tx.(TTx), commit, before, after)
+}
+
 func (a erased[TTx]) Listen(ctx context.Context, channel string) (Listener, error) {
 	return a.d.Listen(ctx, channel)
 }

@@ -112,9 +112,9 @@ type Driver[TTx any] interface {
 	// A driver that wraps another forwards them, so a wrapper never
 	// silently loses a fast path.
 
-	// SupportsPipeline reports whether BeginInsert, ExecCommit and
-	// SendBatch save round trips (rather than running statement by
-	// statement).
+	// SupportsPipeline reports whether BeginInsert, ExecCommit,
+	// SendBatch, BeginReserved and EndReserved save round trips (rather
+	// than running statement by statement).
 	SupportsPipeline() bool
 	// BeginInsert begins a transaction and runs insertSQL (a constant
 	// INSERT without ON CONFLICT, with $n placeholders) as its first
@@ -144,6 +144,30 @@ type Driver[TTx any] interface {
 	// after it may have run — send a batch whose Rows can fail on a Tx and
 	// roll back on error.
 	SendBatch(ctx context.Context, q Querier, stmts []Stmt) error
+	// BeginReserved takes a connection for the caller alone, runs stmts
+	// on it in one round trip outside any transaction (they share one
+	// implicit transaction; session state they set, such as a
+	// session-level advisory lock, lasts on the connection), and returns
+	// a transaction on that connection whose BEGIN is sent together with
+	// its first statement (none is sent when the transaction is never
+	// used). The connection returns to the pool only through EndReserved,
+	// which the caller must call exactly once, whatever happened. When
+	// stmts fail, nothing is reserved: the error is returned, and the
+	// connection is closed unless the first statement failed (so session
+	// state set by the earlier ones dies with it). ok=false (nil error)
+	// means the ability is missing and nothing was done.
+	BeginReserved(ctx context.Context, stmts []Stmt) (tx TTx, ok bool, err error)
+	// EndReserved ends a transaction of BeginReserved and releases its
+	// connection, in one round trip: with commit, before runs in the
+	// transaction and then COMMIT (a transaction never used is begun
+	// first); without, the transaction is rolled back and before is not
+	// run. after runs once the transaction is over, outside it (e.g.
+	// releasing a session lock after the COMMIT made the work visible).
+	// Nothing is sent when there is nothing to do. On any error nothing
+	// is committed and the connection is closed, so no session state
+	// outlives the call; a transaction that was aborted or already ended
+	// cannot commit (wraps an error of the driver's library).
+	EndReserved(ctx context.Context, tx TTx, commit bool, before, after []Stmt) error
 
 	// SupportsListener reports whether Listen works (PostgreSQL
 	// LISTEN/NOTIFY); Listen returns ErrNotSupported otherwise.

@@ -7,7 +7,6 @@ import (
 	"regexp"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/store"
@@ -49,26 +48,7 @@ func (d *Driver) SendBatch(ctx context.Context, q store.Querier, stmts []store.S
 		return store.RunStmts(ctx, q, stmts)
 	}
 	b := &pgx.Batch{}
-	for i := range stmts {
-		s := stmts[i]
-		qq := b.Queue(s.SQL, s.Args...)
-		if s.Rows != nil {
-			qq.Query(func(rows pgx.Rows) error {
-				err := s.Rows(pgxRows{rows})
-				if err == nil {
-					err = rows.Err()
-				}
-				return err
-			})
-		} else {
-			qq.Exec(func(tag pgconn.CommandTag) error {
-				if s.Affected != nil {
-					*s.Affected = tag.RowsAffected()
-				}
-				return nil
-			})
-		}
-	}
+	queueStmts(b, stmts, nil)
 	if err := bt.SendBatch(ctx, b).Close(); err != nil {
 		return translate(err)
 	}

@@ -27,6 +27,17 @@ func (d *Driver) ExecCommit(context.Context, *sql.Tx, string, ...any) (bool, err
 	return false, nil
 }
 
+// BeginReserved is not available on database/sql: ok is false and
+// nothing is done.
+func (d *Driver) BeginReserved(context.Context, []store.Stmt) (*sql.Tx, bool, error) {
+	return nil, false, nil
+}
+
+// EndReserved returns store.ErrNotSupported: there is no BeginReserved.
+func (d *Driver) EndReserved(context.Context, *sql.Tx, bool, []store.Stmt, []store.Stmt) error {
+	return store.ErrNotSupported
+}
+
 // SendBatch runs stmts one by one on q.
 func (d *Driver) SendBatch(ctx context.Context, q store.Querier, stmts []store.Stmt) error {
 	return store.RunStmts(ctx, q, stmts)

@@ -404,3 +404,90 @@ func testListener[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatal(err)
 	}
 }
+
+// testReservedAbilities: BeginReserved and EndReserved (the HTTP
+// middleware's path) keep the connection of the setup statements for the
+// transaction, commit the closing statements with the handler's work (also
+// on a transaction that ran nothing), roll back without running them, run
+// the after statements in every case, commit nothing when a closing
+// statement fails, and reserve nothing when a setup statement fails.
+// Without the ability they decline.
+func testReservedAbilities[TTx any](t *testing.T, d store.Driver[TTx]) {
+	ctx := context.Background()
+	if !d.SupportsPipeline() {
+		tx, ok, err := d.BeginReserved(ctx, []store.Stmt{{SQL: `INSERT INTO conf_kv (k, v) VALUES ('rs', 1)`}})
+		if ok || err != nil || present(t, d.Pool(), "rs") {
+			t.Fatalf("BeginReserved without the ability: ok %v err %v (or it ran): want false, nil, nothing done", ok, err)
+		}
+		if err := d.EndReserved(ctx, tx, true, nil, nil); !errors.Is(err, store.ErrNotSupported) {
+			t.Fatalf("EndReserved without the ability: %v, want ErrNotSupported", err)
+		}
+		return
+	}
+	// Session state: a session-level setting (PostgreSQL, the only
+	// dialect that pipelines) set by the setup statements is seen in the
+	// transaction, i.e. it runs on the same connection; after resets it.
+	set := func(v string) store.Stmt {
+		return store.Stmt{SQL: `SELECT set_config('idem.conf_reserved', $1, false)`, Args: []any{v}}
+	}
+	setting := func(q store.Querier) string {
+		t.Helper()
+		var s string
+		if err := q.QueryRow(ctx, `SELECT coalesce(current_setting('idem.conf_reserved', true), '')`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for i := range 3 * 8 { // more rounds than a small pool has connections: every one goes back
+		k := fmt.Sprintf("rs%d", i)
+		tx, ok, err := d.BeginReserved(ctx, []store.Stmt{set(k)})
+		if err != nil || !ok {
+			t.Fatalf("BeginReserved: ok %v err %v", ok, err)
+		}
+		if i%2 == 0 { // the handler's statements, the first one carrying BEGIN
+			mustExec(t, d.Tx(tx), `INSERT INTO conf_kv (k, v) VALUES ($1, 1)`, k)
+			if s := setting(d.Tx(tx)); s != k {
+				t.Fatalf("setting in the reserved transaction %q, want %q: not the setup statements' connection", s, k)
+			}
+		}
+		var n int64
+		before := []store.Stmt{{SQL: `INSERT INTO conf_kv (k, v) VALUES ($1, 2) ON CONFLICT (k) DO UPDATE SET v = conf_kv.v + 1`, Args: []any{k}, Affected: &n}}
+		if err := d.EndReserved(ctx, tx, true, before, []store.Stmt{set("")}); err != nil {
+			t.Fatalf("EndReserved commit: %v", err)
+		}
+		const want = 2 // inserted by before, or 1 by the handler and then +1
+		if v, err := value(t, d.Pool(), k); err != nil || v != want || n != 1 {
+			t.Fatalf("after EndReserved commit: v %d err %v affected %d, want %d and 1", v, err, n, want)
+		}
+	}
+	// Rollback: the handler's work is undone, before is not run.
+	tx, ok, err := d.BeginReserved(ctx, nil)
+	if err != nil || !ok {
+		t.Fatalf("BeginReserved: ok %v err %v", ok, err)
+	}
+	mustExec(t, d.Tx(tx), `INSERT INTO conf_kv (k, v) VALUES ('rb', 1)`)
+	if err := d.EndReserved(ctx, tx, false, []store.Stmt{{SQL: `INSERT INTO conf_kv (k, v) VALUES ('rb2', 1)`}}, nil); err != nil {
+		t.Fatalf("EndReserved rollback: %v", err)
+	}
+	if present(t, d.Pool(), "rb") || present(t, d.Pool(), "rb2") {
+		t.Fatal("a rolled back reserved transaction left rows")
+	}
+	// A failing closing statement commits nothing, and says why.
+	mustExec(t, d.Pool(), `INSERT INTO conf_kv (k, v) VALUES ('dup', 1)`)
+	tx, ok, err = d.BeginReserved(ctx, nil)
+	if err != nil || !ok {
+		t.Fatalf("BeginReserved: ok %v err %v", ok, err)
+	}
+	mustExec(t, d.Tx(tx), `INSERT INTO conf_kv (k, v) VALUES ('lost', 1)`)
+	err = d.EndReserved(ctx, tx, true, []store.Stmt{{SQL: `INSERT INTO conf_kv (k, v) VALUES ('dup', 2)`}}, nil)
+	if !errors.Is(err, store.ErrUniqueViolation) || present(t, d.Pool(), "lost") {
+		t.Fatalf("failing closing statement: %v (or the work committed), want ErrUniqueViolation and nothing committed", err)
+	}
+	// A failing setup statement reserves nothing.
+	if _, ok, err := d.BeginReserved(ctx, []store.Stmt{{SQL: `INSERT INTO conf_kv (k, v) VALUES ('dup', 3)`}}); ok || !errors.Is(err, store.ErrUniqueViolation) {
+		t.Fatalf("failing setup statement: ok %v err %v, want false and ErrUniqueViolation", ok, err)
+	}
+	if s := setting(d.Pool()); s != "" {
+		t.Fatalf("session setting %q left on a pooled connection", s)
+	}
+}

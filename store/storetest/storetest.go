@@ -43,6 +43,7 @@ func Run[TTx any](t *testing.T, newDriver func(t *testing.T) store.Driver[TTx]) 
 		{"UniqueRace", testUniqueRace[TTx]},
 		{"SendBatch", testSendBatch[TTx]},
 		{"PipelineAbilities", testPipelineAbilities[TTx]},
+		{"ReservedAbilities", testReservedAbilities[TTx]},
 		{"Listener", testListener[TTx]},
 	}
 	for _, tc := range tests {

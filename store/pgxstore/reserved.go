@@ -1,0 +1,441 @@
+package pgxstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/store"
+)
+
+// rollbackSQL ends a reserved transaction that is not committed; like
+// beginSQL and commitSQL it differs from pgx's own spelling.
+const rollbackSQL = "ROLLBACK"
+
+// queueStmts queues stmts on b, each with the callback its Stmt asks for
+// (Affected, Rows). ran, when not nil, counts the statements the server
+// completed, so a caller knows whether the first one took effect.
+func queueStmts(b *pgx.Batch, stmts []store.Stmt, ran *int) {
+	for i := range stmts {
+		s := stmts[i]
+		qq := b.Queue(s.SQL, s.Args...)
+		if s.Rows != nil {
+			qq.Query(func(rows pgx.Rows) error {
+				err := s.Rows(pgxRows{rows})
+				rows.Close()
+				if rows.Err() == nil && ran != nil {
+					*ran++
+				}
+				if err == nil {
+					err = rows.Err()
+				}
+				return err
+			})
+			continue
+		}
+		qq.Exec(func(tag pgconn.CommandTag) error {
+			if ran != nil {
+				*ran++
+			}
+			if s.Affected != nil {
+				*s.Affected = tag.RowsAffected()
+			}
+			return nil
+		})
+	}
+}
+
+func stmtSQL(stmts ...[]store.Stmt) []string {
+	var sqls []string
+	for _, ss := range stmts {
+		for _, s := range ss {
+			sqls = append(sqls, s.SQL)
+		}
+	}
+	return sqls
+}
+
+// BeginReserved acquires a connection, runs stmts on it as one pipelined
+// pgx.Batch (one round trip, one implicit transaction, arguments bound as
+// parameters), and returns a transaction on that connection whose BEGIN
+// travels in the same batch as its first Exec, Query or QueryRow: a
+// transaction that runs one statement before EndReserved costs one round
+// trip for it, BEGIN included. Other methods (SendBatch, CopyFrom,
+// Prepare, Begin, LargeObjects, Conn) send BEGIN first on its own.
+//
+// Session state that stmts set on the connection (a session-level
+// advisory lock) stays until EndReserved, which the caller must call once;
+// Commit and Rollback on the transaction end it but keep the connection
+// reserved. When stmts fail the error is returned and nothing is
+// reserved; the connection is closed unless no statement completed, so a
+// lock taken by the first one never goes back to the pool.
+//
+// The ability is declined (ok=false, nothing done) on the simple protocol.
+func (d *Driver) BeginReserved(ctx context.Context, stmts []store.Stmt) (pgx.Tx, bool, error) {
+	if d.mode == pgx.QueryExecModeSimpleProtocol {
+		return nil, false, nil
+	}
+	c, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, translate(err)
+	}
+	conn := c.Conn()
+	if err := d.prepare(ctx, conn, stmtSQL(stmts)...); err != nil {
+		_ = closeIfUnprepared(ctx, conn, err)
+		c.Release()
+		return nil, false, translate(err)
+	}
+	if len(stmts) > 0 {
+		b := &pgx.Batch{}
+		ran := 0
+		queueStmts(b, stmts, &ran)
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			if ran > 0 || conn.PgConn().TxStatus() != 'I' {
+				_ = conn.Close(context.WithoutCancel(ctx))
+			} else {
+				_ = closeIfUnprepared(ctx, conn, err)
+			}
+			c.Release()
+			return nil, false, translate(err)
+		}
+	}
+	return &reservedTx{d: d, c: c}, true, nil
+}
+
+// EndReserved ends a transaction of BeginReserved as one pipelined batch:
+// with commit, [BEGIN when the transaction was never used,] before,
+// COMMIT, after; without, ROLLBACK (when it was used) and after. Nothing
+// is sent when that leaves nothing to do. The connection then goes back
+// to the pool; on any error (a failing statement, a COMMIT that did not
+// commit, a transaction aborted by an earlier statement or ended by its
+// own Commit or Rollback) nothing is committed by EndReserved and the
+// connection is closed instead, which ends the transaction and every
+// session state on the server. The errors wrap pgx.ErrTxCommitRollback
+// or pgx.ErrTxClosed where pgx has one; database errors are translated.
+func (d *Driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before, after []store.Stmt) error {
+	t, ok := tx.(*reservedTx)
+	if !ok || t.d != d {
+		return fmt.Errorf("pgxstore: EndReserved of a transaction BeginReserved did not start: %w", pgx.ErrTxClosed)
+	}
+	if t.gone {
+		return fmt.Errorf("pgxstore: EndReserved called twice: %w", pgx.ErrTxClosed)
+	}
+	t.gone = true
+	conn := t.c.Conn()
+	discard := func(err error) error {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		t.c.Release()
+		return err
+	}
+	open := t.tx != nil && !t.ended
+	switch {
+	case commit && t.ended:
+		return discard(fmt.Errorf("pgxstore: the transaction was ended by a Commit or Rollback of its own; nothing committed: %w", pgx.ErrTxClosed))
+	case commit && open && conn.PgConn().TxStatus() != 'T':
+		return discard(fmt.Errorf("pgxstore: the transaction was aborted by an earlier failed statement, rolled back: %w", pgx.ErrTxCommitRollback))
+	}
+	b := &pgx.Batch{}
+	var tag pgconn.CommandTag
+	committing := commit && (open || len(before) > 0)
+	switch {
+	case committing:
+		if !open {
+			b.Queue(beginSQL)
+		}
+		queueStmts(b, before, nil)
+		b.Queue(commitSQL).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	case open:
+		b.Queue(rollbackSQL)
+	}
+	queueStmts(b, after, nil)
+	if b.Len() == 0 {
+		t.c.Release()
+		return nil
+	}
+	sqls := append([]string{beginSQL, commitSQL, rollbackSQL}, stmtSQL(before, after)...)
+	if err := d.prepare(ctx, conn, sqls...); err != nil {
+		return discard(translate(err))
+	}
+	err := conn.SendBatch(ctx, b).Close()
+	if err == nil && committing && tag.String() != "COMMIT" {
+		err = fmt.Errorf("pgxstore: COMMIT answered %q: %w", tag.String(), pgx.ErrTxCommitRollback)
+	}
+	if err == nil && conn.PgConn().TxStatus() != 'I' {
+		err = fmt.Errorf("pgxstore: still in a transaction after EndReserved: %w", pgx.ErrTxCommitRollback)
+	}
+	if err != nil {
+		return discard(translate(err))
+	}
+	t.c.Release()
+	return nil
+}
+
+// reservedTx is the transaction of BeginReserved on its reserved
+// connection: nothing is sent until its first statement, which carries
+// BEGIN with it. pgx's own transaction (from pgx.Batch.BeginTx) runs every
+// statement after that. Like any pgx.Tx it is not for concurrent use.
+type reservedTx struct {
+	d     *Driver
+	c     *pgxpool.Conn
+	tx    pgx.Tx // nil until begun
+	ended bool   // ended by its own Commit or Rollback
+	gone  bool   // EndReserved ran: the connection is no longer ours
+}
+
+var _ pgx.Tx = (*reservedTx)(nil)
+
+// lazyArgs reports whether a statement with args can travel in a batch
+// with BEGIN: pgx batches take no per-query options but a QueryRewriter.
+func lazyArgs(args []any) bool {
+	if len(args) == 0 {
+		return true
+	}
+	switch args[0].(type) {
+	case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+		return false
+	}
+	return true
+}
+
+// live returns pgx's transaction, beginning it with a BEGIN of its own if
+// no statement has yet.
+func (t *reservedTx) live(ctx context.Context) (pgx.Tx, error) {
+	switch {
+	case t.gone:
+		return closedTx, nil
+	case t.tx != nil:
+		return t.tx, nil
+	case t.ended:
+		return closedTx, nil
+	}
+	conn := t.c.Conn()
+	if err := t.d.prepare(ctx, conn, beginSQL); err != nil {
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{BeginQuery: beginSQL})
+	br := conn.SendBatch(ctx, b)
+	tx := br.Tx()
+	err := br.Close()
+	t.tx = tx // closed by pgx when BEGIN failed: no statement runs outside the transaction
+	return tx, err
+}
+
+// first reports whether the next statement, with args, begins the
+// transaction in its own batch.
+func (t *reservedTx) first(args []any) bool {
+	return t.tx == nil && !t.ended && !t.gone && lazyArgs(args)
+}
+
+// sendFirst sends BEGIN and sql in one batch and returns the results with
+// BEGIN's read: the transaction's first round trip.
+func (t *reservedTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	conn := t.c.Conn()
+	if err := t.d.prepare(ctx, conn, beginSQL); err != nil {
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{BeginQuery: beginSQL})
+	b.Queue(sql, args...)
+	br := conn.SendBatch(ctx, b)
+	t.tx = br.Tx()
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return br, nil
+}
+
+// Exec runs sql, with BEGIN in the same round trip when it is the first.
+func (t *reservedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if !t.first(args) {
+		tx, err := t.live(ctx)
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		return tx.Exec(ctx, sql, args...)
+	}
+	br, err := t.sendFirst(ctx, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// Query runs sql, with BEGIN in the same round trip when it is the first.
+func (t *reservedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if !t.first(args) {
+		tx, err := t.live(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return tx.Query(ctx, sql, args...)
+	}
+	br, err := t.sendFirst(ctx, sql, args)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return rows, err
+	}
+	return &firstRows{Rows: rows, br: br}, nil
+}
+
+// QueryRow runs sql like Query and returns its first row.
+func (t *reservedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if !t.first(args) {
+		tx, err := t.live(ctx)
+		if err != nil {
+			return errRow{err}
+		}
+		return tx.QueryRow(ctx, sql, args...)
+	}
+	rows, err := t.Query(ctx, sql, args...)
+	if err != nil {
+		if rows != nil {
+			rows.Close()
+		}
+		return errRow{err}
+	}
+	return firstRow{rows}
+}
+
+// Commit commits the statements run so far (none: nothing to do). The
+// connection stays reserved until EndReserved.
+func (t *reservedTx) Commit(ctx context.Context) error { return t.end(ctx, true) }
+
+// Rollback rolls back the statements run so far. The connection stays
+// reserved until EndReserved.
+func (t *reservedTx) Rollback(ctx context.Context) error { return t.end(ctx, false) }
+
+func (t *reservedTx) end(ctx context.Context, commit bool) error {
+	if t.gone || t.ended {
+		return pgx.ErrTxClosed
+	}
+	t.ended = true
+	if t.tx == nil {
+		return nil
+	}
+	if commit {
+		return t.tx.Commit(ctx)
+	}
+	return t.tx.Rollback(ctx)
+}
+
+// Begin starts a pseudo nested transaction (a savepoint), beginning the
+// transaction first if needed.
+func (t *reservedTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := t.live(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Begin(ctx)
+}
+
+func (t *reservedTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	tx, err := t.live(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return tx.CopyFrom(ctx, table, cols, src)
+}
+
+func (t *reservedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	tx, err := t.live(ctx)
+	if err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return tx.SendBatch(ctx, b)
+}
+
+// LargeObjects begins the transaction (without a context: it has none)
+// and returns pgx's LargeObjects of it.
+func (t *reservedTx) LargeObjects() pgx.LargeObjects {
+	tx, err := t.live(context.Background())
+	if err != nil {
+		return closedTx.LargeObjects()
+	}
+	return tx.LargeObjects()
+}
+
+func (t *reservedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	tx, err := t.live(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Prepare(ctx, name, sql)
+}
+
+// Conn begins the transaction (so that statements run on the connection
+// are inside it) and returns the connection.
+func (t *reservedTx) Conn() *pgx.Conn {
+	_, _ = t.live(context.Background())
+	return t.c.Conn()
+}
+
+// firstRows are the rows of a statement sent with BEGIN: the batch is
+// closed (its Sync read) once the rows are.
+type firstRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	closed bool
+	err    error
+}
+
+func (r *firstRows) finish() {
+	if !r.closed {
+		r.closed = true
+		r.err = r.br.Close()
+	}
+}
+
+func (r *firstRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.finish()
+	return false
+}
+
+func (r *firstRows) Close() {
+	r.Rows.Close()
+	r.finish()
+}
+
+func (r *firstRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+// firstRow is QueryRow's row over firstRows, with pgx's semantics.
+type firstRow struct{ rows pgx.Rows }
+
+func (r firstRow) Scan(dest ...any) error {
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
