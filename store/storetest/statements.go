@@ -74,7 +74,7 @@ var Builders = map[string]Builder{
 	"Meta.VersionGuard": {
 		Reason: "builds the statements of a version-guarded write to a caller's table: built for a sample table (two key columns) with and without Upsert, and prepared",
 		Setup: []string{`CREATE TABLE IF NOT EXISTS conf_versioned (
-			tenant text NOT NULL, id text NOT NULL, name text, seats bigint, version bigint NOT NULL,
+			tenant varchar(64) NOT NULL, id varchar(64) NOT NULL, name text, seats bigint, version bigint NOT NULL,
 			PRIMARY KEY (tenant, id))`},
 		Build: func(v reflect.Value) ([]Statement, error) {
 			build, ok := v.Interface().(func(sqlset.VersionedWrite) sqlset.VersionedSQL)
@@ -230,6 +230,15 @@ var InTx = map[string]RunInTx{
 	},
 }
 
+// Scripted lists, with the reason, the dialects whose driver runs a
+// statement text of several statements itself, in order on one
+// transaction: their texts are not listed in [InTx], and the suite hands
+// each whole text to the driver's Prepare, which prepares every statement
+// of it.
+var Scripted = map[store.Dialect]string{
+	"mysql": "MySQL has no RETURNING and MariaDB no UPDATE … RETURNING: a statement that returns the rows it wrote elsewhere is a script there (store/mysql)",
+}
+
 // Complete checks that s, dialect's Set, has a statement in every field
 // but those its NotNeeded lists, and that every NotNeeded and
 // [InTx] entry names an existing field.
@@ -343,7 +352,7 @@ func Statements[TTx any](t *testing.T, d store.Driver[TTx], prepare Prepare) {
 			}
 			continue
 		}
-		if parts := Split(st.SQL); len(parts) > 1 {
+		if parts := Split(st.SQL); len(parts) > 1 && Scripted[d.Dialect()] == "" {
 			t.Errorf("%s (%s) holds %d statements, which no driver prepares as one: list it in storetest.InTx with the reason\n%s",
 				st.Name(), d.Dialect(), len(parts), st.SQL)
 			continue
