@@ -18,6 +18,9 @@ VALUES ($1, $2, $3, $4, 'in_progress', 1, $5, $6, $7);
 		// A locking read: after a conflict it sees the committed row
 		// whatever the caller's snapshot.
 		Load: `SELECT ` + cols + ` FROM ` + k + ` WHERE ` + pk + ` FOR UPDATE`,
+		InsertCompleted: `INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, status, headers, body,
+body_omitted, resource_type, resource_id, created_at, locked_until, completed_at, expires_at)
+VALUES ($1, $2, $3, $4, 'completed', 1, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13)`,
 		TakeOver: `UPDATE ` + k + ` SET fingerprint = $5, state = 'in_progress', token = token + 1, status = 0,
 headers = '{}', body = '', body_omitted = 0, resource_type = '', resource_id = '',
 created_at = $6, locked_until = $7, completed_at = 0, expires_at = $8

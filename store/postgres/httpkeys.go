@@ -34,8 +34,18 @@ ON CONFLICT (tenant, operation, idem_key) DO NOTHING
 RETURNING token, ''`,
 		InsertLocked: lockedInsert + `ON CONFLICT (tenant, operation, idem_key) DO NOTHING
 RETURNING token` + restore,
-		InsertStrict:   lockedInsert + `RETURNING token` + restore,
-		Load:           `SELECT ` + cols + ` FROM ` + k + ` WHERE ` + pk,
+		InsertStrict: lockedInsert + `RETURNING token` + restore,
+		Load:         `SELECT ` + cols + ` FROM ` + k + ` WHERE ` + pk,
+		// The lock timeout is set in a subquery (volatile, so not pulled
+		// up) that the lock's projection reads from: it is in force
+		// before the wait starts, and ends with the statement's implicit
+		// transaction.
+		LockKey:    `SELECT pg_advisory_lock($1::bigint) FROM (SELECT set_config('lock_timeout', $2::text, true) AS lt) AS s`,
+		LoadUnlock: `SELECT ` + cols + `, pg_advisory_unlock($4::bigint) FROM ` + k + ` WHERE ` + pk,
+		Unlock:     `SELECT pg_advisory_unlock($1::bigint)`,
+		InsertCompleted: `INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, status, headers, body,
+body_omitted, resource_type, resource_id, created_at, locked_until, completed_at, expires_at)
+VALUES ($1, $2, $3, $4, 'completed', 1, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13)`,
 		TakeOver:       takeOver + `, ''`,
 		TakeOverLocked: takeOver + restore,
 		Hold: `UPDATE ` + k + ` SET state = 'failed', token = token + 1, locked_until = 0

@@ -2,8 +2,9 @@ package sqlite
 
 import "github.com/idemkit/idem/store/sqlset"
 
-// httpKeys has no InsertLocked, InsertStrict or TakeOverLocked: SQLite's
-// BEGIN IMMEDIATE serialises writers, so no statement waits on a row lock.
+// httpKeys has no InsertLocked, InsertStrict, TakeOverLocked, LockKey,
+// LoadUnlock or Unlock: SQLite's BEGIN IMMEDIATE serialises writers, so no
+// statement waits on a row lock and no advisory lock is needed.
 func httpKeys(t func(string) string) sqlset.HTTPKeys {
 	k := t("idempotency_keys")
 	const (
@@ -16,6 +17,9 @@ VALUES ($1, $2, $3, $4, 'in_progress', 1, $5, $6, $7)
 ON CONFLICT (tenant, operation, idem_key) DO NOTHING
 RETURNING token, ''`,
 		Load: `SELECT ` + cols + ` FROM ` + k + ` WHERE ` + pk,
+		InsertCompleted: `INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, status, headers, body,
+body_omitted, resource_type, resource_id, created_at, locked_until, completed_at, expires_at)
+VALUES ($1, $2, $3, $4, 'completed', 1, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13)`,
 		TakeOver: `UPDATE ` + k + ` SET fingerprint = $5, state = 'in_progress', token = token + 1, status = 0,
 headers = '{}', body = x'', body_omitted = 0, resource_type = '', resource_id = '',
 created_at = $6, locked_until = $7, completed_at = 0, expires_at = $8

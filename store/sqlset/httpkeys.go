@@ -30,6 +30,31 @@ type HTTPKeys struct {
 	InsertStrict string
 	// Load reads one record (the columns above).
 	Load string
+	// LockKey takes the session-level advisory lock $1 (bigint, the
+	// hash of the scope the middleware computes), waiting at most $2
+	// (text, e.g. "500ms"; lock_timeout, local to the statement's
+	// implicit transaction). Run before LoadUnlock, in the same round
+	// trip but a statement of its own, so that LoadUnlock's snapshot is
+	// taken after the lock is granted and sees the work of the previous
+	// holder, which released it only after its COMMIT. Empty where there
+	// are no advisory locks (SQLite's BEGIN IMMEDIATE serialises writers).
+	LockKey string
+	// LoadUnlock is Load plus a last column: the result of releasing the
+	// session lock $4 (LockKey's $1), run only when a record exists, so
+	// the lock stays held exactly when there is no record. Empty where
+	// LockKey is.
+	LoadUnlock string
+	// Unlock releases the session lock $1 (LockKey's $1). Empty where
+	// LockKey is.
+	Unlock string
+	// InsertCompleted inserts the completed record of an execution that
+	// found no record, without ON CONFLICT: a record inserted meanwhile by
+	// a writer that does not take LockKey is a unique violation, so the
+	// primary key decides. $4 fingerprint, $5 status, $6 headers (JSON
+	// text), $7 body, $8 body_omitted (0/1), $9 resource_type, $10
+	// resource_id, $11 created_at, $12 completed_at, $13 expires_at;
+	// token 1, locked_until 0.
+	InsertCompleted string
 	// TakeOver re-arms, as in_progress with token+1 and no stored
 	// response, a record past its retention or — when $10 = 1 — an
 	// in_progress record whose lease expired: $4 the token read, $5
