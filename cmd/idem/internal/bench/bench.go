@@ -30,6 +30,10 @@ type Sample struct {
 	// Latencies are optional per-operation latencies (e.g. commit to
 	// publish); the pair's result reports their p50 and p99.
 	Latencies []time.Duration
+	// Extra holds a side's further measurements by name (e.g. WAL bytes
+	// written); the pair's result reports the median of each across the
+	// rounds, prefixed with "a_" or "b_".
+	Extra map[string]float64
 }
 
 // PerSecond returns Ops/Elapsed, or 0 when nothing was timed.
@@ -76,6 +80,9 @@ type Result struct {
 	// only for pairs that measure latency (side A's samples).
 	P50Ms *float64 `json:"p50_ms,omitempty"`
 	P99Ms *float64 `json:"p99_ms,omitempty"`
+	// Extra is the median of each of the sides' Sample.Extra, keyed
+	// "a_<name>" / "b_<name>" (absent when no side records any).
+	Extra map[string]float64 `json:"extra,omitempty"`
 }
 
 // Report is the whole run.
@@ -217,6 +224,20 @@ func Summarize(name, labelA, labelB string, a, b []Sample) Result {
 	if len(lat) > 0 {
 		p50, p99 := Percentile(lat, 50), Percentile(lat, 99)
 		res.P50Ms, res.P99Ms = &p50, &p99
+	}
+	for prefix, samples := range map[string][]Sample{"a_": a, "b_": b} {
+		byName := map[string][]float64{}
+		for _, s := range samples {
+			for k, v := range s.Extra {
+				byName[k] = append(byName[k], v)
+			}
+		}
+		for k, vs := range byName {
+			if res.Extra == nil {
+				res.Extra = map[string]float64{}
+			}
+			res.Extra[prefix+k] = Median(vs)
+		}
 	}
 	return res
 }

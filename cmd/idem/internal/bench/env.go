@@ -36,6 +36,11 @@ type Config struct {
 	// NATS is a nats:// URL of a JetStream server. Defaults to an embedded
 	// in-process server on a temporary directory.
 	NATS string
+	// RetentionRows, when positive, adds the retention_drop_vs_delete pair
+	// (PostgreSQL only): each side expires that many inbox rows per round
+	// (DefaultRetentionRows is the documented figure). Zero leaves it out:
+	// it takes minutes.
+	RetentionRows int
 	// Peers names the peer libraries to compare with ("watermill",
 	// "river"), none when empty. Peer pairs need Postgres.
 	Peers []string

@@ -37,6 +37,9 @@ func (e *Env) Pairs() []Pair {
 		}
 		ps = append(ps, outboxRelay(e, ns, "postgres"), pipeline(e, ns, "postgres"))
 		ps = append(ps, effectDrain(e, "postgres"))
+		if e.cfg.RetentionRows > 0 {
+			ps = append(ps, retentionDropVsDelete(e, e.cfg.RetentionRows))
+		}
 	} else {
 		ps = append(ps, httpPairs(e, e.sqlite, "sqlite", httpClients)...)
 		ns := func(ctx context.Context) (store.Driver[*sql.Tx], error) { return e.sqliteNS(ctx) }

@@ -1,0 +1,166 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/migrate"
+	"github.com/idemkit/idem/retention"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/pgxstore"
+)
+
+// DefaultRetentionRows is the number of expired inbox rows each side of
+// retention_drop_vs_delete expires per round.
+const DefaultRetentionRows = 5_000_000
+
+// retentionDays is how many daily partitions the expired rows spread over.
+const retentionDays = 5
+
+// writerWindow is the least time over which the writer's rate is taken.
+const writerWindow = 3 * time.Second
+
+// retentionBatch is the plain layout's GC batch size in the pair: ten
+// times the default, the most a busy database would let one DELETE take.
+const retentionBatch = 10_000
+
+// retentionDropVsDelete: A expires rows inbox rows by a GC pass on the
+// partitioned layout (their partitions detached and dropped); B expires
+// the same rows by a GC pass on the plain layout (bounded batch DELETEs of
+// retentionBatch rows). Each round starts, untimed, from an emptied inbox
+// seeded with the rows, expired over five days ten days ago. During the
+// timed pass a writer goroutine keeps recording new messages through
+// inbox.Process on the same table; the samples carry the WAL bytes the
+// pass wrote (the writer's included, so the side that takes longer also
+// counts more of the writer's WAL) and the writer's rate.
+func retentionDropVsDelete(e *Env, rows int) Pair {
+	var plain, part *pgxstore.Driver
+	seedDay := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -10)
+	pcfg := retention.PartitionConfig{Ahead: 20 * 24 * time.Hour}
+	var round atomic.Int64
+	p := Pair{Name: "retention_drop_vs_delete"}
+	p.Setup = func(ctx context.Context) error {
+		var err error
+		pool := e.pg.PgxPool()
+		for _, dd := range []struct {
+			d      **pgxstore.Driver
+			layout store.Layout
+		}{{&plain, store.LayoutPlain}, {&part, store.LayoutPartitioned}} {
+			schema := e.name(e.schema)
+			e.extraSchemas = append(e.extraSchemas, schema)
+			if *dd.d, err = pgxstore.New(pool, pgxstore.Config{Names: store.Names{Schema: schema, Layout: dd.layout}}); err != nil {
+				return err
+			}
+			if err := migrate.Up(ctx, *dd.d); err != nil {
+				return err
+			}
+		}
+		_, err = retention.Partition(ctx, part, pcfg, seedDay)
+		return err
+	}
+	seed := func(ctx context.Context, d *pgxstore.Driver) error {
+		q := d.Pool()
+		if _, err := q.Exec(ctx, `TRUNCATE `+d.Table("inbox")); err != nil {
+			return err
+		}
+		if d == part {
+			if _, err := retention.Partition(ctx, part, pcfg, seedDay); err != nil { // recreate the dropped partitions
+				return err
+			}
+		}
+		_, err := q.Exec(ctx, `INSERT INTO `+d.Table("inbox")+` (consumer, message_id, fingerprint, state, received_at, processed_at, expires_at)
+SELECT 'seed', 'm-' || $1::text || '-' || g, '\x01'::bytea, 'completed', $2::bigint, $2::bigint,
+       $2::bigint + (g % $4::bigint) * 86400000000 + (g % 86400) * 1000000
+  FROM generate_series(1, $3::bigint) AS g`, fmt.Sprint(round.Add(1)), store.Micros(seedDay), rows, int64(retentionDays))
+		if err == nil {
+			_, err = q.Exec(ctx, `ANALYZE `+d.Table("inbox"))
+		}
+		return err
+	}
+	side := func(label string, d **pgxstore.Driver, batch int) Side {
+		return Side{Label: label, Run: func(ctx context.Context, _ time.Duration) (Sample, error) {
+			if err := seed(ctx, *d); err != nil {
+				return Sample{}, fmt.Errorf("seed: %w", err)
+			}
+			gc, err := retention.New(*d, retention.Config{BatchSize: batch, Partitions: pcfg})
+			if err != nil {
+				return Sample{}, err
+			}
+			in, err := inbox.New(store.Erase(*d), inbox.Config{})
+			if err != nil {
+				return Sample{}, err
+			}
+			var lsn0, lsn1 string
+			if err := (*d).Pool().QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn0); err != nil {
+				return Sample{}, err
+			}
+			wctx, stop := context.WithCancel(ctx)
+			var written atomic.Int64
+			var wg sync.WaitGroup
+			var werr error
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := round.Load()
+				for i := 0; wctx.Err() == nil; i++ {
+					msg := idem.Message{ID: fmt.Sprintf("w-%d-%d", r, i), Payload: []byte("x")}
+					if _, err := in.Process(wctx, "writer", msg, func(context.Context, any, idem.Message) error { return nil }); err != nil {
+						if wctx.Err() == nil {
+							werr = err
+						}
+						return
+					}
+					written.Add(1)
+				}
+			}()
+			t0 := time.Now()
+			rep, err := gc.RunOnce(ctx)
+			elapsed := time.Since(t0)
+			// The writer's rate is taken over the pass, and at least
+			// writerWindow, so a pass of milliseconds still measures it.
+			if rest := writerWindow - elapsed; err == nil && rest > 0 {
+				select {
+				case <-time.After(rest):
+				case <-ctx.Done():
+				}
+			}
+			window := time.Since(t0)
+			stop()
+			wg.Wait()
+			if err != nil {
+				return Sample{}, err
+			}
+			if werr != nil {
+				return Sample{}, fmt.Errorf("writer: %w", werr)
+			}
+			var wal float64
+			if err := (*d).Pool().QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn1); err != nil {
+				return Sample{}, err
+			}
+			if err := (*d).Pool().QueryRow(ctx, `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::float8`, lsn1, lsn0).Scan(&wal); err != nil {
+				return Sample{}, err
+			}
+			var left int64
+			if err := (*d).Pool().QueryRow(ctx, `SELECT count(*) FROM `+(*d).Table("inbox")+` WHERE consumer = 'seed'`).Scan(&left); err != nil {
+				return Sample{}, err
+			}
+			if left != 0 {
+				return Sample{}, fmt.Errorf("%d expired rows left after the pass (report %+v)", left, rep)
+			}
+			return Sample{Ops: rows, Elapsed: elapsed, Extra: map[string]float64{
+				"wal_bytes":       wal,
+				"writer_per_s":    float64(written.Load()) / window.Seconds(),
+				"expire_seconds":  elapsed.Seconds(),
+				"writer_inserted": float64(written.Load()),
+			}}, nil
+		}}
+	}
+	p.A = side("partition-drop", &part, retentionBatch)
+	p.B = side("batch-delete", &plain, retentionBatch)
+	return p
+}
