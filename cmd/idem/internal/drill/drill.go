@@ -172,6 +172,9 @@ func (c *Config) defaults() error {
 	case c.NATSCluster != 0 && (c.NATSURL != "" || (c.Broker != "" && c.Broker != "nats")):
 		return idem.InvalidOptionf("drill: --nats-cluster runs its own embedded cluster: it excludes --nats and --broker kafka|rabbitmq")
 	}
+	if err := c.brokerOptions(); err != nil {
+		return err
+	}
 	if c.DatabaseURL != "" && !ValidDatabaseURL(c.DatabaseURL) {
 		return idem.InvalidOptionf("drill: --db must be a postgres:// URL (the default is a fresh SQLite file per scenario)")
 	}

@@ -35,6 +35,7 @@ type runner struct {
 	tmp    string
 	ownTmp bool
 	seq    int
+	kafka  kafkaCluster // the in-process cluster of --broker kafka without --kafka
 }
 
 func newRunner(cfg Config) (*runner, error) {
@@ -50,6 +51,7 @@ func newRunner(cfg Config) (*runner, error) {
 }
 
 func (r *runner) close() {
+	r.closeBroker()
 	if r.ownTmp {
 		_ = os.RemoveAll(r.tmp)
 	}

@@ -84,9 +84,10 @@ func horizonLateRedrive(ctx context.Context, r *runner, res *Result) error {
 		return err
 	}
 	defer pub.Close()
-	// broker.HeaderRedrive gives the copy its own broker dedup id, as a
-	// publish after the broker's duplicate window would have; consumers see
-	// the original message id.
+	// broker.HeaderRedrive gives the copy its own JetStream dedup id, as a
+	// publish after the duplicate window would have; consumers see the
+	// original message id. Kafka and RabbitMQ have no dedup window: the
+	// copy is delivered as is, the header carried along.
 	if err := pub.Publish(ctx, idem.Message{ID: msgID, Subject: e.sys.Config().Subject, Payload: second,
 		Headers: map[string]string{outbox.HeaderType: boxoffice.EventTypeOrderConfirmed, outbox.HeaderSource: "drill",
 			outbox.HeaderSpecVersion: "1.0", broker.HeaderRedrive: "second-delivery"}}); err != nil {

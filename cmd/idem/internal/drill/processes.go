@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -79,7 +80,8 @@ func (c *child) stop() {
 
 // parent is what a scenario with "idem worker" children runs in the drill
 // process: the API (and the fake provider) in-process on dir, the embedded
-// JetStream unless --nats, and what the children need to join them.
+// JetStream on NATS unless --nats, and what the children need to join
+// them (the database and broker addresses, in their environment).
 type parent struct {
 	e    *env
 	exe  string   // the idem binary of the children
@@ -105,10 +107,11 @@ func (r *runner) newParent(ctx context.Context, name, dir string) (_ *parent, er
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	// The embedded default: the parent serves JetStream on loopback and the
-	// children share its SQLite file.
+	// The embedded default on NATS: the parent serves JetStream on
+	// loopback. The children share its SQLite file (or --db), and on Kafka
+	// the run's cluster (the in-process one listens on loopback too).
 	natsURL := r.cfg.NATSURL
-	if natsURL == "" {
+	if r.cfg.broker() == brokerNATS && natsURL == "" {
 		if p.srv, err = embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "jetstream")}); err != nil {
 			return nil, err
 		}
@@ -116,7 +119,9 @@ func (r *runner) newParent(ctx context.Context, name, dir string) (_ *parent, er
 	}
 	if p.e, err = r.newEnv(ctx, name, false, func(o *boxoffice.Options) {
 		o.Roles = []boxoffice.Role{boxoffice.RoleAPI}
-		o.NATSURL = natsURL
+		if natsURL != "" {
+			o.NATSURL = natsURL
+		}
 		o.DataDir = dir
 	}); err != nil {
 		return nil, err
@@ -125,15 +130,32 @@ func (r *runner) newParent(ctx context.Context, name, dir string) (_ *parent, er
 	if dbURL == "" {
 		dbURL = "sqlite://" + filepath.Join(dir, "idem.db")
 	}
-	// The NATS URL carries the embedded server's password, and --db may
-	// carry one: hand both over in the environment, not on the command line.
-	p.env = []string{"IDEM_NATS_URL=" + natsURL, "IDEM_DATABASE_URL=" + dbURL}
+	// The NATS URL carries the embedded server's password, an AMQP URL
+	// may carry one, and --db may carry one: hand them over in the
+	// environment, not on the command line.
+	p.env = []string{"IDEM_DATABASE_URL=" + dbURL}
 	p.args = []string{"--provider", p.e.sys.Config().ProviderURL}
+	switch o := p.e.opts; o.Broker {
+	case brokerKafka:
+		p.env = append(p.env, "IDEM_KAFKA_BROKERS="+strings.Join(o.Kafka, ","))
+		p.args = append(p.args, "--broker", brokerKafka)
+		if o.KafkaSessionTimeout > 0 {
+			p.args = append(p.args, "--kafka-session-timeout", o.KafkaSessionTimeout.String())
+		}
+	case brokerRabbitMQ:
+		p.env = append(p.env, "IDEM_AMQP_URL="+o.AMQPURL)
+		p.args = append(p.args, "--broker", brokerRabbitMQ)
+	default:
+		p.env = append(p.env, "IDEM_NATS_URL="+natsURL)
+	}
 	if p.e.opts.Schema != "" {
 		p.args = append(p.args, "--schema", p.e.opts.Schema)
 	}
 	if p.e.opts.Stream != "" {
-		p.args = append(p.args, "--stream", p.e.opts.Stream, "--subject", p.e.sys.Config().Subject)
+		p.args = append(p.args, "--stream", p.e.opts.Stream)
+	}
+	if subj := p.e.sys.Config().Subject; subj != boxoffice.Subject {
+		p.args = append(p.args, "--subject", subj)
 	}
 	return p, nil
 }

@@ -384,6 +384,7 @@ type faultyPublisher struct {
 	late         atomic.Int64
 	lateBudget   atomic.Int64
 	lateCopyWait time.Duration
+	started      atomic.Bool
 }
 
 var errAckLost = errors.New("drill: broker ack lost")
@@ -392,7 +393,8 @@ func (f *faultyPublisher) Publish(ctx context.Context, msgs ...idem.Message) err
 	if err := f.Publisher.Publish(ctx, msgs...); err != nil {
 		return err
 	}
-	if !f.g.chance(f.p) {
+	// The first batch always loses its ack, so every run republishes.
+	if !f.started.CompareAndSwap(false, true) && !f.g.chance(f.p) {
 		return nil
 	}
 	f.lostAcks.Add(int64(len(msgs)))
@@ -407,8 +409,15 @@ func (f *faultyPublisher) Publish(ctx context.Context, msgs ...idem.Message) err
 
 func relayDoublePublish(ctx context.Context, r *runner, res *Result) error {
 	m := r.small() * 2
-	fp := &faultyPublisher{g: newRNG(r.cfg.Seed, 6), p: max(r.cfg.Crash, 0.05), lateCopyWait: duplicateWindow + 200*time.Millisecond}
-	fp.lateBudget.Store(3)
+	fp := &faultyPublisher{g: newRNG(r.cfg.Seed, 6), p: max(r.cfg.Crash, 0.05)}
+	if r.brokerDedups() {
+		// JetStream drops the relay's republish inside its duplicate
+		// window: a few copies are sent after it, so the inboxes are tested
+		// too. Kafka and RabbitMQ have no such window: every republish
+		// reaches the consumers already.
+		fp.lateCopyWait = duplicateWindow + 200*time.Millisecond
+		fp.lateBudget.Store(3)
+	}
 	e, err := r.newEnv(ctx, "relay-double-publish", true, func(o *boxoffice.Options) {
 		o.Hooks.WrapPublisher = func(p broker.Publisher) broker.Publisher { fp.Publisher = p; return fp }
 	})
@@ -420,9 +429,18 @@ func relayDoublePublish(ctx context.Context, r *runner, res *Result) error {
 	f, serr := e.settle(ctx, facts.converged)
 	res.DuplicatesSuppressed = dups(f.stats)
 	d := f.stats.DuplicatesSuppressed
-	pipelineResult(res, f, m, fmt.Sprintf(" republished=%d", fp.lostAcks.Load()+fp.late.Load()),
-		fmt.Sprintf(" republished=%d broker_dups=%d inbox_dups=%d", fp.lostAcks.Load()+fp.late.Load(), d["broker"], d[boxoffice.ConsumerBilling]+d[boxoffice.ConsumerNotification]+d[boxoffice.ConsumerSearch]),
-		s.err() == nil)
+	republished := fp.lostAcks.Load() + fp.late.Load()
+	inboxDups := d[boxoffice.ConsumerBilling] + d[boxoffice.ConsumerNotification] + d[boxoffice.ConsumerSearch]
+	expected, ok := fmt.Sprintf(" republished=%d", republished), s.err() == nil
+	if !r.brokerDedups() {
+		// No publish dedup on Kafka or RabbitMQ: every republished copy is
+		// delivered to each of the three consumers, whose inboxes absorb
+		// it.
+		expected += fmt.Sprintf(" broker_dups=0 (no dedup window: the inbox absorbs every copy) inbox_dups>=republished>0")
+		ok = ok && d["broker"] == 0 && republished > 0 && inboxDups >= republished
+	}
+	pipelineResult(res, f, m, expected,
+		fmt.Sprintf(" republished=%d broker_dups=%d inbox_dups=%d", republished, d["broker"], inboxDups), ok)
 	return errors.Join(s.err(), serr)
 }
 
@@ -466,7 +484,11 @@ func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 func expiryLateRetry(ctx context.Context, r *runner, res *Result) error {
 	m := r.small()
 	c := &clock{}
-	e, err := r.newEnv(ctx, "expiry-late-retry", true, func(o *boxoffice.Options) { o.Now = c.now })
+	rec := &recordingPublisher{}
+	e, err := r.newEnv(ctx, "expiry-late-retry", true, func(o *boxoffice.Options) {
+		o.Now = c.now
+		o.Hooks.WrapPublisher = func(p broker.Publisher) broker.Publisher { rec.Publisher = p; return rec }
+	})
 	if err != nil {
 		return err
 	}
@@ -478,6 +500,7 @@ func expiryLateRetry(ctx context.Context, r *runner, res *Result) error {
 	if _, err := e.settle(ctx, facts.converged); err != nil {
 		return err
 	}
+	old := rec.taken() // the m events, as the relay published them
 	// Eight days later: past the HTTP key retention (24h) and the inbox
 	// retention (7 days). The GC deletes the expired records.
 	c.advance(8 * 24 * time.Hour)
@@ -504,13 +527,33 @@ func expiryLateRetry(ctx context.Context, r *runner, res *Result) error {
 		}
 	}
 	// A late redelivery of every event (a consumer reset to the start of
-	// the stream) after the inbox forgot them: business keys hold.
+	// the stream: on JetStream and Kafka a new durable or consumer group
+	// reads from the oldest message kept) after the inbox forgot them:
+	// business keys hold.
+	if err := e.declareDurables("-late"); err != nil {
+		return err
+	}
 	late, err := e.addSystem(ctx, func(c *boxoffice.Config) {
 		c.Roles = []boxoffice.Role{boxoffice.RoleNotification, boxoffice.RoleBilling, boxoffice.RoleSearch}
 		c.DurableSuffix = "-late"
 	})
 	if err != nil {
 		return err
+	}
+	redelivered := ""
+	if r.cfg.broker() == brokerRabbitMQ {
+		// RabbitMQ replays nothing beyond the queue: the late redelivery
+		// is the old events published again, to every queue.
+		pub, err := e.sys.Config().Broker.Publisher()
+		if err != nil {
+			return err
+		}
+		err = pub.Publish(ctx, old...)
+		pub.Close()
+		if err != nil {
+			return err
+		}
+		redelivered = fmt.Sprintf(" (RabbitMQ: no replay beyond the queue, the %d old events republished)", len(old))
 	}
 	f, serr := e.settle(ctx, func(f facts) bool {
 		if !f.converged() {
@@ -531,7 +574,7 @@ func expiryLateRetry(ctx context.Context, r *runner, res *Result) error {
 	})
 	lst, _ := late.Stats(ctx)
 	res.DuplicatesSuppressed = dups(f.stats) + dups(lst)
-	pipelineResult(res, f, 2*m, fmt.Sprintf(" (%d late retries run as new) gc_deleted>0", m),
+	pipelineResult(res, f, 2*m, fmt.Sprintf(" (%d late retries run as new) gc_deleted>0%s", m, redelivered),
 		fmt.Sprintf(" late_new=%d other=%d gc_deleted=%d", fresh, bad, rep.Total()), fresh == int64(m) && bad == 0 && rep.Total() > 0)
 	return serr
 }
@@ -543,6 +586,9 @@ func concurrentDelivery(ctx context.Context, r *runner, res *Result) error {
 		return err
 	}
 	defer e.close()
+	if err := e.declareDurables("-b"); err != nil {
+		return err
+	}
 	b, err := e.addSystem(ctx, func(c *boxoffice.Config) {
 		c.Roles = []boxoffice.Role{boxoffice.RoleNotification, boxoffice.RoleBilling, boxoffice.RoleSearch}
 		c.DurableSuffix = "-b"
@@ -637,8 +683,8 @@ func transientPermanentDLQ(ctx context.Context, r *runner, res *Result) error {
 	}
 	parkedBefore := f.parked
 	// The fix ships; the operator redrives billing's rejected letters at
-	// once: the broker dedups a redrive under its own id, so its duplicate
-	// window does not swallow it.
+	// once: JetStream dedups a redrive under its own id, so its duplicate
+	// window does not swallow it (Kafka and RabbitMQ have none).
 	bug.Store(false)
 	letters, err := e.sys.DeadLetters().List(ctx, dlq.Filter{Consumer: boxoffice.ConsumerBilling, ErrorClass: "permanent", State: dlq.Parked, Limit: -1})
 	if err != nil {
@@ -786,4 +832,37 @@ func replayEquivalence(ctx context.Context, r *runner, res *Result) error {
 	pipelineResult(res, f, m, fmt.Sprintf(" replays_equal=%d other_tenant_404=%d", m, m), fmt.Sprintf(" replays_equal=%d other_tenant_404=%d", equal, isolated),
 		equal == int64(m) && isolated == int64(m) && bad == 0)
 	return serr
+}
+
+// recordingPublisher keeps a copy of every message published successfully
+// (the events the relay put on the broker), for a late redelivery.
+type recordingPublisher struct {
+	broker.Publisher
+	mu   sync.Mutex
+	msgs []idem.Message
+}
+
+func (p *recordingPublisher) Publish(ctx context.Context, msgs ...idem.Message) error {
+	err := p.Publisher.Publish(ctx, msgs...)
+	if err == nil {
+		p.mu.Lock()
+		p.msgs = append(p.msgs, msgs...)
+		p.mu.Unlock()
+	}
+	return err
+}
+
+// taken returns the messages recorded so far, each id once.
+func (p *recordingPublisher) taken() []idem.Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seen := map[string]bool{}
+	var out []idem.Message
+	for _, m := range p.msgs {
+		if !seen[m.ID] {
+			seen[m.ID] = true
+			out = append(out, m)
+		}
+	}
+	return out
 }
