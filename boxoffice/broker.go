@@ -52,10 +52,12 @@ type JetStreamConfig struct {
 	// default 7-day inbox retention, so no redelivery can outlive the
 	// record that recognises it (the consumers refuse to start otherwise).
 	MaxAge time.Duration
-	// Replicas is the stream's replica count (its consumers inherit it):
-	// 3 on a JetStream cluster, so it survives the loss of a node. 0
-	// keeps an existing stream's count (so a worker started without it
-	// does not scale the stream down) and creates a new one with 1.
+	// Replicas is the stream's replica count (its consumers inherit it).
+	// Defaults to 0: an existing stream keeps its count (so a worker
+	// does not scale a stream down), and a new one gets 3 on a cluster
+	// (the server is in a named cluster and the connection knows three
+	// servers or more, listed in URL or discovered), so it survives the
+	// loss of a node, else 1.
 	Replicas int
 }
 
@@ -112,6 +114,8 @@ func DialJetStream(ctx context.Context, cfg JetStreamConfig) (*JetStreamBroker, 
 				sc.Replicas = s.CachedInfo().Config.Replicas
 			case !errors.Is(err, natsjs.ErrStreamNotFound):
 				return err
+			case nc.ConnectedClusterName() != "" && len(nc.Servers()) >= 3:
+				sc.Replicas = 3
 			}
 		}
 		_, err := jetstream.EnsureStream(ctx, js, sc)
