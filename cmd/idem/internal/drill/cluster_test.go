@@ -1,0 +1,48 @@
+package drill_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/idemkit/idem/cmd/idem/internal/drill"
+)
+
+// TestDrillNATSCluster runs load scenarios on an embedded three-node
+// JetStream cluster whose stream leaders are killed while they run: every
+// invariant holds, and the report counts the kills and leader changes.
+func TestDrillNATSCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node JetStream cluster")
+	}
+	rep, err := drill.Run(context.Background(), drill.Config{
+		Orders: 200, Workers: 4, TempDir: t.TempDir(), Seed: 11, NATSCluster: 3,
+		Scenarios: []string{"lost-response", "racing-duplicates", "relay-double-publish"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, rep, 3)
+	c := rep.Cluster
+	if c == nil {
+		t.Fatal("no cluster report")
+	}
+	t.Logf("cluster: %+v", *c)
+	if c.Nodes != 3 || c.StreamReplicas != 3 {
+		t.Errorf("nodes = %d, stream replicas = %d, want 3 and 3", c.Nodes, c.StreamReplicas)
+	}
+	// The kill loop starts on the first scenario's stream, and each
+	// scenario publishes and consumes a few hundred messages.
+	if c.NodeKills < 1 {
+		t.Errorf("no node killed: %+v", *c)
+	}
+}
+
+// TestDrillNATSClusterConfig: a cluster of fewer than three nodes, or one
+// combined with --nats, is refused.
+func TestDrillNATSClusterConfig(t *testing.T) {
+	for _, cfg := range []drill.Config{{NATSCluster: 2}, {NATSCluster: 3, NATSURL: "nats://127.0.0.1:4222"}} {
+		if _, err := drill.Run(context.Background(), cfg); err == nil {
+			t.Errorf("%+v accepted", cfg)
+		}
+	}
+}
