@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/redact"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"
 )
 
@@ -52,16 +54,16 @@ func parseNATSURL(u string) error {
 // an error, not a new empty database.
 const mustExist = false
 
-// openSQL opens the database at u through database/sql (SQLite, or
-// PostgreSQL via pgx's stdlib) for the operator commands. Unless create is
+// openSQL opens the database at u through database/sql (SQLite,
+// PostgreSQL via pgx's stdlib, or MySQL) for the operator commands. Unless create is
 // set, a missing SQLite file is an error ("no database at path") and
 // nothing is created. Errors never carry u's credentials.
-func openSQL(ctx context.Context, u string, create bool) (*sqlstore.Driver, error) {
+func openSQL(ctx context.Context, u string, create bool) (store.Driver[*sql.Tx], error) {
 	t, err := parseDatabaseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	d, err := dsn.OpenSQL(ctx, t, dsn.Options{SQLite: sqlstore.SQLiteOptions{MustExist: !create}})
+	d, err := dsn.OpenSQLDriver(ctx, t, dsn.Options{SQLite: sqlstore.SQLiteOptions{MustExist: !create}})
 	if errors.Is(err, sqlstore.ErrNoDatabase) {
 		return nil, fmt.Errorf("no database at %s (check the path; 'idem migrate up' creates one)", t.Path)
 	}

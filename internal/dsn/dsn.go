@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/mysql"
 )
 
 // The reasons a URL is refused, wrapped by every [*Error].
@@ -56,14 +57,14 @@ func refuse(what, scheme string, reason error, msg string, args ...any) error {
 }
 
 // wantDatabase is what ParseDatabase accepts, for its error messages.
-const wantDatabase = "want postgres://… or sqlite://path"
+const wantDatabase = "want postgres://…, mysql://user:pass@host:3306/db or sqlite://path"
 
 // Database is a parsed database URL.
 type Database struct {
-	// Dialect is store.Postgres or store.SQLite.
+	// Dialect is store.Postgres, store.SQLite or mysql.Dialect.
 	Dialect store.Dialect
-	// Conn is the PostgreSQL connection URL as given (with its query:
-	// sslmode, search_path, pool_max_conns, …); "" for SQLite.
+	// Conn is the PostgreSQL or MySQL connection URL as given (with its
+	// query: sslmode, search_path, pool_max_conns, …); "" for SQLite.
 	Conn string
 	// Path is the SQLite file path, cleaned; "" for PostgreSQL.
 	Path string
@@ -80,7 +81,8 @@ func (d Database) String() string {
 // ParseDatabase parses a database URL: postgres://… or postgresql://…
 // (PostgreSQL; the URL is kept as given for the driver), sqlite://path
 // (relative to the working directory; sqlite:///abs/path for an absolute
-// one; a ?query is ignored).
+// one; a ?query is ignored), mysql://user:pass@host:3306/db (MySQL or
+// MariaDB; its query parameters are go-sql-driver's).
 func ParseDatabase(s string) (Database, error) {
 	sc := redact.Scheme(s)
 	switch {
@@ -89,6 +91,13 @@ func ParseDatabase(s string) (Database, error) {
 	case sc == "postgres" || sc == "postgresql":
 		// The driver parses the rest (and its errors hide the password).
 		return Database{Dialect: store.Postgres, Conn: s}, nil
+	case sc == "mysql":
+		// MySQL or MariaDB: store/mysql parses the rest (the database is
+		// the URL's path) and hides the password in its errors.
+		if _, err := mysql.DSN(s); err != nil {
+			return Database{}, refuse("database", sc, ErrNoPath, "the mysql:// database URL needs a host and a database (want mysql://user:pass@host:3306/db)")
+		}
+		return Database{Dialect: mysql.Dialect, Conn: s}, nil
 	case sc == "sqlite":
 		p := strings.TrimPrefix(s, "sqlite://")
 		if i := strings.IndexByte(p, '?'); i >= 0 {
@@ -113,7 +122,7 @@ func ParsePostgres(s string) (Database, error) {
 		return d, err
 	}
 	if d.Dialect != store.Postgres {
-		return Database{}, refuse("database", "sqlite", ErrUnsupported, "database URL scheme \"sqlite\" is not supported here: want postgres://…")
+		return Database{}, refuse("database", string(d.Dialect), ErrUnsupported, "database URL scheme %q is not supported here: want postgres://…", d.Dialect)
 	}
 	return d, nil
 }

@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/internal/dsn"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/mysql"
 	"github.com/idemkit/idem/store/sqlstore"
 )
 
@@ -46,9 +48,10 @@ func TestParseDatabaseRefusals(t *testing.T) {
 		msg    string
 	}{
 		{"", dsn.ErrEmpty, "", "is empty"},
-		{"u:secretpw@host:5432/db", dsn.ErrNoScheme, "", "has no scheme: want postgres://… or sqlite://path"},
+		{"u:secretpw@host:5432/db", dsn.ErrNoScheme, "", "has no scheme: want postgres://…, mysql://user:pass@host:3306/db or sqlite://path"},
 		{"./idem.db", dsn.ErrNoScheme, "", "has no scheme"},
-		{"mysql://root:secretpw@h/db", dsn.ErrUnsupported, "mysql", `scheme "mysql" is not supported: want postgres`},
+		{"oracle://root:secretpw@h/db", dsn.ErrUnsupported, "oracle", `scheme "oracle" is not supported: want postgres`},
+		{"mysql://root:secretpw@h", dsn.ErrNoPath, "mysql", "needs a host and a database"},
 		{"sqlite://", dsn.ErrNoPath, "sqlite", "has no file path"},
 		{"sqlite://?mode=ro", dsn.ErrNoPath, "sqlite", "has no file path"},
 	} {
@@ -218,9 +221,28 @@ func TestOpenSQLite(t *testing.T) {
 		t.Fatalf("sqlite driver: dialect %s pipeline %v listener %v", d.Dialect(), d.SupportsPipeline(), d.SupportsListener())
 	}
 	roundTrip(t, d, "dsn_round_trip")
-	if _, err := dsn.Open(ctx, "mysql://h/db", dsn.Options{}); !errors.Is(err, dsn.ErrUnsupported) {
-		t.Fatalf("Open(mysql) = %v", err)
+	if _, err := dsn.Open(ctx, "oracle://h/db", dsn.Options{}); !errors.Is(err, dsn.ErrUnsupported) {
+		t.Fatalf("Open(oracle) = %v", err)
 	}
+}
+
+// A mysql:// URL opens the MySQL driver (database/sql on go-sql-driver),
+// through the erased driver like every other dialect.
+func TestOpenMySQL(t *testing.T) {
+	u := testdb.MySQLDatabase(t)
+	db, err := dsn.ParseDatabase(u)
+	if err != nil || db.Dialect != mysql.Dialect {
+		t.Fatalf("ParseDatabase(mysql) = %+v, %v", db, err)
+	}
+	d, err := dsn.Open(context.Background(), u, dsn.Options{MaxConns: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Dialect() != mysql.Dialect || d.SupportsPipeline() || d.SupportsListener() || d.SupportsAdvisoryLocks() {
+		t.Fatalf("mysql driver: dialect %s pipeline %v listener %v advisory %v", d.Dialect(), d.SupportsPipeline(), d.SupportsListener(), d.SupportsAdvisoryLocks())
+	}
+	roundTrip(t, d, "dsn_round_trip")
 }
 
 func TestOpenPostgresRunsOnPgx(t *testing.T) {

@@ -2,11 +2,13 @@ package dsn
 
 import (
 	"context"
+	"database/sql"
 	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/mysql"
 	"github.com/idemkit/idem/store/pgxstore"
 	"github.com/idemkit/idem/store/sqlstore"
 )
@@ -29,7 +31,8 @@ type Options struct {
 
 // Open opens s with the driver idem's tools run on for its dialect: pgx
 // (store/pgxstore) for PostgreSQL, database/sql on modernc.org/sqlite
-// (store/sqlstore) for SQLite. The driver's transaction type is erased
+// (store/sqlstore) for SQLite, database/sql on go-sql-driver (store/mysql)
+// for MySQL and MariaDB. The driver's transaction type is erased
 // (pgx.Tx or *sql.Tx behind any), so one caller serves both; every method
 // and ability is forwarded. Close releases the connections.
 func Open(ctx context.Context, s string, opts Options) (store.Driver[any], error) {
@@ -42,6 +45,13 @@ func Open(ctx context.Context, s string, opts Options) (store.Driver[any], error
 
 // OpenDatabase is [Open] for a parsed URL.
 func OpenDatabase(ctx context.Context, db Database, opts Options) (store.Driver[any], error) {
+	if db.Dialect == mysql.Dialect {
+		d, err := OpenMySQL(ctx, db, opts)
+		if err != nil {
+			return nil, err
+		}
+		return Erase(d), nil
+	}
 	if db.Dialect == store.Postgres {
 		d, err := OpenPgx(ctx, db, opts)
 		if err != nil {
@@ -85,6 +95,32 @@ func OpenSQL(ctx context.Context, db Database, opts Options) (*sqlstore.Driver, 
 		return d, nil
 	}
 	return sqlstore.OpenSQLite(db.Path, opts.SQLite, sqlstore.Config{Names: opts.Names})
+}
+
+// OpenMySQL opens a MySQL or MariaDB database through database/sql and
+// go-sql-driver (store/mysql; a pool the driver owns).
+func OpenMySQL(ctx context.Context, db Database, opts Options) (*mysql.Driver, error) {
+	if db.Dialect != mysql.Dialect {
+		return nil, refuse("database", string(db.Dialect), ErrUnsupported, "database URL scheme %q is not supported here: want mysql://…", db.Dialect)
+	}
+	d, err := mysql.Open(ctx, db.Conn, mysql.Config{Names: opts.Names})
+	if err != nil {
+		return nil, err
+	}
+	if opts.MaxConns > 0 {
+		d.DB().SetMaxOpenConns(opts.MaxConns)
+		d.DB().SetMaxIdleConns(opts.MaxConns)
+	}
+	return d, nil
+}
+
+// OpenSQLDriver is [OpenSQL] for every dialect the operator commands run
+// on through database/sql: SQLite, PostgreSQL (pgx stdlib) and MySQL.
+func OpenSQLDriver(ctx context.Context, db Database, opts Options) (store.Driver[*sql.Tx], error) {
+	if db.Dialect == mysql.Dialect {
+		return OpenMySQL(ctx, db, opts)
+	}
+	return OpenSQL(ctx, db, opts)
 }
 
 // WithParam returns the URL u with the query parameter key set to value
