@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -80,6 +81,7 @@ type kind struct {
 	breaker     Breaker       // nil: none
 	maxAttempts int
 	keyLifetime time.Duration // 0: not declared
+	backlogged  atomic.Bool   // the last claim got all it asked for: due work may wait (Saturated)
 }
 
 // WorkerConfig configures a Worker.
@@ -280,6 +282,7 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 		wait := w.cfg.PollInterval
 		if cap(slots)-len(slots) == 0 {
 			more = true // look once a slot frees
+			markBacklogged(kinds)
 		} else {
 			more = false
 			for i := range kinds {
@@ -287,6 +290,7 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 				free := cap(slots) - len(slots)
 				if free == 0 {
 					more = true // kinds left unvisited: they may have due work
+					markBacklogged(kinds)
 					break
 				}
 				if k.breaker != nil && k.breaker.Allow() != nil {
@@ -303,8 +307,10 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 					}
 					n = min(n, tok)
 				}
+				k.backlogged.Store(true) // until the claim tells
 				claimed, err := w.claim(ctx, k, n)
 				if err != nil {
+					k.backlogged.Store(false)
 					if ctx.Err() == nil {
 						w.log.WarnContext(ctx, "claim failed", "kind", k.name, "error", err)
 					}
@@ -314,6 +320,7 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 				if k.lim != nil && len(claimed) > 0 {
 					k.lim.AllowN(time.Now(), len(claimed))
 				}
+				k.backlogged.Store(len(claimed) == n)
 				if len(claimed) == n {
 					more = true
 				}
