@@ -295,6 +295,7 @@ type Subscriber struct {
 	log    *slog.Logger
 	mu     sync.Mutex
 	closed bool // protected by mu
+	paused bool // protected by mu; see Pause
 }
 
 // NewSubscriber creates (or updates) the durable pull consumer described
@@ -336,13 +337,16 @@ func NewSubscriber(ctx context.Context, js jetstream.JetStream, cfg SubscriberCo
 // maxWait passed, and ctx's error when ctx is done.
 func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) ([]broker.Delivery, error) {
 	s.mu.Lock()
-	closed := s.closed
+	closed, paused := s.closed, s.paused
 	s.mu.Unlock()
 	if closed {
 		return nil, broker.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if paused {
+		return s.pausedFetch(ctx, maxWait)
 	}
 	max = cmp.Or(max, 1)
 	if max < 1 {
