@@ -164,3 +164,64 @@ SELECT 'seed', 'm-' || $1::text || '-' || g, '\x01'::bytea, 'completed', $2::big
 	p.B = side("batch-delete", &plain, retentionBatch)
 	return p
 }
+
+// partitionedWorkers is the number of concurrent consumers of
+// inbox_partitioned_vs_plain_postgres.
+const partitionedWorkers = 8
+
+// inboxPartitionedVsPlain: A records new messages through inbox.Process on
+// the partitioned layout (an advisory lock and a not-exists insert
+// through the layout's function), B the same on the plain layout (one
+// insert against the primary key), 8 workers each, with a business row
+// per message in the same transaction — what the layout costs the hot
+// path of every consumer.
+func inboxPartitionedVsPlain(e *Env) Pair {
+	p := Pair{Name: "inbox_partitioned_vs_plain_postgres"}
+	var sides [2]struct {
+		in  *inbox.Inbox[any]
+		biz string
+	}
+	var seq atomic.Int64
+	p.Setup = func(ctx context.Context) error {
+		for i, layout := range []store.Layout{store.LayoutPartitioned, store.LayoutPlain} {
+			schema := e.name(e.schema)
+			e.extraSchemas = append(e.extraSchemas, schema)
+			d, err := pgxstore.New(e.pg.PgxPool(), pgxstore.Config{Names: store.Names{Schema: schema, Layout: layout}})
+			if err != nil {
+				return err
+			}
+			if err := migrate.Up(ctx, d); err != nil {
+				return err
+			}
+			if layout == store.LayoutPartitioned {
+				if _, err := retention.Partition(ctx, d, retention.PartitionConfig{}, time.Now()); err != nil {
+					return err
+				}
+			}
+			sides[i].biz = `"` + schema + `".bench_business`
+			if _, err := d.Pool().Exec(ctx, `CREATE TABLE `+sides[i].biz+` (id text PRIMARY KEY, payload bytea NOT NULL)`); err != nil {
+				return err
+			}
+			if sides[i].in, err = inbox.New(store.Erase(d), inbox.Config{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	side := func(label string, i int) Side {
+		return Side{Label: label, Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
+			s := &sides[i]
+			return throughput(ctx, budget, partitionedWorkers, func(ctx context.Context, _ int) (int, error) {
+				msg := idem.Message{ID: fmt.Sprintf("m-%d", seq.Add(1)), Payload: []byte(`{"order":1}`)}
+				_, err := s.in.Process(ctx, "bench", msg, func(ctx context.Context, tx any, m idem.Message) error {
+					_, err := s.in.Driver().Tx(tx).Exec(ctx, `INSERT INTO `+s.biz+` (id, payload) VALUES ($1, $2)`, m.ID, m.Payload)
+					return err
+				})
+				return 1, err
+			})
+		}}
+	}
+	p.A = side("partitioned", 0)
+	p.B = side("plain", 1)
+	return p
+}
