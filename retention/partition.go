@@ -109,29 +109,35 @@ func partitionStmts[TTx any](d store.Driver[TTx]) (*sqlset.Partitions, error) {
 	return p, nil
 }
 
-// Partitioned reports whether d's inbox has the partitioned layout.
+// Partitioned reports whether every table of d's partitioned layout (the
+// inbox and the effect ledger) is partitioned.
 func Partitioned[TTx any](ctx context.Context, d store.Driver[TTx]) (bool, error) {
 	p := d.Statements().Partitions
 	if p == nil || d.Dialect() != store.Postgres {
 		return false, nil
 	}
-	var ok bool
-	if err := d.Pool().QueryRow(ctx, p.Converted).Scan(&ok); err != nil {
-		return false, fmt.Errorf("retention: partitioned: %w", err)
+	for _, t := range p.Tables {
+		var ok bool
+		if err := d.Pool().QueryRow(ctx, p.Converted, t.Name).Scan(&ok); err != nil {
+			return false, fmt.Errorf("retention: partitioned %s: %w", t.Name, err)
+		}
+		if !ok {
+			return false, nil
+		}
 	}
-	return ok, nil
+	return true, nil
 }
 
-// Partition converts d's inbox (migrated by package migrate) to the
-// partitioned layout, in one transaction: the inbox is locked, renamed,
-// recreated partitioned with every row copied, and the partitions from
-// now to now+Ahead are created. Run it with the consumers stopped or
-// expect them to wait for it (the inbox is locked while its rows are
-// copied: about a second per few hundred thousand rows); then open every
-// store on the database with store.LayoutPartitioned. On an inbox already
-// partitioned it only creates the partitions ahead. It fails with
-// ErrNotPartitionable unless d is a PostgreSQL store opened with
-// store.LayoutPartitioned.
+// Partition converts d's inbox and effect ledger (migrated by package
+// migrate) to the partitioned layout, in one transaction: each table is
+// locked, renamed, recreated partitioned with every row copied, and the
+// partitions from now to now+Ahead are created. Run it with the
+// components stopped or expect them to wait for it (the tables are
+// locked while their rows are copied: about a second per few hundred
+// thousand rows); then open every store on the database with
+// store.LayoutPartitioned. On tables already partitioned it only creates
+// the partitions ahead. It fails with ErrNotPartitionable unless d is a
+// PostgreSQL store opened with store.LayoutPartitioned.
 func Partition[TTx any](ctx context.Context, d store.Driver[TTx], cfg PartitionConfig, now time.Time) (PartitionReport, error) {
 	p, err := partitionStmts(d)
 	if err != nil {
@@ -140,40 +146,48 @@ func Partition[TTx any](ctx context.Context, d store.Driver[TTx], cfg PartitionC
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return PartitionReport{}, err
 	}
-	done, err := Partitioned(ctx, d)
-	if err != nil {
-		return PartitionReport{}, err
-	}
 	var rep PartitionReport
-	if !done {
-		tx, err := d.Begin(ctx)
+	tx, err := d.Begin(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("retention: partition: %w", err)
+	}
+	defer func() { _ = d.Rollback(context.WithoutCancel(ctx), tx) }()
+	q := d.Tx(tx)
+	if _, err := q.Exec(ctx, p.Functions); err != nil {
+		return rep, fmt.Errorf("retention: partition: create the layout's functions: %w", err)
+	}
+	for _, t := range p.Tables {
+		var done bool
+		if err := q.QueryRow(ctx, p.Converted, t.Name).Scan(&done); err != nil {
+			return rep, fmt.Errorf("retention: partition %s: %w", t.Name, err)
+		}
+		if !done {
+			if _, err := q.Exec(ctx, p.Convert, t.Name, t.Key); err != nil {
+				return rep, fmt.Errorf("retention: partition: convert %s: %w", t.Name, err)
+			}
+		}
+		created, err := ensure(ctx, q, p, t.Name, cfg, now)
+		rep.Created = append(rep.Created, created...)
 		if err != nil {
-			return rep, fmt.Errorf("retention: partition: %w", err)
-		}
-		defer func() { _ = d.Rollback(context.WithoutCancel(ctx), tx) }()
-		q := d.Tx(tx)
-		if _, err := q.Exec(ctx, p.Convert); err != nil {
-			return rep, fmt.Errorf("retention: partition: convert the inbox: %w", err)
-		}
-		if rep.Created, err = ensure(ctx, q, p, cfg, now); err != nil {
 			return rep, err
 		}
-		if err := d.Commit(ctx, tx); err != nil {
-			return rep, fmt.Errorf("retention: partition: %w", err)
-		}
-		return rep, nil
 	}
-	rep.Created, err = ensure(ctx, d.Pool(), p, cfg, now)
-	return rep, err
+	if _, err := q.Exec(ctx, p.Inserts); err != nil {
+		return rep, fmt.Errorf("retention: partition: create the layout's insert functions: %w", err)
+	}
+	if err := d.Commit(ctx, tx); err != nil {
+		return rep, fmt.Errorf("retention: partition: %w", err)
+	}
+	return rep, nil
 }
 
-// partitionName names the partition starting at lo for span: inbox_p
-// followed by the UTC date (daily spans) or date and time.
-func partitionName(lo time.Time, span time.Duration) string {
+// partitionName names table's partition starting at lo for span: the
+// table's name, "_p" and the UTC date (daily spans) or date and time.
+func partitionName(table string, lo time.Time, span time.Duration) string {
 	if span%(24*time.Hour) == 0 {
-		return "inbox_p" + lo.UTC().Format("20060102")
+		return table + "_p" + lo.UTC().Format("20060102")
 	}
-	return "inbox_p" + lo.UTC().Format("20060102_1504")
+	return table + "_p" + lo.UTC().Format("20060102_1504")
 }
 
 // bounds returns the partition of span holding t: [lo, hi).
@@ -192,13 +206,13 @@ func mod(a, b int64) int64 {
 
 // ensure creates the partitions from the one holding now to the one
 // holding now+Ahead.
-func ensure(ctx context.Context, q store.Querier, p *sqlset.Partitions, cfg PartitionConfig, now time.Time) ([]string, error) {
+func ensure(ctx context.Context, q store.Querier, p *sqlset.Partitions, table string, cfg PartitionConfig, now time.Time) ([]string, error) {
 	var created []string
 	lo, _ := bounds(now, cfg.Span)
 	for ; !lo.After(now.Add(cfg.Ahead)); lo = lo.Add(cfg.Span) {
-		name := partitionName(lo, cfg.Span)
+		name := partitionName(table, lo, cfg.Span)
 		var ok bool
-		if err := q.QueryRow(ctx, p.Add, name, store.Micros(lo), store.Micros(lo.Add(cfg.Span))).Scan(&ok); err != nil {
+		if err := q.QueryRow(ctx, p.Add, table, name, store.Micros(lo), store.Micros(lo.Add(cfg.Span))).Scan(&ok); err != nil {
 			return created, fmt.Errorf("retention: create partition %s: %w", name, err)
 		}
 		if ok {
@@ -216,8 +230,8 @@ type partition struct {
 	estimate int64
 }
 
-func listPartitions(ctx context.Context, q store.Querier, p *sqlset.Partitions) ([]partition, error) {
-	rows, err := q.Query(ctx, p.List)
+func listPartitions(ctx context.Context, q store.Querier, p *sqlset.Partitions, table string) ([]partition, error) {
+	rows, err := q.Query(ctx, p.List, table)
 	if err != nil {
 		return nil, fmt.Errorf("retention: list partitions: %w", err)
 	}
@@ -233,14 +247,15 @@ func listPartitions(ctx context.Context, q store.Querier, p *sqlset.Partitions) 
 	return out, rows.Err()
 }
 
-// MaintainPartitions is one pass over the partitioned inbox: it creates
+// MaintainPartitions is one pass over the partitioned tables: it creates
 // the partitions ahead (PartitionConfig.Ahead) and drops every partition
 // whose upper bound is at or before now — all its rows expired by their
-// own expires_at — unless keep holds a row in it (keep maps a consumer to
-// the received_at from which its rows are kept, as Config.InboxMinAge
-// computes it). A partition whose upper bound is after now is never
-// dropped, so no row younger than its expiry is lost. The GC runs it on
-// every pass of a partitioned store.
+// own expires_at (an effect only gets one when it completes: pending work
+// stays in the default partition) — unless keep holds an inbox row in it
+// (keep maps a consumer to the received_at from which its rows are kept,
+// as Config.InboxMinAge computes it). A partition whose upper bound is
+// after now is never dropped, so no row younger than its expiry is lost.
+// The GC runs it on every pass of a partitioned store.
 func MaintainPartitions[TTx any](ctx context.Context, d store.Driver[TTx], cfg PartitionConfig, now time.Time, keep map[string]time.Time) (PartitionReport, error) {
 	p, err := partitionStmts(d)
 	if err != nil {
@@ -251,13 +266,6 @@ func MaintainPartitions[TTx any](ctx context.Context, d store.Driver[TTx], cfg P
 	}
 	var rep PartitionReport
 	q := d.Pool()
-	if rep.Created, err = ensure(ctx, q, p, cfg, now); err != nil {
-		return rep, err
-	}
-	parts, err := listPartitions(ctx, q, p)
-	if err != nil {
-		return rep, err
-	}
 	consumers := make([]string, 0, len(keep))
 	for c := range keep {
 		consumers = append(consumers, c)
@@ -267,29 +275,40 @@ func MaintainPartitions[TTx any](ctx context.Context, d store.Driver[TTx], cfg P
 	for i, c := range consumers {
 		cutoffs[i] = store.Micros(keep[c])
 	}
-	for _, pt := range parts {
-		if pt.isDef || pt.hi > store.Micros(now) {
-			continue
+	for _, t := range p.Tables {
+		created, err := ensure(ctx, q, p, t.Name, cfg, now)
+		rep.Created = append(rep.Created, created...)
+		if err != nil {
+			return rep, err
 		}
-		if len(consumers) > 0 {
-			var kept bool
-			if err := q.QueryRow(ctx, p.Keeps, pt.name, consumers, cutoffs).Scan(&kept); err != nil {
-				return rep, fmt.Errorf("retention: partition %s: %w", pt.name, err)
-			}
-			if kept {
-				rep.Kept = append(rep.Kept, pt.name)
+		parts, err := listPartitions(ctx, q, p, t.Name)
+		if err != nil {
+			return rep, err
+		}
+		for _, pt := range parts {
+			if pt.isDef || pt.hi > store.Micros(now) {
 				continue
 			}
-		}
-		if _, err := q.Exec(ctx, p.Drop, pt.name, fmt.Sprintf("%dms", max(cfg.LockTimeout.Milliseconds(), 1))); err != nil {
-			if errors.Is(err, store.ErrLockTimeout) {
-				rep.Busy = append(rep.Busy, pt.name)
-				continue
+			if t.Name == "inbox" && len(consumers) > 0 {
+				var kept bool
+				if err := q.QueryRow(ctx, p.Keeps, pt.name, consumers, cutoffs).Scan(&kept); err != nil {
+					return rep, fmt.Errorf("retention: partition %s: %w", pt.name, err)
+				}
+				if kept {
+					rep.Kept = append(rep.Kept, pt.name)
+					continue
+				}
 			}
-			return rep, fmt.Errorf("retention: drop partition %s: %w", pt.name, err)
+			if _, err := q.Exec(ctx, p.Drop, t.Name, pt.name, fmt.Sprintf("%dms", max(cfg.LockTimeout.Milliseconds(), 1))); err != nil {
+				if errors.Is(err, store.ErrLockTimeout) {
+					rep.Busy = append(rep.Busy, pt.name)
+					continue
+				}
+				return rep, fmt.Errorf("retention: drop partition %s: %w", pt.name, err)
+			}
+			rep.Dropped = append(rep.Dropped, pt.name)
+			rep.DroppedRows += max(pt.estimate, 0)
 		}
-		rep.Dropped = append(rep.Dropped, pt.name)
-		rep.DroppedRows += max(pt.estimate, 0)
 	}
 	return rep, nil
 }

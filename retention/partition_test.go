@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/retention"
@@ -95,7 +96,13 @@ func TestPartitionedInboxExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"inbox_p20261201", "inbox_p20261202", "inbox_p20261203", "inbox_p20261204", "inbox_p20261205"}; !slices.Equal(rep.Created, want) {
+	var want []string
+	for _, table := range []string{"inbox", "effects"} {
+		for d := 1; d <= 5; d++ {
+			want = append(want, fmt.Sprintf("%s_p202612%02d", table, d))
+		}
+	}
+	if !slices.Equal(rep.Created, want) {
 		t.Fatalf("created %v, want %v", rep.Created, want)
 	}
 	if ok, err := retention.Partitioned(ctx, part); err != nil || !ok {
@@ -138,8 +145,8 @@ func TestPartitionedInboxExpiry(t *testing.T) {
 		t.Fatal("no partition report from a partitioned store's GC")
 	}
 	// Dec 1 held nothing and drops; Dec 2 holds audit/kept (InboxMinAge);
-	// Dec 3 (post-1) drops.
-	if want := []string{"inbox_p20261201", "inbox_p20261203"}; !slices.Equal(pr.Dropped, want) {
+	// Dec 3 (post-1) drops; the ledger's partitions up to Dec 3 drop.
+	if want := []string{"inbox_p20261201", "inbox_p20261203", "effects_p20261201", "effects_p20261202", "effects_p20261203"}; !slices.Equal(pr.Dropped, want) {
 		t.Fatalf("dropped %v, want %v (report %+v)", pr.Dropped, want, pr)
 	}
 	if want := []string{"inbox_p20261202"}; !slices.Equal(pr.Kept, want) {
@@ -149,7 +156,7 @@ func TestPartitionedInboxExpiry(t *testing.T) {
 	// Gone: the rows of Dec 3 (post-1) and of Dec 2 that no minimum age
 	// keeps (pre-dec02, post-0: deleted in batches from the kept partition).
 	gone := []string{"billing/post-0", "billing/post-1", "billing/pre-dec02"}
-	var want []string
+	want = nil
 	for _, id := range before {
 		if !slices.Contains(gone, id) {
 			want = append(want, id)
@@ -220,5 +227,91 @@ func TestPartitionedInboxRacingDuplicates(t *testing.T) {
 	}
 	if n := testdb.Count(t, part, `SELECT count(*) FROM `+part.Table("inbox")); n != messages {
 		t.Fatalf("%d inbox rows, want %d", n, messages)
+	}
+}
+
+// The effect ledger's partitioned layout: a completed effect gets its
+// expiry and moves into that day's partition; pending and kept (no
+// retention) effects stay in the default partition, which is never
+// dropped. A pass drops the expired days and keeps every effect not yet
+// expired, and racing schedules of one key still insert it once.
+func TestPartitionedEffects(t *testing.T) {
+	t.Parallel()
+	plain, part := partitionedStores(t)
+	ctx := context.Background()
+	call := func(context.Context, string) ([]byte, error) { return []byte("ok"), nil }
+	doAt := func(d store.Driver[any], at time.Time, retention time.Duration, key string) {
+		t.Helper()
+		l, err := effect.New(d, effect.Config{Retention: retention, Now: func() time.Time { return at }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Do(ctx, key, call); err != nil {
+			t.Fatalf("Do %s: %v", key, err)
+		}
+	}
+	doAt(plain, day, 36*time.Hour, "pre-dec02") // before the conversion
+	if _, err := retention.Partition(ctx, part, retention.PartitionConfig{Ahead: 4 * 24 * time.Hour}, day); err != nil {
+		t.Fatal(err)
+	}
+	doAt(part, day, 30*time.Hour, "dec02")
+	doAt(part, day, 78*time.Hour, "dec04")
+	l, err := effect.New(part, effect.Config{Now: func() time.Time { return day }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Racing schedules of one key: one row.
+	var wg sync.WaitGroup
+	var inserted atomic.Int32
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tx, err := part.Begin(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer func() { _ = part.Rollback(ctx, tx) }()
+			_, ok, err := l.ScheduleTx(ctx, tx, effect.Effect{Key: "pending-1", Kind: "email", Payload: []byte("p")})
+			if err == nil {
+				err = part.Commit(ctx, tx)
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ok {
+				inserted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := inserted.Load(); n != 1 {
+		t.Fatalf("8 racing schedules of one key inserted %d times, want once", n)
+	}
+	now := day.Add(3*24*time.Hour + time.Hour)
+	gc, err := retention.New(part, retention.Config{Now: func() time.Time { return now }, Partitions: retention.PartitionConfig{Ahead: 4 * 24 * time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gc.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := part.Pool().Query(ctx, `SELECT effect_key FROM `+part.Table("effects")+` ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if want := []string{"dec04", "pending-1"}; !slices.Equal(keys, want) {
+		t.Fatalf("effects after the pass: %v, want %v (dec02 and pre-dec02 expired; dec04 not yet; pending-1 pending)", keys, want)
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/idemkit/idem/store/sqlset"
 )
 
-// lockSeed is the seed of hashtextextended for the partitioned inbox's
-// per-message advisory locks (a namespace of their own).
+// lockSeed is the seed of hashtextextended for the partitioned layout's
+// per-record advisory locks (a namespace of their own).
 const lockSeed = "7301"
 
 // partitions returns the partitioned layout's statements (see
@@ -18,108 +18,146 @@ const lockSeed = "7301"
 // text.
 func partitions(n store.Names) *sqlset.Partitions {
 	s := `"` + n.Schema + `"`
-	schemaLit := `'` + n.Schema + `'` // a plain identifier (store.Names validates it): safe as a literal
-	inbox := s + `.inbox`
-	lock := `PERFORM pg_advisory_xact_lock(hashtextextended(p_consumer || chr(1) || p_id, ` + lockSeed + `));`
-	const notExists = ` WHERE NOT EXISTS (SELECT 1 FROM %INBOX% i WHERE i.consumer = p_consumer AND i.message_id = p_id)`
+	lit := `'` + n.Schema + `'` // a plain identifier (store.Names validates it): safe as a literal
+	inbox, effects := s+`.inbox`, s+`.effects`
 	fn := func(name, params, returns, body string) string {
 		return `CREATE OR REPLACE FUNCTION ` + s + `.` + name + `(` + params + `) RETURNS ` + returns +
 			` LANGUAGE plpgsql VOLATILE AS $fn$
-` + strings.ReplaceAll(body, "%INBOX%", inbox) + `
+` + body + `
 $fn$;
 `
 	}
-	convert := `LOCK TABLE ` + inbox + ` IN ACCESS EXCLUSIVE MODE;
-ALTER TABLE ` + inbox + ` RENAME TO inbox_unpartitioned;
-CREATE TABLE ` + inbox + ` (LIKE ` + s + `.inbox_unpartitioned INCLUDING DEFAULTS INCLUDING CONSTRAINTS,
-    PRIMARY KEY (consumer, message_id, expires_at)) PARTITION BY RANGE (expires_at);
-CREATE INDEX inbox_part_in_progress_idx ON ` + inbox + ` (consumer, lease_until) WHERE state = 'in_progress';
-CREATE TABLE ` + s + `.inbox_pdefault PARTITION OF ` + inbox + ` DEFAULT;
-` + fn("inbox_claim", "p_consumer text, p_id text, p_fp bytea, p_lease bigint, p_received bigint, p_expires bigint", "integer", `DECLARE n integer;
-BEGIN
-  `+lock+`
-  INSERT INTO %INBOX% (consumer, message_id, fingerprint, state, token, attempts, lease_until, received_at, expires_at)
-  SELECT p_consumer, p_id, p_fp, 'in_progress', 1, 1, p_lease, p_received, p_expires`+notExists+`
-  ON CONFLICT DO NOTHING;
-  GET DIAGNOSTICS n = ROW_COUNT;
-  RETURN n;
-END`) + fn("inbox_insert", "p_consumer text, p_id text, p_fp bytea, p_ts bigint, p_expires bigint", "integer", `DECLARE n integer;
-BEGIN
-  `+lock+`
-  INSERT INTO %INBOX% (consumer, message_id, fingerprint, state, received_at, processed_at, expires_at)
-  SELECT p_consumer, p_id, p_fp, 'completed', p_ts, p_ts, p_expires`+notExists+`
-  ON CONFLICT DO NOTHING;
-  GET DIAGNOSTICS n = ROW_COUNT;
-  RETURN n;
-END`) + fn("inbox_insert_strict", "p_consumer text, p_id text, p_fp bytea, p_ts bigint, p_expires bigint", "integer", `DECLARE n integer;
-BEGIN
-  `+lock+`
-  INSERT INTO %INBOX% (consumer, message_id, fingerprint, state, received_at, processed_at, expires_at)
-  SELECT p_consumer, p_id, p_fp, 'completed', p_ts, p_ts, p_expires`+notExists+`
-  ON CONFLICT DO NOTHING;
-  GET DIAGNOSTICS n = ROW_COUNT;
+	lock := func(key string) string {
+		return `PERFORM pg_advisory_xact_lock(hashtextextended(` + key + `, ` + lockSeed + `));`
+	}
+	inboxLock := lock(`p_consumer || chr(1) || p_id`)
+	inboxAbsent := ` WHERE NOT EXISTS (SELECT 1 FROM ` + inbox + ` i WHERE i.consumer = p_consumer AND i.message_id = p_id)`
+	inboxInsert := func(name string, strict bool) string {
+		raise := ""
+		if strict {
+			raise = `
   IF n = 0 THEN
     RAISE EXCEPTION USING ERRCODE = 'unique_violation',
       MESSAGE = 'duplicate key value violates the partitioned inbox''s key (consumer, message_id)';
-  END IF;
+  END IF;`
+		}
+		return fn(name, "p_consumer text, p_id text, p_fp bytea, p_ts bigint, p_expires bigint", "integer", `DECLARE n integer;
+BEGIN
+  `+inboxLock+`
+  INSERT INTO `+inbox+` (consumer, message_id, fingerprint, state, received_at, processed_at, expires_at)
+  SELECT p_consumer, p_id, p_fp, 'completed', p_ts, p_ts, p_expires`+inboxAbsent+`
+  ON CONFLICT DO NOTHING;
+  GET DIAGNOSTICS n = ROW_COUNT;`+raise+`
   RETURN n;
-END`) + fn("inbox_batch_insert", "p_consumer text, p_ts bigint, p_expires bigint, p_ids text[], p_fps bytea[]", "SETOF text", `BEGIN
+END`)
+	}
+	effectAbsent := ` WHERE NOT EXISTS (SELECT 1 FROM ` + effects + ` e WHERE e.effect_key = p_key)`
+	functions := fn("idem_part_convert", "p_table text, p_key text[]", "void", `DECLARE defs text[];
+BEGIN
+  EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', `+lit+`, p_table);
+  -- the table's other indexes, recreated on the partitioned table below
+  SELECT coalesce(array_agg(pg_get_indexdef(x.indexrelid)), '{}') INTO defs
+    FROM pg_index x
+   WHERE x.indrelid = format('%I.%I', `+lit+`, p_table)::regclass AND NOT x.indisprimary;
+  IF EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = format('%I.%I', `+lit+`, p_table)::regclass
+             AND x.indisunique AND NOT x.indisprimary) THEN
+    RAISE EXCEPTION 'idem: table %.% has a unique index besides its primary key: it cannot be partitioned by expiry', `+lit+`, p_table;
+  END IF;
+  EXECUTE format('ALTER TABLE %I.%I RENAME TO %I', `+lit+`, p_table, p_table || '_unpartitioned');
+  EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS, PRIMARY KEY (%s, expires_at)) PARTITION BY RANGE (expires_at)',
+    `+lit+`, p_table, `+lit+`, p_table || '_unpartitioned',
+    (SELECT string_agg(format('%I', k), ', ' ORDER BY o) FROM unnest(p_key) WITH ORDINALITY AS u(k, o)));
+  EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I DEFAULT', `+lit+`, p_table || '_pdefault', `+lit+`, p_table);
+  EXECUTE format('INSERT INTO %I.%I SELECT * FROM %I.%I', `+lit+`, p_table, `+lit+`, p_table || '_unpartitioned');
+  EXECUTE format('DROP TABLE %I.%I', `+lit+`, p_table || '_unpartitioned');
+  FOR i IN 1 .. coalesce(array_length(defs, 1), 0) LOOP
+    EXECUTE defs[i]; -- "CREATE INDEX name ON schema.table …": the table's name is the partitioned one's now
+  END LOOP;
+END`) + fn("idem_part_add", "p_table text, p_name text, p_lo bigint, p_hi bigint", "boolean", `BEGIN
+  IF to_regclass(format('%I.%I', `+lit+`, p_name)) IS NOT NULL THEN
+    RETURN false;
+  END IF;
+  -- no insert may reach the default partition while its rows of this range move
+  EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', `+lit+`, p_table || '_pdefault');
+  EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', `+lit+`, p_name, `+lit+`, p_table);
+  EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I CHECK (expires_at >= %s AND expires_at < %s)',
+    `+lit+`, p_name, p_name || '_range', p_lo, p_hi);
+  EXECUTE format('INSERT INTO %I.%I SELECT * FROM %I.%I WHERE expires_at >= $1 AND expires_at < $2',
+    `+lit+`, p_name, `+lit+`, p_table || '_pdefault') USING p_lo, p_hi;
+  EXECUTE format('DELETE FROM %I.%I WHERE expires_at >= $1 AND expires_at < $2', `+lit+`, p_table || '_pdefault') USING p_lo, p_hi;
+  EXECUTE format('ALTER TABLE %I.%I ATTACH PARTITION %I.%I FOR VALUES FROM (%s) TO (%s)',
+    `+lit+`, p_table, `+lit+`, p_name, p_lo, p_hi);
+  -- the CHECK let ATTACH skip scanning the partition; the bound now says the same
+  EXECUTE format('ALTER TABLE %I.%I DROP CONSTRAINT %I', `+lit+`, p_name, p_name || '_range');
+  RETURN true;
+END`) + fn("idem_part_drop", "p_table text, p_name text, p_lock_timeout text", "void", `BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout, true);
+  EXECUTE format('ALTER TABLE %I.%I DETACH PARTITION %I.%I', `+lit+`, p_table, `+lit+`, p_name);
+  EXECUTE format('DROP TABLE %I.%I', `+lit+`, p_name);
+END`) + fn("inbox_partition_keeps", "p_name text, p_consumers text[], p_cutoffs bigint[]", "boolean", `DECLARE found boolean;
+BEGIN
+  EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I p JOIN unnest($1, $2) AS k(consumer, cutoff)
+                  ON p.consumer = k.consumer AND p.received_at >= k.cutoff)', `+lit+`, p_name)
+    INTO found USING p_consumers, p_cutoffs;
+  RETURN found;
+END`)
+	inserts := fn("inbox_claim", "p_consumer text, p_id text, p_fp bytea, p_lease bigint, p_received bigint, p_expires bigint", "integer", `DECLARE n integer;
+BEGIN
+  `+inboxLock+`
+  INSERT INTO `+inbox+` (consumer, message_id, fingerprint, state, token, attempts, lease_until, received_at, expires_at)
+  SELECT p_consumer, p_id, p_fp, 'in_progress', 1, 1, p_lease, p_received, p_expires`+inboxAbsent+`
+  ON CONFLICT DO NOTHING;
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN n;
+END`) + inboxInsert("inbox_insert", false) + inboxInsert("inbox_insert_strict", true) +
+		fn("inbox_batch_insert", "p_consumer text, p_ts bigint, p_expires bigint, p_ids text[], p_fps bytea[]", "SETOF text", `BEGIN
   -- one lock per distinct message, in text order, so two batches never deadlock
   PERFORM pg_advisory_xact_lock(hashtextextended(p_consumer || chr(1) || x.id, `+lockSeed+`))
     FROM (SELECT DISTINCT u AS id FROM unnest(p_ids) AS u ORDER BY 1) x;
   RETURN QUERY
-  INSERT INTO %INBOX% AS t (consumer, message_id, fingerprint, state, received_at, processed_at, expires_at)
+  INSERT INTO `+inbox+` AS t (consumer, message_id, fingerprint, state, received_at, processed_at, expires_at)
   SELECT p_consumer, u.id, u.fp, 'completed', p_ts, p_ts, p_expires
     FROM unnest(p_ids, p_fps) WITH ORDINALITY AS u(id, fp, ord)
-   WHERE NOT EXISTS (SELECT 1 FROM %INBOX% i WHERE i.consumer = p_consumer AND i.message_id = u.id)
+   WHERE NOT EXISTS (SELECT 1 FROM `+inbox+` i WHERE i.consumer = p_consumer AND i.message_id = u.id)
    ORDER BY u.ord
   ON CONFLICT DO NOTHING
   RETURNING t.message_id;
-END`) + fn("inbox_add_partition", "p_name text, p_lo bigint, p_hi bigint", "boolean", `BEGIN
-  IF to_regclass(format('%I.%I', `+schemaLit+`, p_name)) IS NOT NULL THEN
-    RETURN false;
-  END IF;
-  -- no insert may reach the default partition while its rows of this range move
-  EXECUTE format('LOCK TABLE %I.inbox_pdefault IN ACCESS EXCLUSIVE MODE', `+schemaLit+`);
-  EXECUTE format('CREATE TABLE %I.%I (LIKE %I.inbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', `+schemaLit+`, p_name, `+schemaLit+`);
-  EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I CHECK (expires_at >= %s AND expires_at < %s)',
-    `+schemaLit+`, p_name, p_name || '_range', p_lo, p_hi);
-  EXECUTE format('INSERT INTO %I.%I SELECT * FROM %I.inbox_pdefault WHERE expires_at >= $1 AND expires_at < $2',
-    `+schemaLit+`, p_name, `+schemaLit+`) USING p_lo, p_hi;
-  EXECUTE format('DELETE FROM %I.inbox_pdefault WHERE expires_at >= $1 AND expires_at < $2', `+schemaLit+`) USING p_lo, p_hi;
-  EXECUTE format('ALTER TABLE %I.inbox ATTACH PARTITION %I.%I FOR VALUES FROM (%s) TO (%s)',
-    `+schemaLit+`, `+schemaLit+`, p_name, p_lo, p_hi);
-  -- the CHECK let ATTACH skip scanning the partition; the bound now says the same
-  EXECUTE format('ALTER TABLE %I.%I DROP CONSTRAINT %I', `+schemaLit+`, p_name, p_name || '_range');
-  RETURN true;
-END`) + fn("inbox_partition_keeps", "p_name text, p_consumers text[], p_cutoffs bigint[]", "boolean", `DECLARE found boolean;
-BEGIN
-  EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I p JOIN unnest($1, $2) AS k(consumer, cutoff)
-                  ON p.consumer = k.consumer AND p.received_at >= k.cutoff)', `+schemaLit+`, p_name)
-    INTO found USING p_consumers, p_cutoffs;
-  RETURN found;
-END`) + fn("inbox_drop_partition", "p_name text, p_lock_timeout text", "void", `BEGIN
-  PERFORM set_config('lock_timeout', p_lock_timeout, true);
-  EXECUTE format('ALTER TABLE %I.inbox DETACH PARTITION %I.%I', `+schemaLit+`, `+schemaLit+`, p_name);
-  EXECUTE format('DROP TABLE %I.%I', `+schemaLit+`, p_name);
-END`) + `INSERT INTO ` + inbox + ` SELECT * FROM ` + s + `.inbox_unpartitioned;
-DROP TABLE ` + s + `.inbox_unpartitioned;
-`
+END`) + fn("effects_schedule", "p_key text, p_kind text, p_payload bytea, p_fp bytea, p_next bigint, p_now bigint, p_tp text, p_ts text", "SETOF "+effects, `BEGIN
+  `+lock(`p_key`)+`
+  RETURN QUERY
+  INSERT INTO `+effects+` (effect_key, kind, payload, fingerprint, state, next_attempt_at, created_at, updated_at, traceparent, tracestate)
+  SELECT p_key, p_kind, p_payload, p_fp, 'pending', p_next, p_now, p_now, p_tp, p_ts`+effectAbsent+`
+  ON CONFLICT DO NOTHING
+  RETURNING *;
+END`) + fn("effects_insert", "p_key text, p_fp bytea, p_lease bigint, p_now bigint, p_payload bytea", "SETOF "+effects, `BEGIN
+  `+lock(`p_key`)+`
+  RETURN QUERY
+  INSERT INTO `+effects+` (effect_key, kind, payload, fingerprint, state, attempts, token, lease_until, next_attempt_at, created_at, updated_at)
+  SELECT p_key, '', p_payload, p_fp, 'in_progress', 1, 1, p_lease, p_lease, p_now, p_now`+effectAbsent+`
+  ON CONFLICT DO NOTHING
+  RETURNING *;
+END`)
 	return &sqlset.Partitions{
-		Convert: convert,
+		Tables: []sqlset.PartitionedTable{
+			{Name: "inbox", Key: []string{"consumer", "message_id"}},
+			{Name: "effects", Key: []string{"effect_key"}},
+		},
+		Functions: functions,
+		Inserts:   inserts,
+		Convert:   `SELECT ` + s + `.idem_part_convert($1::text, $2::text[])`,
 		Converted: `SELECT coalesce((SELECT c.relkind = 'p' FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
-WHERE ns.nspname = ` + schemaLit + ` AND c.relname = 'inbox'), false)`,
-		Add: `SELECT ` + s + `.inbox_add_partition($1::text, $2::bigint, $3::bigint)`,
+WHERE ns.nspname = ` + lit + ` AND c.relname = $1::text), false)`,
+		Add: `SELECT ` + s + `.idem_part_add($1::text, $2::text, $3::bigint, $4::bigint)`,
 		List: `SELECT c.relname,
        coalesce((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''?(-?[0-9]+)''?\)'))[1]::bigint, 0),
        coalesce((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''?(-?[0-9]+)''?\)'))[1]::bigint, 0),
        pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT',
        c.reltuples::bigint
   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
- WHERE i.inhparent = to_regclass(` + `'"` + n.Schema + `".inbox')
+ WHERE i.inhparent = format('%I.%I', ` + lit + `, $1::text)::regclass
  ORDER BY 2`,
 		Keeps: `SELECT ` + s + `.inbox_partition_keeps($1::text, $2::text[], $3::bigint[])`,
-		Drop:  `SELECT ` + s + `.inbox_drop_partition($1::text, $2::text)`,
+		Drop:  `SELECT ` + s + `.idem_part_drop($1::text, $2::text, $3::text)`,
 	}
 }
 
@@ -140,5 +178,14 @@ func partitionedInbox(n store.Names, base sqlset.Inbox) sqlset.Inbox {
 		return `SELECT m FROM ` + s + `.inbox_batch_insert($1::text, $2::bigint, $3::bigint, ARRAY[` +
 			strings.Join(ids, ",") + `]::text[], ARRAY[` + strings.Join(fps, ",") + `]::bytea[]) AS m`
 	}
+	return base
+}
+
+// partitionedEffects replaces the ledger's inserts with the partitioned
+// layout's functions (same arguments and returned columns).
+func partitionedEffects(n store.Names, base sqlset.Effects) sqlset.Effects {
+	s := `"` + n.Schema + `"`
+	base.Schedule = `SELECT ` + effectCols + ` FROM ` + s + `.effects_schedule($1::text, $2::text, $3::bytea, $4::bytea, $5::bigint, $6::bigint, $7::text, $8::text)`
+	base.Insert = `SELECT ` + effectCols + ` FROM ` + s + `.effects_insert($1::text, $2::bytea, $3::bigint, $4::bigint, $5::bytea)`
 	return base
 }

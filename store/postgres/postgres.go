@@ -28,16 +28,16 @@ func Migrations() fs.FS {
 // (n must already have its defaults; see [store.Names.WithDefaults]).
 func Statements(n store.Names) *sqlset.Set {
 	t := func(name string) string { return n.Table(store.Postgres, name) }
-	in := inbox(t)
+	in, ef := inbox(t), effects(t)
 	if n.Layout == store.LayoutPartitioned {
-		in = partitionedInbox(n, in)
+		in, ef = partitionedInbox(n, in), partitionedEffects(n, ef)
 	}
 	return &sqlset.Set{
 		Partitions:  partitions(n),
 		Inbox:       in,
 		HTTPKeys:    httpKeys(t),
 		Outbox:      outboxSQL(t, n),
-		Effects:     effects(t),
+		Effects:     ef,
 		DeadLetters: deadLetters(t),
 		Sagas:       sagas(t),
 		Meta:        meta(t, n),
