@@ -52,6 +52,8 @@ type Subscriber struct {
 	deliveries <-chan amqp.Delivery
 	attempts   map[string]int
 	closed     bool
+	tag        string // the consumer tag of ch's consumer (see pause.go)
+	paused     bool   // Pause cancelled the consumer until Resume
 }
 
 // NewSubscriber connects and starts consuming the queue.
@@ -94,7 +96,7 @@ func (s *Subscriber) connectLocked() (<-chan amqp.Delivery, error) {
 	}
 	var ds <-chan amqp.Delivery
 	if err == nil {
-		ds, err = ch.Consume(s.cfg.Queue, "", false, false, false, false, nil)
+		ds, err = s.consumeLocked(ch)
 	}
 	if err != nil {
 		_ = conn.Close()
@@ -128,6 +130,9 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 	select {
 	case d, ok := <-ds:
 		if !ok {
+			if s.cancelled(ds) {
+				return waitPaused(ctx, timer)
+			}
 			return nil, fmt.Errorf("amqp: consumer of %q closed: %w", s.cfg.Queue, broker.ErrUnavailable)
 		}
 		out = append(out, s.newDelivery(ch, d))

@@ -1,0 +1,110 @@
+package amqp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemkit/idem/broker"
+)
+
+var _ broker.Pauser = (*Subscriber)(nil)
+
+// Pause cancels the subscriber's consumer (basic.cancel): RabbitMQ pushes
+// nothing more and the backlog waits in the queue. The deliveries already
+// pushed are still handed out by Fetch and can be settled (the channel
+// stays open), then Fetch returns none until Resume. A reconnect while
+// paused does not consume either. Lowering the prefetch instead would not
+// do: RabbitMQ applies a new per-consumer prefetch only to consumers
+// started after it.
+func (s *Subscriber) Pause(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return broker.ErrClosed
+	}
+	if s.paused {
+		return nil
+	}
+	s.paused = true
+	if s.ch == nil || s.ch.IsClosed() || s.tag == "" {
+		return nil // the next Fetch reconnects without consuming
+	}
+	if err := s.ch.Cancel(s.tag, false); err != nil {
+		return fmt.Errorf("amqp: pause %q: %w", s.cfg.Queue, err)
+	}
+	s.tag = ""
+	return nil
+}
+
+// Resume consumes the queue again (basic.consume with the configured
+// Prefetch).
+func (s *Subscriber) Resume(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return broker.ErrClosed
+	}
+	if !s.paused {
+		return nil
+	}
+	s.paused = false
+	if s.ch == nil || s.ch.IsClosed() {
+		return nil // the next Fetch reconnects and consumes
+	}
+	ds, err := s.consumeLocked(s.ch)
+	if err != nil {
+		s.paused = true
+		return fmt.Errorf("amqp: resume %q: %w", s.cfg.Queue, err)
+	}
+	s.deliveries = ds
+	return nil
+}
+
+// Paused reports whether the subscriber is paused.
+func (s *Subscriber) Paused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused
+}
+
+// consumeLocked starts the consumer on ch under a new tag, unless paused
+// (then it returns a nil channel, on which Fetch receives nothing).
+func (s *Subscriber) consumeLocked(ch *amqp.Channel) (<-chan amqp.Delivery, error) {
+	if s.paused {
+		s.tag = ""
+		return nil, nil
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	s.tag = "idem-" + hex.EncodeToString(b)
+	return ch.Consume(s.cfg.Queue, s.tag, false, false, false, false, nil)
+}
+
+// cancelled reports whether ds, closed, was the channel of a consumer
+// Pause cancelled (it is paused, or Resume has replaced ds since).
+func (s *Subscriber) cancelled(ds <-chan amqp.Delivery) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused || ds != s.deliveries
+}
+
+// waitPaused is Fetch while paused: no deliveries once timer fires.
+func waitPaused(ctx context.Context, timer *time.Timer) ([]broker.Delivery, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-timer.C:
+		return nil, nil
+	}
+}
