@@ -211,7 +211,7 @@ const leaseDDL = `CREATE TABLE conf_lease (
 func (lt leaseTable) ops(q store.Querier, key, fp string, ttl time.Duration) lease.Ops[int64] {
 	return lease.Ops[int64]{
 		Insert: func(ctx context.Context, now time.Time) (int64, bool, error) {
-			n, err := q.Exec(ctx, `INSERT INTO conf_lease (k, state, token, lease_until, fp) VALUES ($1, $2, 1, $3, $4) ON CONFLICT (k) DO NOTHING`,
+			n, err := q.Exec(ctx, testdb.Portable(lt.d.Dialect(), `INSERT INTO conf_lease (k, state, token, lease_until, fp) VALUES ($1, $2, 1, $3, $4) ON CONFLICT (k) DO NOTHING`),
 				key, lease.InProgress, store.Micros(now.Add(ttl)), fp)
 			return 1, n == 1, err
 		},

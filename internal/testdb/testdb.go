@@ -246,10 +246,11 @@ func MustMigrate[TTx any](t testing.TB, d store.Driver[TTx]) {
 	}
 }
 
-// Exec runs a statement outside any transaction or fails t.
+// Exec runs a statement outside any transaction or fails t. A test's DDL
+// is adapted to the driver's dialect first (see [Portable]).
 func Exec[TTx any](t testing.TB, d store.Driver[TTx], sql string, args ...any) {
 	t.Helper()
-	if _, err := d.Pool().Exec(context.Background(), sql, args...); err != nil {
+	if _, err := d.Pool().Exec(context.Background(), Portable(d.Dialect(), sql), args...); err != nil {
 		t.Fatalf("testdb: %s: %v", sql, err)
 	}
 }

@@ -8,20 +8,19 @@ func deadLetters(t func(string) string) sqlset.DeadLetters {
  error, error_class, attempts, first_failed_at, last_failed_at, state, redriven_by, redriven_at,
  resolved_by, resolved_at, created_at, redrive_reason`
 	const resolved = `state IN ('redriven', 'discarded') AND resolved_at > 0 AND resolved_at < $1`
-	// update folds a repeated failure into the parked letter.
-	update := `UPDATE ` + table + ` SET attempts = GREATEST(attempts + 1, $11),
- error = $9, error_class = $10, source = $2, position = $3, headers = $6, last_failed_at = $12
- WHERE consumer = $1 AND message_id = $4 AND fingerprint = $8 AND state = 'parked'`
 	return sqlset.DeadLetters{
 		// ON CONFLICT … DO UPDATE on the parked letter's unique key
-		// (consumer, message_id, fingerprint, parked): update it, else
-		// insert; an insert that collides with a letter parked meanwhile
-		// updates that one. Then the letter's id.
-		Park: update + `;
- /*idem:none nodup*/ INSERT INTO ` + table + ` (consumer, source, position, message_id, msg_key, headers, payload,
+		// (consumer, message_id, fingerprint, parked): the new row is
+		// parked, so it meets only a parked letter, which ON DUPLICATE KEY
+		// UPDATE folds the failure into under its exclusive lock (GREATEST
+		// reads attempts before it is assigned: assignments run left to
+		// right). Then the letter's id.
+		Park: `/*idem:quiet*/ INSERT INTO ` + table + ` (consumer, source, position, message_id, msg_key, headers, payload,
  fingerprint, error, error_class, attempts, first_failed_at, last_failed_at, state, created_at)
- VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, 'parked', $12);
- /*idem:dup*/ ` + update + `;
+ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, 'parked', $12)
+ ON DUPLICATE KEY UPDATE attempts = GREATEST(attempts + 1, VALUES(attempts)),
+ error = VALUES(error), error_class = VALUES(error_class), source = VALUES(source), position = VALUES(position),
+ headers = VALUES(headers), last_failed_at = VALUES(last_failed_at);
  SELECT id FROM ` + table + ` WHERE consumer = $1 AND message_id = $4 AND fingerprint = $8 AND state = 'parked'`,
 		Get: `SELECT ` + cols + ` FROM ` + table + ` WHERE id = $1`,
 		List: `SELECT ` + cols + ` FROM ` + table + `

@@ -24,8 +24,10 @@ func effects(t func(string) string) sqlset.Effects {
 			` + row,
 		// A locking read: after a conflict it sees the committed row
 		// whatever the caller's snapshot.
-		Get: `SELECT ` + effectCols + ` FROM ` + table + ` WHERE effect_key = $1 FOR UPDATE`,
-		Insert: `/*idem:nodup*/ INSERT INTO ` + table + ` (effect_key, kind, payload, fingerprint, state, attempts, token, lease_until, next_attempt_at, created_at, updated_at)
+		Get: `SELECT ` + effectCols + ` FROM ` + table + ` WHERE effect_key = $1 LOCK IN SHARE MODE`,
+		// The claim locks an existing row first (see Inbox.Claim).
+		Insert: `SELECT 1 FROM ` + table + ` WHERE effect_key = $1 FOR UPDATE;
+			/*idem:none nodup*/ INSERT INTO ` + table + ` (effect_key, kind, payload, fingerprint, state, attempts, token, lease_until, next_attempt_at, created_at, updated_at)
 			VALUES ($1, '', $5, $2, 'in_progress', 1, 1, $3, $3, $4, $4);
 			` + row,
 		TakeOver: `UPDATE ` + table + ` SET state = 'in_progress', token = token + 1, attempts = attempts + 1,

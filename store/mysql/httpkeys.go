@@ -12,12 +12,14 @@ func httpKeys(t func(string) string) sqlset.HTTPKeys {
 	)
 	token := `/*idem:need*/ SELECT token, '' FROM ` + k + ` WHERE ` + pk
 	return sqlset.HTTPKeys{
-		Insert: `/*idem:nodup*/ INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, created_at, locked_until, expires_at)
+		// The claim locks an existing row first (see Inbox.Claim).
+		Insert: `SELECT 1 FROM ` + k + ` WHERE ` + pk + ` FOR UPDATE;
+/*idem:none nodup*/ INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, created_at, locked_until, expires_at)
 VALUES ($1, $2, $3, $4, 'in_progress', 1, $5, $6, $7);
 ` + token,
 		// A locking read: after a conflict it sees the committed row
 		// whatever the caller's snapshot.
-		Load: `SELECT ` + cols + ` FROM ` + k + ` WHERE ` + pk + ` FOR UPDATE`,
+		Load: `SELECT ` + cols + ` FROM ` + k + ` WHERE ` + pk + ` LOCK IN SHARE MODE`,
 		InsertCompleted: `INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, status, headers, body,
 body_omitted, resource_type, resource_id, created_at, locked_until, completed_at, expires_at)
 VALUES ($1, $2, $3, $4, 'completed', 1, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13)`,

@@ -15,13 +15,21 @@ VALUES ($1, $2, $3, 'completed', $4, $4, $5)`
 	return sqlset.Inbox{
 		Insert:       `/*idem:nodup*/ INSERT INTO ` + table + insert,
 		InsertStrict: `INSERT INTO ` + table + insert,
-		// A locking read: after a conflict it sees the committed row
-		// whatever the caller's snapshot.
-		Select: `SELECT fingerprint, state, token, lease_until, attempts FROM ` + table + ` WHERE consumer = $1 AND message_id = $2 FOR UPDATE`,
+		// A shared locking read: after a conflict it sees the committed
+		// row whatever the caller's snapshot, and its lock is compatible
+		// with the one the failed INSERT holds.
+		Select: `SELECT fingerprint, state, token, lease_until, attempts FROM ` + table + ` WHERE consumer = $1 AND message_id = $2 LOCK IN SHARE MODE`,
 		Lookup: `SELECT state, expires_at FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`,
 		Delete: `DELETE FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`,
 
-		Claim: `/*idem:nodup*/ INSERT INTO ` + table + ` (consumer, message_id, fingerprint, state, token, attempts, lease_until, received_at, expires_at)
+		// A claim first locks the record when it exists: an INSERT that
+		// meets an existing key holds a shared lock on it, and two
+		// claimers upgrading theirs to take the record over would
+		// deadlock. With the exclusive lock taken first, recoverers queue
+		// and each decides on the latest record. (Claims run in idem's
+		// own READ COMMITTED transactions: no gap lock on a missing key.)
+		Claim: `SELECT 1 FROM ` + table + ` WHERE consumer = $1 AND message_id = $2 FOR UPDATE;
+/*idem:none nodup*/ INSERT INTO ` + table + ` (consumer, message_id, fingerprint, state, token, attempts, lease_until, received_at, expires_at)
 VALUES ($1, $2, $3, 'in_progress', 1, 1, $4, $5, $6)`,
 		TakeOver: `UPDATE ` + table + ` SET token = token + 1, attempts = attempts + 1, lease_until = $4` +
 			fenced + ` AND lease_until <= $5;
@@ -53,7 +61,7 @@ WHERE consumer = $1 AND state = 'in_progress' AND lease_until <= $2 ORDER BY lea
 				}
 				b.WriteString("$" + strconv.Itoa(2+i))
 			}
-			b.WriteString(`) FOR UPDATE`)
+			b.WriteString(`) LOCK IN SHARE MODE`)
 			return b.String()
 		},
 

@@ -31,9 +31,15 @@ func meta(t func(string) string, n store.Names) sqlset.Meta {
 //
 //	UPDATE t SET cols…, version = $v WHERE keys… AND version < $v
 //
-// and, with Upsert, a script: that UPDATE; when it matched no row, the
-// INSERT of the row; when the INSERT met a row inserted meanwhile, the
-// UPDATE again. It affects one row when the write was applied.
+// and, with Upsert, a script: INSERT … ON DUPLICATE KEY UPDATE whose
+// assignments keep the stored values unless the stored version is lower,
+// noting in a session variable whether it was (evaluated in the first
+// assignment, before version itself is assigned last), then the number of
+// rows written: 1 when the row was inserted or updated, 0 otherwise.
+// ON DUPLICATE KEY takes the row's exclusive lock at once; an INSERT that
+// failed on the key and then updated would hold a shared lock first, and
+// two such writers deadlock. (Affected rows cannot tell an insert from an
+// unchanged row under clientFoundRows: both are 1.)
 func versionGuard(w sqlset.VersionedWrite) sqlset.VersionedSQL {
 	quote := func(name string) string { return "`" + strings.ReplaceAll(name, ".", "`.`") + "`" }
 	ph := func(i int) string { return "$" + strconv.Itoa(i) }
@@ -50,15 +56,14 @@ func versionGuard(w sqlset.VersionedWrite) sqlset.VersionedSQL {
 	}
 	v := ph(len(w.Keys) + len(w.Set) + 1)
 	out := sqlset.VersionedSQL{Current: `SELECT ` + vc + ` FROM ` + table + ` WHERE ` + strings.Join(where, " AND ")}
-	assign := make([]string, 0, len(set)+1)
-	for i, c := range set {
-		assign = append(assign, c+" = "+ph(len(w.Keys)+i+1))
-	}
-	assign = append(assign, vc+" = "+v)
-	update := `UPDATE ` + table + ` SET ` + strings.Join(assign, ", ") +
-		` WHERE ` + strings.Join(where, " AND ") + ` AND ` + vc + ` < ` + v
 	if !w.Upsert {
-		out.Write = update
+		assign := make([]string, 0, len(set)+1)
+		for i, c := range set {
+			assign = append(assign, c+" = "+ph(len(w.Keys)+i+1))
+		}
+		assign = append(assign, vc+" = "+v)
+		out.Write = `UPDATE ` + table + ` SET ` + strings.Join(assign, ", ") +
+			` WHERE ` + strings.Join(where, " AND ") + ` AND ` + vc + ` < ` + v
 		return out
 	}
 	cols := append(append(append([]string{}, keys...), set...), vc)
@@ -66,8 +71,18 @@ func versionGuard(w sqlset.VersionedWrite) sqlset.VersionedSQL {
 	for i := range cols {
 		vals[i] = ph(i + 1)
 	}
-	out.Write = update + `;
-/*idem:none nodup*/ INSERT INTO ` + table + ` (` + strings.Join(cols, ", ") + `) VALUES (` + strings.Join(vals, ", ") + `);
-/*idem:dup*/ ` + update
+	const newer = `@idem_vg_newer`
+	assign := make([]string, 0, len(set)+1)
+	for i, c := range append(append([]string{}, set...), vc) {
+		cond := newer
+		if i == 0 {
+			cond = `(` + newer + ` := (` + vc + ` < VALUES(` + vc + `)))`
+		}
+		assign = append(assign, c+` = IF(`+cond+`, VALUES(`+c+`), `+c+`)`)
+	}
+	out.Write = `SET ` + newer + ` = NULL;
+/*idem:quiet*/ INSERT INTO ` + table + ` (` + strings.Join(cols, ", ") + `) VALUES (` + strings.Join(vals, ", ") + `)
+ON DUPLICATE KEY UPDATE ` + strings.Join(assign, ", ") + `;
+/*idem:affected*/ SELECT CASE WHEN ` + newer + ` IS NULL OR ` + newer + ` THEN 1 ELSE 0 END`
 	return out
 }

@@ -34,9 +34,15 @@
 //   - A concurrent duplicate under REPEATABLE READ: the second INSERT waits
 //     on the first transaction's key lock and fails with 1062 once it
 //     commits. The reads that follow a conflict (Inbox.Select,
-//     HTTPKeys.Load, Effects.Get, …) are locking reads (FOR UPDATE), which
-//     read the latest committed row whatever the caller's snapshot, so the
-//     duplicate is seen even when the caller's transaction read before.
+//     HTTPKeys.Load, Effects.Get, …) are shared locking reads (LOCK IN
+//     SHARE MODE): they read the latest committed row whatever the
+//     caller's snapshot, so the duplicate is seen even when the caller's
+//     transaction read before, and their lock is compatible with the
+//     shared lock InnoDB leaves on a key an INSERT collided with. The lease
+//     claims (Inbox.Claim, HTTPKeys.Insert, Effects.Insert) first lock an
+//     existing record exclusively (SELECT … FOR UPDATE), so recoverers
+//     queue instead of deadlocking when each upgrades a shared lock to
+//     take the record over.
 //   - Deadlocks (1213) translate to store.ErrSerialization and lock wait
 //     timeouts (1205) to store.ErrLockTimeout, which the features retry or
 //     report as for PostgreSQL's 40P01/55P03. InnoDB's gap locks under

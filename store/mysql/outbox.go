@@ -80,7 +80,7 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 			}
 			return b.String()
 		},
-		Existing: `SELECT type, subject, payload FROM ` + o + ` WHERE source = $1 AND event_id = $2 FOR UPDATE`,
+		Existing: `SELECT type, subject, payload FROM ` + o + ` WHERE source = $1 AND event_id = $2 LOCK IN SHARE MODE`,
 		// Renew or take over the lease; when no row matched, create it (a
 		// duplicate means another relay holds it: no row affected).
 		AcquireLease: `UPDATE ` + l + ` SET holder = $2, lease_until = $3 WHERE name = $1 AND (holder = $2 OR lease_until <= $4);

@@ -16,7 +16,7 @@ func sagas(t func(string) string) sqlset.Sagas {
 		Get: `SELECT ` + cols + ` FROM ` + sg + ` WHERE saga_id = $1`,
 		// A locking read: after a conflict it sees the committed row
 		// whatever the caller's snapshot.
-		GetFingerprint: `SELECT ` + cols + `, fingerprint FROM ` + sg + ` WHERE saga_id = $1 FOR UPDATE`,
+		GetFingerprint: `SELECT ` + cols + `, fingerprint FROM ` + sg + ` WHERE saga_id = $1 LOCK IN SHARE MODE`,
 		List:           `SELECT ` + cols + ` FROM ` + sg + ` WHERE ($1 = '' OR state = $1) ORDER BY updated_at DESC, saga_id LIMIT $2`,
 		Counts:         `SELECT state, count(*) FROM ` + sg + ` GROUP BY state`,
 		Steps: `SELECT step, step_name, op, origin, outcome, result, created_at, updated_at FROM ` + st + `
@@ -38,7 +38,7 @@ func sagas(t func(string) string) sqlset.Sagas {
  ORDER BY s.updated_at LIMIT $1`,
 		InsertBarrier: `/*idem:nodup*/ INSERT INTO ` + st + ` (saga_id, step, op, step_name, origin, outcome, created_at, updated_at)
  VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`,
-		GetBarrier: `SELECT origin, outcome, result FROM ` + st + ` WHERE saga_id = $1 AND step = $2 AND op = $3 FOR UPDATE`,
+		GetBarrier: `SELECT origin, outcome, result FROM ` + st + ` WHERE saga_id = $1 AND step = $2 AND op = $3 LOCK IN SHARE MODE`,
 		SetBarrier: `UPDATE ` + st + ` SET outcome = $4, result = $5, updated_at = $6
  WHERE saga_id = $1 AND step = $2 AND op = $3 AND outcome = $7`,
 		Results: `SELECT step_name, result FROM ` + st + ` WHERE saga_id = $1 AND op = 'do' AND outcome = 'applied'`,

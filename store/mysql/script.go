@@ -35,6 +35,9 @@ import (
 //	emit:X   (an INSERT) on success, append one output row to the result;
 //	         X is a comma list of $n (that argument) and id (the
 //	         AUTO_INCREMENT value assigned)
+//	quiet    its affected rows are not counted
+//	affected a SELECT of one integer, which becomes the script's affected
+//	         count (not returned as a row)
 //	lock     a SELECT GET_LOCK(…) that must return 1 (else
 //	         store.ErrLockTimeout); the session lock is released by the
 //	         driver when the transaction ends (see Driver.Begin)
@@ -54,6 +57,8 @@ type step struct {
 	dup     bool
 	collect bool
 	lock    bool
+	quiet   bool
+	count   bool  // affected
 	emit    []int // argument numbers; -1 = the AUTO_INCREMENT id
 }
 
@@ -176,7 +181,7 @@ func parse(text string) (*script, error) {
 	s := &script{steps: steps}
 	if len(steps) == 1 {
 		st := steps[0]
-		s.plain = !st.list && !st.nodup && !st.need && !st.none && !st.dup && !st.collect && !st.lock && st.emit == nil
+		s.plain = !st.list && !st.nodup && !st.need && !st.none && !st.dup && !st.collect && !st.lock && !st.quiet && !st.count && st.emit == nil
 	}
 	return s, nil
 }
@@ -203,6 +208,10 @@ func directives(text string, st *step) (string, error) {
 			st.collect = true
 		case d == "lock":
 			st.lock = true
+		case d == "quiet":
+			st.quiet = true
+		case d == "affected":
+			st.count = true
 		case strings.HasPrefix(d, "emit:"):
 			for _, x := range strings.Split(strings.TrimPrefix(d, "emit:"), ",") {
 				if x == "id" {
@@ -310,6 +319,12 @@ func (s *script) run(ctx context.Context, c conn, args []any) (result, error) {
 			}
 			res.locked = true
 			prevN = 1
+		case st.count:
+			var n int64
+			if err := c.QueryRowContext(ctx, text, a...).Scan(&n); err != nil {
+				return res, err
+			}
+			res.affected, prevN = n, n
 		case st.query:
 			rows, err := c.QueryContext(ctx, text, a...)
 			if err != nil {
@@ -333,7 +348,9 @@ func (s *script) run(ctx context.Context, c conn, args []any) (result, error) {
 			if err != nil {
 				return res, err
 			}
-			res.affected += n
+			if !st.quiet {
+				res.affected += n
+			}
 			prevN = n
 			if st.emit != nil && n > 0 {
 				row := make([]any, len(st.emit))
