@@ -54,8 +54,9 @@
 // A retry of a completed key is answered from one read outside any
 // transaction (a completed record never changes until it expires), so
 // replays are cheap and take no write lock. Executing always requires
-// winning the primary key: INSERT … ON CONFLICT DO NOTHING, or a takeover
-// UPDATE fenced by the record's token.
+// winning the primary key: INSERT … ON CONFLICT DO NOTHING, a plain INSERT
+// of the completed record (pgx), or a takeover UPDATE fenced by the
+// record's token.
 //
 // Errors are RFC 9457 application/problem+json with a stable type URI per
 // error (TypeKeyMissing …); Config.ErrorHandler replaces the writer.
@@ -69,11 +70,20 @@
 // Config.LockTimeout; SQLite: BEGIN IMMEDIATE serialises writers) and then
 // replays, or answers 409.
 //
-// With the pgx driver a new key costs four round trips: the replay read,
-// BEGIN together with the key INSERT, the handler's statements, and the
-// completion UPDATE together with COMMIT. A racing duplicate surfaces in
-// the pipelined INSERT as a unique violation (an ERROR line in the server
-// log) and takes the ordinary ON CONFLICT path.
+// With the pgx driver (store.Driver.BeginReserved) a new key costs the
+// round trips of the plain handler, three for a handler that runs one
+// statement: the key's session advisory lock together with the read of
+// its record; BEGIN together with the handler's first statement; the one
+// write of the completed record together with COMMIT and the lock's
+// release. A replay, a mismatch or an in-flight answer is the first round
+// trip alone. A concurrent duplicate waits on the lock (at most
+// Config.LockTimeout, then 409) and its read then sees the committed
+// record. The lock only serialises: the record's INSERT has no ON
+// CONFLICT, so the primary key still decides against any writer that
+// does not take the lock (the request is then answered from that writer's
+// record and the handler's work rolls back). Other drivers take the
+// ordinary path below: the replay read, BEGIN, the claim INSERT, the
+// handler, the completion UPDATE, COMMIT.
 //
 // Records live in the idempotency_keys table for Config.Retention (24 h by
 // default, per operation with Config.OperationRetention), counted from the
@@ -264,7 +274,13 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 			out outcome
 			rec *Record
 		)
-		out, rec, err = m.peek(r.Context(), req)
+		out = outExecute
+		if m.reserved() {
+			out, rec, err = m.attemptReserved(w, r, h, req)
+		}
+		if out == outExecute {
+			out, rec, err = m.peek(r.Context(), req)
+		}
 		if out == outExecute {
 			if m.cfg.Mode == Transactional {
 				out, rec, err = m.attemptTx(w, r, h, req)
@@ -731,7 +747,17 @@ func (m *Middleware[TTx]) unrecordable(w http.ResponseWriter, r *http.Request, r
 	return outStoreFailed, nil, failure
 }
 
-func (m *Middleware[TTx]) completeArgs(req *request, token int64, cw *capture, now time.Time) ([]any, error) {
+// response is the stored form of a captured response.
+type response struct {
+	status                   int
+	headers                  string // JSON of the ReplayHeaders present
+	body                     []byte
+	omitted                  int // 1: body above MaxStoredBody, not stored
+	resourceType, resourceID string
+}
+
+// storedResponse is what is recorded of cw's response.
+func (m *Middleware[TTx]) storedResponse(req *request, cw *capture) (response, error) {
 	stored := http.Header{}
 	for _, k := range m.cfg.ReplayHeaders {
 		if v, ok := cw.header[k]; ok {
@@ -740,7 +766,7 @@ func (m *Middleware[TTx]) completeArgs(req *request, token int64, cw *capture, n
 	}
 	body, ok, err := cw.body(m.cfg.MaxStoredBody)
 	if err != nil {
-		return nil, err
+		return response{}, err
 	}
 	omitted := 0
 	if !ok {
@@ -755,7 +781,15 @@ func (m *Middleware[TTx]) completeArgs(req *request, token int64, cw *capture, n
 	req.state.mu.Lock()
 	rt, rid := req.state.resourceType, req.state.resourceID
 	req.state.mu.Unlock()
-	return req.args(token, cw.status, string(hj), body, omitted, rt, rid,
+	return response{cw.status, string(hj), body, omitted, rt, rid}, nil
+}
+
+func (m *Middleware[TTx]) completeArgs(req *request, token int64, cw *capture, now time.Time) ([]any, error) {
+	res, err := m.storedResponse(req, cw)
+	if err != nil {
+		return nil, err
+	}
+	return req.args(token, res.status, res.headers, res.body, res.omitted, res.resourceType, res.resourceID,
 		store.Micros(now)), nil
 }
 

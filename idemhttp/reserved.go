@@ -1,0 +1,175 @@
+package idemhttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/store"
+)
+
+// The pipelined transactional path (PostgreSQL through pgx: the driver's
+// BeginReserved/EndReserved), in the round trips of a plain handler:
+//
+//  1. the key's session advisory lock (HTTPKeys.LockKey) and the read of
+//     its record (HTTPKeys.LoadUnlock, which releases the lock when a
+//     record exists), one round trip on a reserved connection. A completed
+//     record is replayed from this read alone (or answers 422), a live
+//     two-phase one 409: the whole answer is one round trip;
+//  2. no record: the handler runs on a transaction of that connection
+//     whose BEGIN travels with the handler's first statement;
+//  3. the completed record (HTTPKeys.InsertCompleted, a plain INSERT), COMMIT
+//     and the lock's release (HTTPKeys.Unlock), one round trip: the lock
+//     is released only after the COMMIT made the record visible.
+//
+// The lock serialises executions of one key: a concurrent duplicate waits
+// in its step 1 (at most Config.LockTimeout, then 409) and its read, a
+// statement that starts after the lock is granted, sees the committed
+// record and replays it. The lock is not what decides: the primary key
+// is. InsertCompleted has no ON CONFLICT, so a record written meanwhile by
+// a writer that does not take the lock (a two-phase middleware on the same
+// keys, an older version of idem, an operator) makes it fail with a unique
+// violation: nothing commits, the handler's work is rolled back with it,
+// and the request is answered from that record. Process death anywhere
+// ends the session: the server rolls the transaction back and drops the
+// lock. Records this path does not decide (expired ones, abandoned
+// two-phase leases) go to the ordinary path, where claim takes them over
+// fenced by their token.
+
+// reserved reports whether the pipelined transactional path applies.
+func (m *Middleware[TTx]) reserved() bool {
+	return m.cfg.Mode == Transactional && m.q.LockKey != "" && m.d.SupportsPipeline()
+}
+
+// lockKey is the advisory lock of a scope: FNV-1a (64 bits) of the tenant,
+// operation and key, NUL-separated (none of them holds a NUL). Two scopes
+// that collide only wait on each other; the primary key still decides.
+func lockKey(s scope) int64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i, part := range [...]string{"idemhttp", s.tenant, s.operation, s.key} {
+		if i > 0 {
+			h *= prime // a NUL byte: h ^ 0 is h
+		}
+		for j := 0; j < len(part); j++ {
+			h = (h ^ uint64(part[j])) * prime
+		}
+	}
+	return int64(h)
+}
+
+// lastColumn scans a row's last column into last, after the columns dest
+// receives.
+type lastColumn struct {
+	store.Row
+	last any
+}
+
+func (r lastColumn) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.last)...) }
+
+// attemptReserved is one attempt on the pipelined transactional path.
+// outExecute means it did not decide (no such ability, or a record the
+// ordinary path must take over).
+func (m *Middleware[TTx]) attemptReserved(w http.ResponseWriter, r *http.Request, h http.Handler, req *request) (outcome, *Record, error) {
+	ctx := r.Context()
+	bg := context.WithoutCancel(ctx)
+	lk := lockKey(req.scope)
+	var (
+		rec      *Record
+		unlocked bool
+	)
+	read := store.Stmt{SQL: m.q.LoadUnlock, Args: req.args(lk), Rows: func(rows store.Rows) error {
+		if !rows.Next() {
+			return nil
+		}
+		rec = &Record{Tenant: req.tenant, Operation: req.operation, Key: req.key}
+		return scanRecord(lastColumn{rows, &unlocked}, rec)
+	}}
+	start := m.cfg.Now()
+	tx, ok, err := m.d.BeginReserved(ctx, []store.Stmt{{SQL: m.q.LockKey, Args: []any{lk, lockTimeout(m.cfg.LockTimeout)}}, read})
+	if err != nil {
+		return errOutcome(err), nil, err
+	}
+	if !ok {
+		return outExecute, nil, nil
+	}
+	unlock := []store.Stmt{{SQL: m.q.Unlock, Args: []any{lk}}}
+	if rec != nil {
+		var after []store.Stmt
+		if !unlocked { // not expected: the read releases the lock with the record
+			after = unlock
+		}
+		if err := m.d.EndReserved(bg, tx, false, nil, after); err != nil {
+			return outStoreFailed, nil, err
+		}
+		return m.decideReserved(rec, req)
+	}
+
+	finished := false
+	defer func() {
+		if !finished { // the handler panicked: roll back, release the lock
+			_ = m.d.EndReserved(bg, tx, false, nil, unlock)
+		}
+	}()
+	req.state.tx, req.state.hasTx = tx, true
+	req.state.executed = true
+	markExecuted(ctx)
+	cw := m.newCapture(w)
+	defer cw.close()
+	h.ServeHTTP(cw, r) // a panic propagates; the deferred end runs
+	req.state.tx, req.state.hasTx = nil, false
+	cw.finish()
+	if failure := cw.failure(); failure != nil || !m.cfg.StoreStatus(cw.status) {
+		finished = true
+		if err := m.d.EndReserved(bg, tx, false, nil, unlock); err != nil {
+			m.log.WarnContext(ctx, "rollback failed", "idempotency_key", req.key, "error", err)
+		}
+		if failure != nil {
+			return m.unrecordable(w, r, req, failure)
+		}
+		cw.send()
+		return outDone, nil, nil
+	}
+	// The handler finished: record and commit even if the client has gone
+	// meanwhile, so its retry replays instead of executing again.
+	res, err := m.storedResponse(req, cw)
+	if err != nil {
+		finished = true
+		_ = m.d.EndReserved(bg, tx, false, nil, unlock)
+		return outStoreFailed, nil, err
+	}
+	args := req.args(req.fp.Bytes(), res.status, res.headers, res.body, res.omitted, res.resourceType, res.resourceID,
+		store.Micros(start), store.Micros(m.cfg.Now()), store.Micros(start.Add(m.retention(req.operation))))
+	finished = true
+	err = m.d.EndReserved(bg, tx, true, []store.Stmt{{SQL: m.q.InsertCompleted, Args: args}}, unlock)
+	if errors.Is(err, store.ErrUniqueViolation) {
+		// Nothing committed. If a writer that does not take the lock
+		// recorded the key meanwhile, its record answers; otherwise the
+		// violation was the handler's own (a deferred constraint).
+		rec, found, lerr := load(bg, m.d.Pool(), m.q, req.scope)
+		if lerr == nil && found {
+			m.log.InfoContext(ctx, "key recorded concurrently by a writer without the lock; handler's work rolled back",
+				"idempotency_key", req.key, "tenant", req.tenant, "operation", req.operation)
+			return m.decideReserved(rec, req)
+		}
+	}
+	if err != nil {
+		return outStoreFailed, nil, fmt.Errorf("commit failed, nothing was recorded: %w", err)
+	}
+	cw.send()
+	return outDone, nil, nil
+}
+
+// decideReserved is the answer to an existing record read on the
+// pipelined path; outExecute sends the request to the ordinary path (an
+// expired record to take over, an abandoned lease to hold).
+func (m *Middleware[TTx]) decideReserved(rec *Record, req *request) (outcome, *Record, error) {
+	switch d := m.decide(rec, req.fp, m.cfg.Now()); {
+	case d == lease.Acquire, d == lease.Held && rec.State == StateInProgress:
+		return outExecute, nil, nil
+	default:
+		return outcomeOf(d), rec, nil
+	}
+}
