@@ -26,11 +26,14 @@ import (
 // provider, on the embedded default (SQLite + embedded JetStream under
 // --data) or on real servers (--db, --nats). Ctrl-C shuts it down cleanly.
 func runDemo(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "demo", "[--addr 127.0.0.1:8080] [--data ./idem-data] [--db URL] [--nats URL] [--webhook-secret whsec_…]")
+	fs := newFlags(env, "demo", "[--addr 127.0.0.1:8080] [--data ./idem-data] [--db URL] [--broker nats|kafka|rabbitmq] [--nats URL] [--kafka HOST:PORT,…] [--amqp URL] [--webhook-secret whsec_…]")
 	addr := fs.String("addr", "127.0.0.1:8080", "HTTP listen address")
 	data := fs.String("data", "./idem-data", "directory of the embedded default (SQLite file, JetStream store)")
 	db := fs.String("db", "", "database URL: postgres://… or sqlite://path (default: SQLite under --data; env IDEM_DATABASE_URL)")
-	natsURL := fs.String("nats", "", "NATS server URL with JetStream (default: embedded server; env IDEM_NATS_URL)")
+	brokerName := fs.String("broker", "nats", "broker: nats (JetStream), kafka or rabbitmq")
+	natsURL := fs.String("nats", "", "with --broker nats: NATS server URL with JetStream (default: embedded server; env IDEM_NATS_URL)")
+	kafka := fs.String("kafka", "", "with --broker kafka: seed brokers host:port,… of a real cluster (default: an in-process cluster; env IDEM_KAFKA_BROKERS)")
+	amqpURL := fs.String("amqp", "", "with --broker rabbitmq: the RabbitMQ server amqp://user:pass@host:5672/ (env IDEM_AMQP_URL)")
 	secret := fs.String("webhook-secret", "", "Standard Webhooks secret for POST /webhooks/payments (whsec_…; default: generated; env IDEM_WEBHOOK_SECRET)")
 	consoleToken := fs.String("console-token", "", "token of the operator console at /console/ (default: $IDEM_CONSOLE_TOKEN, else generated and printed)")
 	seats := fs.Int64("seats", 1_000_000, "seats of every event")
@@ -44,8 +47,9 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	if *db == "" {
 		*db = env.Getenv("IDEM_DATABASE_URL")
 	}
-	if *natsURL == "" {
-		*natsURL = env.Getenv("IDEM_NATS_URL")
+	bt, err := parseBrokerFlags(env, *brokerName, *natsURL, *kafka, *amqpURL)
+	if err != nil {
+		return err
 	}
 	secretFrom := "--webhook-secret"
 	if *secret == "" {
@@ -67,7 +71,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 			return err
 		}
 	}
-	if *db == "" || *natsURL == "" {
+	if *db == "" || (bt.name == boxoffice.BrokerNATS && bt.nats == "") {
 		// The embedded default's files (customer e-mails, stored responses,
 		// payloads) are for this user only.
 		if err := os.MkdirAll(*data, 0o700); err != nil {
@@ -88,7 +92,10 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	sys, err := boxoffice.Open(ctx, boxoffice.Options{
 		DataDir:     *data,
 		DatabaseURL: *db,
-		NATSURL:     *natsURL,
+		Broker:      bt.name,
+		NATSURL:     bt.nats,
+		Kafka:       bt.kafka,
+		AMQPURL:     bt.amqp,
 		Config: boxoffice.Config{
 			WebhookSecrets: []string{*secret},
 			Seats:          *seats,
@@ -96,7 +103,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 		},
 	})
 	if err != nil {
-		return hideURL(hideURL(err, *db), *natsURL)
+		return hideURL(hideURL(hideURL(err, *db), bt.nats), bt.amqp)
 	}
 	defer sys.Close()
 	if err := sys.Start(ctx); err != nil {
@@ -115,7 +122,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	w := env.Stdout
 	fmt.Fprintf(w, "boxoffice is running at %s\n", url)
 	fmt.Fprintf(w, "  database:       %s\n", describeDB(*db, *data))
-	fmt.Fprintf(w, "  broker:         %s (subject %s)\n", describeNATS(*natsURL, sys.NATSURL()), boxoffice.Subject)
+	fmt.Fprintf(w, "  broker:         %s (subject %s)\n", describeBroker(bt, sys), boxoffice.Subject)
 	fmt.Fprintf(w, "  e-mail provider: %s (fake, honours Idempotency-Key)\n", sys.Config().ProviderURL)
 	con.printConsole(w, url)
 	if d := tracing.describe(); d != "" {
@@ -189,10 +196,23 @@ func describeDB(db, data string) string {
 	return redact.URL(db)
 }
 
-// describeNATS names the demo's broker, without credentials.
-func describeNATS(flag, url string) string {
-	if flag == "" {
-		return "embedded JetStream " + redact.URL(url)
+// describeBroker names the demo's broker, without credentials: the
+// embedded JetStream or the NATS server, the Kafka cluster (in-process or
+// --kafka) with its order topic, the RabbitMQ server with the exchange and
+// the queues (and how to redrive a letter there).
+func describeBroker(bt brokerTarget, sys *boxoffice.System[any]) string {
+	switch b := sys.Config().Broker.(type) {
+	case *boxoffice.KafkaBroker:
+		where := "in-process cluster (kfake) at "
+		if len(bt.kafka) > 0 {
+			where = "cluster "
+		}
+		return fmt.Sprintf("Kafka %s%s, topic %s, a consumer group per consumer (%s, …)", where, strings.Join(b.Brokers(), ","), b.Topic(), b.Group(boxoffice.ConsumerNotification))
+	case *boxoffice.AMQPBroker:
+		return fmt.Sprintf("RabbitMQ %s, exchange %s, a queue per consumer (%s, …; redrive with --exchange %s)", redact.URL(bt.amqp), b.Exchange(), b.Queue(boxoffice.ConsumerNotification), b.Exchange())
 	}
-	return "NATS " + redact.URL(url)
+	if bt.nats == "" {
+		return "embedded JetStream " + sys.NATSURL()
+	}
+	return "NATS " + redact.URL(bt.nats)
 }

@@ -104,7 +104,7 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "idem drill: %d orders, %.0f%% lost responses, %.0f%% crashes, %d clients, seed %d\n",
 			*orders, *duplicates*100, *crash*100, *workers, *seed)
 		fmt.Fprintf(env.Stdout, "database: %s\nbroker:   %s\n\n",
-			or(redact.URL(*db), "SQLite (a fresh file per scenario)"), or(redact.URL(*natsURL), "embedded JetStream"))
+			or(redact.URL(*db), "SQLite (a fresh file per scenario)"), describeDrillBroker(*brokerName, *natsURL, *kafka, *amqpURL))
 	}
 	rep, err := drill.Run(ctx, cfg)
 	if err != nil {

@@ -87,3 +87,18 @@ type redactedError struct {
 
 func (e redactedError) Error() string { return e.msg }
 func (e redactedError) Unwrap() error { return e.err }
+
+// describeDrillBroker names the broker of an idem drill run for its banner,
+// without credentials.
+func describeDrillBroker(name, natsURL, kafka, amqpURL string) string {
+	switch name {
+	case "kafka":
+		if kafka != "" {
+			return "Kafka " + kafka + " (a topic per scenario)"
+		}
+		return "Kafka, in-process cluster (kfake; a topic per scenario)"
+	case "rabbitmq":
+		return "RabbitMQ " + redact.URL(amqpURL) + " (queues per scenario)"
+	}
+	return or(redact.URL(natsURL), "embedded JetStream")
+}

@@ -166,7 +166,7 @@ func (c *Config) defaults() error {
 	case c.Workers < 1:
 		return idem.InvalidOptionf("drill: --workers must be at least 1")
 	case c.Broker != "" && c.Broker != "nats" && c.Broker != "kafka" && c.Broker != "rabbitmq":
-		return idem.InvalidOptionf("drill: --broker must be nats, kafka or rabbitmq")
+		return idem.InvalidOptionf("drill: unknown --broker %q (want nats, kafka or rabbitmq)", c.Broker)
 	case c.NATSCluster != 0 && c.NATSCluster < 3:
 		return idem.InvalidOptionf("drill: --nats-cluster must be at least 3 (a JetStream cluster needs a quorum)")
 	case c.NATSCluster != 0 && (c.NATSURL != "" || (c.Broker != "" && c.Broker != "nats")):
@@ -243,7 +243,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	defer r.close()
 	rep = Report{Pass: true}
-	if cfg.NATSCluster > 0 {
+	if cfg.clustered() {
 		c, err := r.startCluster(ctx)
 		if err != nil {
 			return Report{}, err
