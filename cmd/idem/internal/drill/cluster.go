@@ -6,8 +6,10 @@ package drill
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +28,9 @@ type ClusterReport struct {
 	NodeKills int `json:"node_kills"`
 	// LeaderChanges counts the stream leader changes observed.
 	LeaderChanges int `json:"leader_changes"`
+	// StepDowns counts the leader step-downs the drill requested: its
+	// chaos on an external cluster, whose nodes it cannot kill.
+	StepDowns int `json:"step_downs,omitempty"`
 	// StreamReplicas is the fewest replicas (leader included) seen on a
 	// scenario's stream: 3 when every stream was replicated.
 	StreamReplicas int `json:"stream_replicas"`
@@ -48,16 +53,29 @@ const (
 // natsCluster is the drill's embedded JetStream cluster and the loop that
 // kills its nodes.
 type natsCluster struct {
-	c      *embedded.Cluster
+	c      *embedded.Cluster // nil on an external cluster
+	nodes  int
 	nc     *nats.Conn // the loop's and the watch's own connection
 	js     jetstream.JetStream
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex // protects the counts
-	kills    int
-	changes  int
-	replicas int // the fewest seen, 0 before the first
+	mu        sync.Mutex // protects the counts
+	kills     int
+	stepDowns int
+	changes   int
+	replicas  int // the fewest seen, 0 before the first
+}
+
+// drillStreamPrefix begins the name of every scenario's stream (see
+// scenarioBroker): the only streams the chaos touches.
+const drillStreamPrefix = "IDEM_DRILL_"
+
+// clustered reports whether the run is on a JetStream cluster: the
+// embedded one of --nats-cluster, or an external --nats list of three
+// servers or more.
+func (c Config) clustered() bool {
+	return c.NATSCluster > 0 || (c.NATSURL != "" && len(strings.Split(c.NATSURL, ",")) >= 3)
 }
 
 // startCluster starts the cluster of r.cfg.NATSCluster nodes and points
@@ -66,38 +84,69 @@ type natsCluster struct {
 // connects with the whole list), then starts the kill loop and the leader
 // watch for the whole drill: every scenario's stream is a target, the
 // load scenarios (many orders, so most of the run) the most exposed.
+//
+// On an external cluster (an --nats list, see [Config.clustered]) the
+// drill owns no node, so it cannot kill one: it asks the leader of a
+// scenario's stream to step down instead (the JetStream API's
+// STREAM.LEADER.STEPDOWN), at the same pace, and watches the leaders the
+// same way. It returns nil (no chaos, no report) when the servers are not
+// a cluster.
 func (r *runner) startCluster(ctx context.Context) (*natsCluster, error) {
-	c, err := embedded.StartCluster(ctx, embedded.ClusterConfig{
-		Nodes:   r.cfg.NATSCluster,
-		DataDir: filepath.Join(r.tmp, "nats-cluster"),
-		Name:    "idem-drill",
-	})
+	var c *embedded.Cluster
+	if r.cfg.NATSCluster > 0 {
+		var err error
+		c, err = embedded.StartCluster(ctx, embedded.ClusterConfig{
+			Nodes:   r.cfg.NATSCluster,
+			DataDir: filepath.Join(r.tmp, "nats-cluster"),
+			Name:    "idem-drill",
+		})
+		if err != nil {
+			return nil, err
+		}
+		r.cfg.NATSURL = c.ClientURLs()
+	}
+	nc, js, err := bjs.Dial(r.cfg.NATSURL)
 	if err != nil {
+		if c != nil {
+			c.Shutdown()
+		}
 		return nil, err
 	}
-	nc, js, err := bjs.Dial(c.ClientURLs())
-	if err != nil {
-		c.Shutdown()
-		return nil, err
+	n := &natsCluster{c: c, nc: nc, js: js, nodes: len(nc.Servers())}
+	switch {
+	case c != nil:
+		n.nodes = c.Nodes()
+	case nc.ConnectedClusterName() == "":
+		nc.Close()
+		return nil, nil
 	}
-	r.cfg.NATSURL = c.ClientURLs()
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	n := &natsCluster{c: c, nc: nc, js: js, cancel: cancel}
-	n.wg.Go(func() { n.killLoop(lctx) })
+	n.cancel = cancel
+	if c != nil {
+		n.wg.Go(func() { n.killLoop(lctx) })
+	} else {
+		n.wg.Go(func() { n.stepDownLoop(lctx) })
+	}
 	n.wg.Go(func() { n.watchLeaders(lctx) })
 	return n, nil
 }
 
 // stop stops the kill loop (restarting the node it has down) and the
 // watch, then the nodes, and reports what happened.
+// A nil c (servers that are no cluster) reports nil.
 func (c *natsCluster) stop() *ClusterReport {
+	if c == nil {
+		return nil
+	}
 	c.cancel()
 	c.wg.Wait()
 	c.nc.Close()
-	c.c.Shutdown()
+	if c.c != nil {
+		c.c.Shutdown()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return &ClusterReport{Nodes: c.c.Nodes(), NodeKills: c.kills, LeaderChanges: c.changes, StreamReplicas: c.replicas}
+	return &ClusterReport{Nodes: c.nodes, NodeKills: c.kills, StepDowns: c.stepDowns, LeaderChanges: c.changes, StreamReplicas: c.replicas}
 }
 
 // killLoop, until ctx is done: waits for the cluster to be healthy (every
@@ -135,6 +184,60 @@ func (c *natsCluster) killLoop(ctx context.Context) {
 	}
 }
 
+// stepDownLoop, until ctx is done: picks one of the streams, waits until
+// it has a leader and every replica is current, asks its leader to step
+// down (another replica is elected), and pauses as long as a killed node
+// stays down.
+func (c *natsCluster) stepDownLoop(ctx context.Context) {
+	for {
+		if !sleep(ctx, killGap) {
+			return
+		}
+		streams := c.streams(ctx)
+		if len(streams) == 0 {
+			continue
+		}
+		stream := streams[rand.IntN(len(streams))]
+		if !c.streamHealthy(ctx, stream) {
+			continue
+		}
+		m, err := c.nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil, 2*time.Second)
+		if err != nil {
+			continue
+		}
+		var resp struct {
+			Success bool `json:"success"`
+		}
+		if json.Unmarshal(m.Data, &resp) == nil && resp.Success {
+			c.mu.Lock()
+			c.stepDowns++
+			c.mu.Unlock()
+			sleep(ctx, killPauseMin+rand.N(killPauseMax-killPauseMin))
+		}
+	}
+}
+
+// streamHealthy reports whether the stream has a leader and every replica
+// is online and current.
+func (c *natsCluster) streamHealthy(ctx context.Context, stream string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	s, err := c.js.Stream(ctx, stream)
+	if err != nil {
+		return false
+	}
+	ci := s.CachedInfo().Cluster
+	if ci == nil || ci.Leader == "" {
+		return false
+	}
+	for _, p := range ci.Replicas {
+		if !p.Current || p.Offline {
+			return false
+		}
+	}
+	return true
+}
+
 // watchLeaders polls every stream's leader (StreamInfo.Cluster.Leader)
 // and counts the changes: a leader that differs from the last one seen
 // for the stream. An election in progress (no leader) is not a change by
@@ -160,7 +263,7 @@ func (c *natsCluster) watchLeaders(ctx context.Context) {
 	}
 }
 
-// streams returns the names of the cluster's streams (none when the
+// streams returns the names of the scenarios' streams (none when the
 // cluster does not answer in time).
 func (c *natsCluster) streams(ctx context.Context) []string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -168,7 +271,9 @@ func (c *natsCluster) streams(ctx context.Context) []string {
 	names := c.js.StreamNames(ctx)
 	var out []string
 	for n := range names.Name() {
-		out = append(out, n)
+		if strings.HasPrefix(n, drillStreamPrefix) {
+			out = append(out, n)
+		}
 	}
 	return out
 }

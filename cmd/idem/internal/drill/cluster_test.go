@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/idemkit/idem/broker/jetstream/embedded"
 	"github.com/idemkit/idem/cmd/idem/internal/drill"
 )
 
@@ -44,5 +45,39 @@ func TestDrillNATSClusterConfig(t *testing.T) {
 		if _, err := drill.Run(context.Background(), cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}
+	}
+}
+
+// TestDrillExternalNATSCluster runs scenarios against a cluster the drill
+// does not own (here an embedded one, given as an --nats list): its
+// streams get three replicas and their leaders are asked to step down.
+func TestDrillExternalNATSCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node JetStream cluster")
+	}
+	ctx := context.Background()
+	c, err := embedded.StartCluster(ctx, embedded.ClusterConfig{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Shutdown()
+	rep, err := drill.Run(ctx, drill.Config{
+		Orders: 200, Workers: 4, TempDir: t.TempDir(), Seed: 12, NATSURL: c.ClientURLs(),
+		Scenarios: []string{"lost-response", "crash-before-ack"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, rep, 2)
+	r := rep.Cluster
+	if r == nil {
+		t.Fatal("no cluster report")
+	}
+	t.Logf("cluster: %+v", *r)
+	if r.Nodes != 3 || r.StreamReplicas != 3 || r.NodeKills != 0 {
+		t.Errorf("report %+v, want 3 nodes, 3 stream replicas, no kills", *r)
+	}
+	if r.StepDowns < 1 {
+		t.Errorf("no step-down: %+v", *r)
 	}
 }
