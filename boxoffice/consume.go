@@ -16,6 +16,15 @@ import (
 // commit; dead-letter permanent failures and messages out of attempts, and
 // send transient failures back with a full-jitter backoff.
 func (s *System[TTx]) consumerRunner(name string, sub broker.Subscriber, h inbox.Handler[TTx]) (func(context.Context) error, error) {
+	c, err := consumer.New(s.db, s.inbox, sub, s.consumerConfig(name, h))
+	if err != nil {
+		return nil, err
+	}
+	return c.Run, nil
+}
+
+// consumerConfig is the configuration of consumer name with handler h.
+func (s *System[TTx]) consumerConfig(name string, h inbox.Handler[TTx]) consumer.Config[TTx] {
 	cfg := consumer.Config[TTx]{
 		Name:           name,
 		Handler:        h,
@@ -31,11 +40,7 @@ func (s *System[TTx]) consumerRunner(name string, sub broker.Subscriber, h inbox
 	if name == ConsumerBilling {
 		cfg.MessageID = billingID
 	}
-	c, err := consumer.New(s.db, s.inbox, sub, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return c.Run, nil
+	return cfg
 }
 
 // billingID is the identity billing dedups on: the business key

@@ -42,21 +42,8 @@ func (s *System[TTx]) RetryTopics(name string, pub broker.Publisher, main broker
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := consumer.Config[TTx]{
-		Name:           name,
-		Handler:        h,
-		FetchWait:      500 * time.Millisecond,
-		MaxAttempts:    s.cfg.MaxAttempts,
-		Backoff:        consumer.Backoff{Base: s.cfg.RetryBase, Max: s.cfg.RetryMax},
-		DLQ:            s.dlq,
-		Metrics:        s.metrics,
-		Logger:         s.log,
-		TracerProvider: s.cfg.TracerProvider,
-		Reroute:        r,
-	}
-	if name == ConsumerBilling {
-		cfg.MessageID = billingID
-	}
+	cfg := s.consumerConfig(name, h)
+	cfg.Reroute = r
 	first, err := consumer.New(s.db, s.inbox, main, cfg)
 	if err != nil {
 		return nil, nil, err
