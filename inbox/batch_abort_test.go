@@ -64,7 +64,7 @@ func testBatchAbort[TTx any](t *testing.T, d store.Driver[TTx]) {
 			runs := map[string]int{}
 			out, err := ib.ProcessBatch(ctx, consumer, msgs, func(ctx context.Context, tx TTx, m idem.Message) error {
 				runs[m.ID]++
-				if _, err := d.Tx(tx).Exec(ctx, `INSERT INTO abort_biz (message_id) VALUES ($1) ON CONFLICT DO NOTHING`, m.ID); err != nil {
+				if _, err := d.Tx(tx).Exec(ctx, testdb.Portable(d.Dialect(), `INSERT INTO abort_biz (message_id) VALUES ($1) ON CONFLICT DO NOTHING`), m.ID); err != nil {
 					return err
 				}
 				var i int

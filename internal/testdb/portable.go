@@ -81,7 +81,7 @@ var (
 )
 
 var (
-	conflictNothingRe = regexp.MustCompile(`(?is)\s*ON\s+CONFLICT\s*\([^)]*\)\s*DO\s+NOTHING\s*$`)
+	conflictNothingRe = regexp.MustCompile(`(?is)\s*ON\s+CONFLICT\s*(?:\([^)]*\))?\s*DO\s+NOTHING\s*$`)
 	conflictUpdateRe  = regexp.MustCompile(`(?is)\s*ON\s+CONFLICT\s*\([^)]*\)\s*DO\s+UPDATE\s+SET\s+`)
 	excludedRe        = regexp.MustCompile(`(?i)\bexcluded\.([A-Za-z_][A-Za-z0-9_]*)`)
 )

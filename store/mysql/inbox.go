@@ -41,20 +41,37 @@ VALUES ($1, $2, $3, 'in_progress', 1, 1, $4, $5, $6)`,
 		Abandoned: `SELECT message_id, token, attempts, lease_until, received_at FROM ` + table + `
 WHERE consumer = $1 AND state = 'in_progress' AND lease_until <= $2 ORDER BY lease_until LIMIT $3`,
 
-		// One INSERT per message, each skipping an existing one and
-		// emitting the message_id of a row it inserted.
+		// One multi-row INSERT … ON DUPLICATE KEY UPDATE that changes
+		// nothing on an existing record but notes its message_id (ids hold
+		// no control character, so a newline separates them) in a session
+		// variable; then the batch's records not noted, i.e. inserted.
+		// ON DUPLICATE KEY locks an existing record exclusively, in the
+		// batch's (sorted) order: overlapping batches queue, whereas an
+		// INSERT skipping duplicates would leave shared locks that the
+		// batches' later statements deadlock on.
 		BatchInsert: func(n int) string {
-			var b strings.Builder
+			var b, in strings.Builder
+			b.WriteString("SET @idem_inbox_dups = '';\n/*idem:quiet*/ INSERT INTO " + table +
+				" (consumer, message_id, fingerprint, state, received_at, processed_at, expires_at) VALUES ")
 			for i := range n {
 				id, fp := strconv.Itoa(4+2*i), strconv.Itoa(5+2*i)
-				b.WriteString("/*idem:nodup emit:$" + id + "*/ INSERT INTO " + table +
-					" (consumer, message_id, fingerprint, state, received_at, processed_at, expires_at) VALUES ($1, $" + id + ", $" + fp + ", 'completed', $2, $2, $3);\n")
+				if i > 0 {
+					b.WriteByte(',')
+					in.WriteByte(',')
+				}
+				b.WriteString("($1, $" + id + ", $" + fp + ", 'completed', $2, $2, $3)")
+				in.WriteString("$" + id)
 			}
+			b.WriteString(` ON DUPLICATE KEY UPDATE consumer = IF((@idem_inbox_dups := CONCAT(@idem_inbox_dups, message_id, CHAR(10))) IS NULL, consumer, consumer);
+SELECT message_id FROM ` + table + ` WHERE consumer = $1 AND message_id IN (` + in.String() + `)
+ AND LOCATE(CONCAT(CHAR(10), message_id, CHAR(10)), CONCAT(CHAR(10), @idem_inbox_dups)) = 0`)
 			return b.String()
 		},
 		BatchSelect: func(n int) string {
 			var b strings.Builder
-			b.WriteString(`SELECT message_id, fingerprint, state FROM ` + table + ` WHERE consumer = $1 AND message_id IN (`)
+			// FORCE INDEX: the locking read probes each key; a scan of the
+			// consumer's records would wait on rows outside the batch.
+			b.WriteString(`SELECT message_id, fingerprint, state FROM ` + table + ` FORCE INDEX (PRIMARY) WHERE consumer = $1 AND message_id IN (`)
 			for i := range n {
 				if i > 0 {
 					b.WriteByte(',')
