@@ -21,46 +21,38 @@ var _ broker.Pauser = (*Subscriber)(nil)
 // paused does not consume either. Lowering the prefetch instead would not
 // do: RabbitMQ applies a new per-consumer prefetch only to consumers
 // started after it.
-func (s *Subscriber) Pause(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return broker.ErrClosed
-	}
-	if s.paused {
-		return nil
-	}
-	s.paused = true
-	if s.ch == nil || s.ch.IsClosed() || s.tag == "" {
-		return nil // the next Fetch reconnects without consuming
-	}
-	if err := s.ch.Cancel(s.tag, false); err != nil {
-		return fmt.Errorf("amqp: pause %q: %w", s.cfg.Queue, err)
-	}
-	s.tag = ""
-	return nil
-}
+func (s *Subscriber) Pause(ctx context.Context) error { return s.setPaused(ctx, true) }
 
 // Resume consumes the queue again (basic.consume with the configured
 // Prefetch).
-func (s *Subscriber) Resume(ctx context.Context) error {
+func (s *Subscriber) Resume(ctx context.Context) error { return s.setPaused(ctx, false) }
+
+func (s *Subscriber) setPaused(ctx context.Context, p bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	switch {
+	case s.closed:
 		return broker.ErrClosed
-	}
-	if !s.paused {
+	case s.paused == p:
 		return nil
 	}
-	s.paused = false
+	s.paused = p
 	if s.ch == nil || s.ch.IsClosed() {
-		return nil // the next Fetch reconnects and consumes
+		return nil // the next Fetch reconnects, consuming unless paused
+	}
+	if p {
+		if s.tag == "" {
+			return nil
+		}
+		if err := s.ch.Cancel(s.tag, false); err != nil {
+			s.paused = false
+			return fmt.Errorf("amqp: pause %q: %w", s.cfg.Queue, err)
+		}
+		s.tag = ""
+		return nil
 	}
 	ds, err := s.consumeLocked(s.ch)
 	if err != nil {
