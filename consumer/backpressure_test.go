@@ -26,6 +26,38 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
+// kfakeTopic starts an in-process Kafka cluster with topic (one
+// partition) and returns its addresses and a publisher.
+func kfakeTopic(t *testing.T, topic string) ([]string, *kafka.Publisher) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: cluster.ListenAddrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	if err := kafka.EnsureTopic(context.Background(), pub.Client(), topic, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	return cluster.ListenAddrs(), pub
+}
+
+// kafkaGroup joins group on topic.
+func kafkaGroup(t *testing.T, addrs []string, group, topic string) *kafka.Subscriber {
+	t.Helper()
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: addrs, Group: group, Topics: []string{topic},
+		Opts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	return sub
+}
+
 // countingPauser forwards to a real subscriber and counts its pauses.
 type countingPauser struct {
 	*kafka.Subscriber
@@ -64,21 +96,8 @@ type backlogResult struct {
 
 func runBacklog[TTx any](t *testing.T, d store.Driver[TTx], cfg backlogRun) backlogResult {
 	ctx := context.Background()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	addrs := cluster.ListenAddrs()
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close() })
 	const topic = "mail"
-	if err := kafka.EnsureTopic(ctx, pub.Client(), topic, 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	addrs, pub := kfakeTopic(t, topic)
 	msgs := make([]idem.Message, 0, 1000)
 	for i := range cfg.n {
 		msgs = append(msgs, idem.Message{ID: fmt.Sprintf("m-%d", i), Subject: topic, Payload: []byte(`{"to":"ana@example.com"}`)})
@@ -113,13 +132,7 @@ func runBacklog[TTx any](t *testing.T, d store.Driver[TTx], cfg backlogRun) back
 		t.Fatal(err)
 	}
 
-	raw, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: addrs, Group: "mailer", Topics: []string{topic},
-		Opts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { raw.Close() })
-	sub := &countingPauser{Subscriber: raw}
+	sub := &countingPauser{Subscriber: kafkaGroup(t, addrs, "mailer", topic)}
 	var consumed atomic.Int64
 	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[TTx]{
 		Name: "mailer", BatchSize: cfg.batch, FetchWait: 100 * time.Millisecond, Gate: w.Gate("email"),
@@ -260,20 +273,7 @@ func TestBackpressureBreakerPausesTheConsumer(t *testing.T) {
 	t.Parallel()
 	d := testdb.SQLite(t)
 	ctx := context.Background()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	addrs := cluster.ListenAddrs()
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close() })
-	if err := kafka.EnsureTopic(ctx, pub.Client(), "mail", 1, 1); err != nil {
-		t.Fatal(err)
-	}
+	addrs, pub := kfakeTopic(t, "mail")
 	ledger, _ := effect.New(d, effect.Config{})
 	w, _ := effect.NewWorker(ledger, effect.WorkerConfig[*sqlTx]{PollInterval: 20 * time.Millisecond})
 	br := &breaker{}
@@ -281,12 +281,7 @@ func TestBackpressureBreakerPausesTheConsumer(t *testing.T) {
 	if err := w.Register("email", func(context.Context, string, []byte) ([]byte, error) { return nil, nil }, effect.WithBreaker(br)); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: addrs, Group: "mailer", Topics: []string{"mail"},
-		Opts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { raw.Close() })
+	raw := kafkaGroup(t, addrs, "mailer", "mail")
 	var consumed atomic.Int64
 	c, err := consumer.New(d, newInbox(t, d), raw, consumer.Config[*sqlTx]{
 		Name: "mailer", FetchWait: 100 * time.Millisecond, Gate: w.Gate("email"),
