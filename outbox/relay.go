@@ -112,8 +112,8 @@ type RelayConfig struct {
 var ErrRelayRunning = errors.New("outbox: relay already running")
 
 // Relay publishes committed outbox events to a broker. Several relays may run
-// on one database (PostgreSQL: claims with FOR UPDATE SKIP LOCKED and a
-// lease; SQLite: one at a time, through a lease row). Its methods are safe
+// on one database (PostgreSQL: claims serialised by an advisory lock, each
+// a lease on its rows; SQLite: one at a time, through a lease row). Its methods are safe
 // for concurrent use; Run runs once at a time.
 //
 // Each round claims up to BatchSize due events in seq order that no earlier

@@ -104,8 +104,8 @@ type Outbox struct {
 	// seq $2, in seq order: the claim columns, then last_error.
 	BlockedBehind string
 	// BlockedBehindSeqs is BlockedBehind and CountBlocked for many parked
-	// events in one statement: for each event whose seq is in $1 (a JSON
-	// array) and whose ordering key is not empty, the pending events of its
+	// events in one statement: for each failed (parked) event whose seq is
+	// in $1 (a JSON array) and whose ordering key is not empty, the pending events of its
 	// key after it. One row per such blocked event, at most $2 per parked
 	// event, ordered by parked seq then seq: the parked seq, the number of
 	// pending events behind it (all of them, not only those returned), then
