@@ -3,17 +3,25 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/migrate"
+	"github.com/idemkit/idem/retention"
+	"github.com/idemkit/idem/store"
 )
 
-// runMigrate implements "idem migrate up|status [--db URL]" (flags before
-// or after the action). It first names the database it acts on (redacted),
-// so a wrong --db is seen at once. "up" creates a missing SQLite database;
-// "status" only reads and fails on a missing one.
+// runMigrate implements "idem migrate up|status|partition [--db URL]"
+// (flags before or after the action). It first names the database it acts
+// on (redacted), so a wrong --db is seen at once. "up" creates a missing
+// SQLite database; "status" only reads and fails on a missing one;
+// "partition" applies pending migrations and converts a PostgreSQL
+// database's inbox and effect ledger to the partitioned layout
+// (retention.Partition), after which every process must open the database
+// with ?idem_layout=partitioned.
 func runMigrate(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "migrate", "up|status [--db URL]")
+	fs := newFlags(env, "migrate", "up|status|partition [--db URL]")
 	dbURL := fs.String("db", "", "database URL (postgres://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -22,13 +30,16 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	if fs.NArg() > 0 {
 		action = fs.Arg(0)
 	}
-	if action != "up" && action != "status" {
-		return fmt.Errorf("%w: unknown action %q (want up or status)", errUsage, action)
+	if action != "up" && action != "status" && action != "partition" {
+		return fmt.Errorf("%w: unknown action %q (want up, status or partition)", errUsage, action)
 	}
 	if fs.NArg() > 1 {
 		return fmt.Errorf("%w: unexpected argument %q after %s", errUsage, fs.Arg(1), action)
 	}
 	u := databaseURL(env, *dbURL)
+	if action == "partition" {
+		return migratePartition(ctx, env, u)
+	}
 	d, err := openSQL(ctx, u, action == "up")
 	if err != nil {
 		return err
@@ -63,4 +74,40 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(tw, "%04d\t%s\t%s\t%s\n", s.Version, s.Name, state, at)
 	}
 	return tw.Flush()
+}
+
+// migratePartition is "idem migrate partition": pending migrations, then
+// the conversion to the partitioned layout (one transaction; the inbox and
+// effects tables are locked while their rows are copied).
+func migratePartition(ctx context.Context, env *Env, u string) error {
+	t, err := parseDatabaseURL(u)
+	if err != nil {
+		return err
+	}
+	if t.Dialect != store.Postgres {
+		return fmt.Errorf("%w: the partitioned layout is PostgreSQL's (SQLite and MySQL keep batch deletes): want --db postgres://…", errUsage)
+	}
+	if t.Layout != store.LayoutPartitioned {
+		u = dsn.WithParam(u, dsn.LayoutParam, string(store.LayoutPartitioned))
+	}
+	d, err := openSQL(ctx, u, false)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	fmt.Fprintf(env.Stdout, "database %s\n", redact.URL(u))
+	applied, err := migrate.New(d).Up(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range applied {
+		fmt.Fprintf(env.Stdout, "applied %04d_%s\n", a.Version, a.Name)
+	}
+	rep, err := retention.Partition(ctx, d, retention.PartitionConfig{}, time.Now())
+	if err != nil {
+		return hideURL(err, u)
+	}
+	fmt.Fprintf(env.Stdout, "partitioned layout: inbox and effects range-partitioned by expires_at (%d partitions created)\n", len(rep.Created))
+	fmt.Fprintf(env.Stdout, "open the database with ?%s=%s in every process from now on (idem gc then drops expired partitions)\n", dsn.LayoutParam, store.LayoutPartitioned)
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strings"
 
@@ -68,6 +69,41 @@ type Database struct {
 	Conn string
 	// Path is the SQLite file path, cleaned; "" for PostgreSQL.
 	Path string
+	// Layout is the layout of idem's tables the URL names with its
+	// idem_layout query parameter (PostgreSQL: idem_layout=partitioned,
+	// see package retention's Partition); the parameter is removed from
+	// Conn. Empty: the plain layout.
+	Layout store.Layout
+}
+
+// LayoutParam is the query parameter of a postgres:// URL naming the
+// layout of idem's tables (store.Names.Layout).
+const LayoutParam = "idem_layout"
+
+// splitLayout removes LayoutParam from the PostgreSQL URL s and returns
+// the layout it named.
+func splitLayout(s string) (string, store.Layout, error) {
+	if !strings.Contains(s, LayoutParam) {
+		return s, store.LayoutPlain, nil
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return s, store.LayoutPlain, nil // the driver reports the URL's error
+	}
+	q := u.Query()
+	if !q.Has(LayoutParam) {
+		return s, store.LayoutPlain, nil
+	}
+	layout := store.Layout(q.Get(LayoutParam))
+	if layout != store.LayoutPartitioned && layout != "plain" {
+		return "", "", refuse("database", "postgres", ErrUnsupported, "%s=%q is not a layout: want %s=%s (or plain)", LayoutParam, string(layout), LayoutParam, store.LayoutPartitioned)
+	}
+	if layout == "plain" {
+		layout = store.LayoutPlain
+	}
+	q.Del(LayoutParam)
+	u.RawQuery = q.Encode()
+	return u.String(), layout, nil
 }
 
 // String returns the database for a message, without credentials.
@@ -90,7 +126,11 @@ func ParseDatabase(s string) (Database, error) {
 		return Database{}, refuse("database", "", ErrEmpty, "the database URL is empty: %s", wantDatabase)
 	case sc == "postgres" || sc == "postgresql":
 		// The driver parses the rest (and its errors hide the password).
-		return Database{Dialect: store.Postgres, Conn: s}, nil
+		conn, layout, err := splitLayout(s)
+		if err != nil {
+			return Database{}, err
+		}
+		return Database{Dialect: store.Postgres, Conn: conn, Layout: layout}, nil
 	case sc == "mysql":
 		// MySQL or MariaDB: store/mysql parses the rest (the database is
 		// the URL's path) and hides the password in its errors.

@@ -281,3 +281,25 @@ func TestOpenPostgresRunsOnPgx(t *testing.T) {
 		t.Fatalf("OpenPgx(sqlite) = %v", err)
 	}
 }
+
+func TestLayoutParam(t *testing.T) {
+	d, err := dsn.ParseDatabase("postgres://u:secret@h:5432/db?sslmode=disable&idem_layout=partitioned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Layout != store.LayoutPartitioned {
+		t.Fatalf("layout %q, want partitioned", d.Layout)
+	}
+	if strings.Contains(d.Conn, "idem_layout") || !strings.Contains(d.Conn, "sslmode=disable") {
+		t.Fatalf("conn %q: want the layout parameter removed and the others kept", d.Conn)
+	}
+	if d, err := dsn.ParseDatabase("postgres://h/db?idem_layout=plain"); err != nil || d.Layout != store.LayoutPlain {
+		t.Fatalf("plain: %+v, %v", d, err)
+	}
+	if d, err := dsn.ParseDatabase("postgres://h/db"); err != nil || d.Layout != store.LayoutPlain || d.Conn != "postgres://h/db" {
+		t.Fatalf("no parameter: %+v, %v", d, err)
+	}
+	if _, err := dsn.ParseDatabase("postgres://u:secret@h/db?idem_layout=sharded"); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("unknown layout: %v, want an error without the password", err)
+	}
+}

@@ -75,7 +75,7 @@ func OpenPgx(ctx context.Context, db Database, opts Options) (*pgxstore.Driver, 
 	if opts.MaxConns > 0 && !strings.Contains(conn, "pool_max_conns") {
 		conn = WithParam(conn, "pool_max_conns", strconv.Itoa(opts.MaxConns))
 	}
-	return pgxstore.Open(ctx, conn, pgxstore.Config{Names: opts.Names})
+	return pgxstore.Open(ctx, conn, pgxstore.Config{Names: withLayout(opts.Names, db)})
 }
 
 // OpenSQL opens the database through database/sql: SQLite, or PostgreSQL
@@ -84,7 +84,7 @@ func OpenPgx(ctx context.Context, db Database, opts Options) (*pgxstore.Driver, 
 // sqlstore.ErrNoDatabase.
 func OpenSQL(ctx context.Context, db Database, opts Options) (*sqlstore.Driver, error) {
 	if db.Dialect == store.Postgres {
-		d, err := sqlstore.OpenPostgres(ctx, db.Conn, sqlstore.Config{Names: opts.Names})
+		d, err := sqlstore.OpenPostgres(ctx, db.Conn, sqlstore.Config{Names: withLayout(opts.Names, db)})
 		if err != nil {
 			return nil, err
 		}
@@ -137,4 +137,13 @@ func WithParam(u, key, value string) string {
 		sep = "&"
 	}
 	return u + sep + url.QueryEscape(key) + "=" + url.QueryEscape(value)
+}
+
+// withLayout is n with the URL's layout (Database.Layout) unless n names
+// one itself.
+func withLayout(n store.Names, db Database) store.Names {
+	if n.Layout == store.LayoutPlain {
+		n.Layout = db.Layout
+	}
+	return n
 }
