@@ -132,6 +132,13 @@ type Config[TTx any] struct {
 	// Handler applies a message's effect with the transaction tx. Required.
 	// Return idem.Permanent(err) for failures a retry cannot fix.
 	Handler inbox.Handler[TTx]
+	// BatchHandler, when set, applies the new messages of a fetched batch
+	// (BatchSize above 1) in one call with the batch's transaction
+	// (inbox.ProcessBatchWithTx), typically one multi-row statement instead
+	// of a round trip per message. If it fails, its writes are rolled back
+	// and each message is applied through Handler in a savepoint of its
+	// own, so both must have the same effect for a message. Optional.
+	BatchHandler inbox.BatchHandler[TTx]
 	// Concurrency is the number of worker goroutines, each fetching and
 	// processing its own deliveries. Defaults to 1.
 	Concurrency int
@@ -409,6 +416,19 @@ func (c *Consumer[TTx]) handler() inbox.Handler[TTx] {
 	}
 }
 
+// batchHandler wraps the user's batch handler with metrics and tracing:
+// one handler duration and one span for the call.
+func (c *Consumer[TTx]) batchHandler() inbox.BatchHandler[TTx] {
+	return func(ctx context.Context, tx TTx, msgs []idem.Message) error {
+		done := c.cfg.Metrics.Start(c.cfg.Name)
+		defer done()
+		ctx, end := c.cfg.Tracer.Start(ctx, "idem.consumer.handle_batch")
+		err := c.cfg.BatchHandler(ctx, tx, msgs)
+		end(err)
+		return err
+	}
+}
+
 // ErrNoMessageID reports a delivery without a usable message id while
 // Config.MessageID is not set: the message cannot be deduplicated, so it is
 // dead-lettered under a synthesized id instead of being processed (see
@@ -519,7 +539,12 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, ds []broker.Delivery) 
 	var outs []inbox.Outcome
 	err := store.InTx(ctx, c.d, func(tx TTx) error {
 		var err error
-		outs, err = c.ib.ProcessBatchTx(withBatch(ctx, msgs, ctxs), tx, c.cfg.Name, msgs, c.handler())
+		bctx := withBatch(ctx, msgs, ctxs)
+		if c.cfg.BatchHandler != nil {
+			outs, err = c.ib.ProcessBatchWithTx(bctx, tx, c.cfg.Name, msgs, c.batchHandler(), c.handler())
+			return err
+		}
+		outs, err = c.ib.ProcessBatchTx(bctx, tx, c.cfg.Name, msgs, c.handler())
 		return err
 	})
 	if err != nil {
