@@ -95,7 +95,7 @@ func portableInsert(sql string) string {
 	if loc := conflictNothingRe.FindStringIndex(sql); loc != nil {
 		ins := sql[:loc[0]]
 		if lock := lockExisting(ins, sql[loc[0]:]); lock != "" {
-			return lock + ";\n/*idem:none nodup*/ " + ins
+			return "/*idem:collect*/ " + lock + ";\n/*idem:none nodup*/ " + ins
 		}
 		return "/*idem:nodup*/ " + ins
 	}

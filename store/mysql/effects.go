@@ -26,7 +26,7 @@ func effects(t func(string) string) sqlset.Effects {
 		// whatever the caller's snapshot.
 		Get: `SELECT ` + effectCols + ` FROM ` + table + ` WHERE effect_key = $1 LOCK IN SHARE MODE`,
 		// The claim locks an existing row first (see Inbox.Claim).
-		Insert: `SELECT 1 FROM ` + table + ` WHERE effect_key = $1 FOR UPDATE;
+		Insert: `/*idem:collect*/ SELECT 1 FROM ` + table + ` WHERE effect_key = $1 FOR UPDATE;
 			/*idem:none nodup*/ INSERT INTO ` + table + ` (effect_key, kind, payload, fingerprint, state, attempts, token, lease_until, next_attempt_at, created_at, updated_at)
 			VALUES ($1, '', $5, $2, 'in_progress', 1, 1, $3, $3, $4, $4);
 			` + row,

@@ -13,7 +13,7 @@ func httpKeys(t func(string) string) sqlset.HTTPKeys {
 	token := `/*idem:need*/ SELECT token, '' FROM ` + k + ` WHERE ` + pk
 	return sqlset.HTTPKeys{
 		// The claim locks an existing row first (see Inbox.Claim).
-		Insert: `SELECT 1 FROM ` + k + ` WHERE ` + pk + ` FOR UPDATE;
+		Insert: `/*idem:collect*/ SELECT 1 FROM ` + k + ` WHERE ` + pk + ` FOR UPDATE;
 /*idem:none nodup*/ INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, created_at, locked_until, expires_at)
 VALUES ($1, $2, $3, $4, 'in_progress', 1, $5, $6, $7);
 ` + token,

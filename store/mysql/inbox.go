@@ -28,7 +28,7 @@ VALUES ($1, $2, $3, 'completed', $4, $4, $5)`
 		// deadlock. With the exclusive lock taken first, recoverers queue
 		// and each decides on the latest record. (Claims run in idem's
 		// own READ COMMITTED transactions: no gap lock on a missing key.)
-		Claim: `SELECT 1 FROM ` + table + ` WHERE consumer = $1 AND message_id = $2 FOR UPDATE;
+		Claim: `/*idem:collect*/ SELECT 1 FROM ` + table + ` WHERE consumer = $1 AND message_id = $2 FOR UPDATE;
 /*idem:none nodup*/ INSERT INTO ` + table + ` (consumer, message_id, fingerprint, state, token, attempts, lease_until, received_at, expires_at)
 VALUES ($1, $2, $3, 'in_progress', 1, 1, $4, $5, $6)`,
 		TakeOver: `UPDATE ` + table + ` SET token = token + 1, attempts = attempts + 1, lease_until = $4` +

@@ -28,7 +28,8 @@ import (
 //	         warnings. InnoDB rolls back only the statement.
 //	need     run only when the previous statement matched, inserted or
 //	         returned at least one row (else the script ends here)
-//	none     run only when the previous statement affected no row
+//	none     run only when the previous statement affected no row (a
+//	         skipped statement counts as one that touched no row)
 //	dup      run only when the previous statement hit a duplicate (nodup)
 //	collect  a SELECT whose first column is kept, not returned; $0 in the
 //	         statements after it expands to one placeholder per kept value
@@ -293,11 +294,10 @@ func (s *script) run(ctx context.Context, c conn, args []any) (result, error) {
 		switch {
 		case st.need && prevN == 0:
 			return res, nil
-		case st.none && prevN != 0:
-			prevN, prevDup = -1, false
-			continue
-		case st.dup && !prevDup:
-			prevN, prevDup = -1, false
+		case st.none && prevN > 0, st.dup && !prevDup:
+			// Skipped: it touched no row, so a need step after it ends
+			// the script.
+			prevN, prevDup = 0, false
 			continue
 		}
 		if st.list && len(collected) == 0 {
