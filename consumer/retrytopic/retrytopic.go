@@ -21,6 +21,8 @@
 //	idem-error-class         idem.ErrorClass of the failure (transient, permanent, …)
 //	idem-error-message       the error text (at most 1024 bytes)
 //	idem-retry-not-before    when the record is due (RFC 3339), publish time + the stage's delay
+//	Idem-Redrive             "retrytopic:" + the topic (broker.HeaderRedrive): JetStream, which
+//	                         drops a repeated message id, dedups it per stage instead
 //
 // # Delivery semantics
 //
@@ -223,6 +225,9 @@ func (r *Retrier) Reroute(ctx context.Context, msg idem.Message, err error) erro
 	out.Headers[HeaderAttempt] = strconv.Itoa(max(msg.Attempt, 1))
 	out.Headers[HeaderErrorClass] = idem.ErrorClass(err)
 	out.Headers[HeaderErrorMessage] = truncate(err.Error(), MaxErrorMessage)
+	// A deliberate republish: a broker deduplicating by message id
+	// (JetStream) dedups it per stage instead of dropping it.
+	out.Headers[broker.HeaderRedrive] = "retrytopic:" + topic
 	if delay > 0 {
 		out.Headers[HeaderNotBefore] = time.Now().Add(delay).UTC().Format(time.RFC3339Nano)
 	} else {

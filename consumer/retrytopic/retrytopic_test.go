@@ -1,10 +1,14 @@
 package retrytopic_test
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -14,8 +18,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	js "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/broker/jetstream"
+	"github.com/idemkit/idem/broker/jetstream/embedded"
 	"github.com/idemkit/idem/broker/kafka"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/retrytopic"
@@ -56,23 +64,75 @@ type nopPublisher struct{}
 func (nopPublisher) Publish(context.Context, ...idem.Message) error { return nil }
 func (nopPublisher) Close() error                                   { return nil }
 
-// cluster is an in-process Kafka cluster (kfake) with the main topic and
-// the retry topics of r created.
-type cluster struct {
-	addrs []string
-	pub   *kafka.Publisher
+// rig is a broker carrying the main topic, its retry topics and its
+// dead-letter topic: Kafka (kfake, in-process), JetStream (embedded, and a
+// real nats-server when IDEM_TEST_NATS_URL is set).
+type rig struct {
+	topic     string
+	pub       broker.Publisher
+	subscribe func(t *testing.T, group, topic string) broker.Subscriber
+	// records returns the first n records of topic: headers (with the
+	// message id under "id") and key.
+	records func(t *testing.T, topic string, n int) []record
+	// position is the source position of the main topic's i-th record
+	// (0-based); Kafka also has partition and offset headers.
+	position func(i int) string
+	kafka    bool
 }
 
-const topic = "orders"
+type record struct {
+	headers map[string]string
+	key     string
+}
 
-func newCluster(t *testing.T, delays []time.Duration) (*cluster, *retrytopic.Retrier) {
+// brokers are the brokers the tests run on: Kafka (kfake), JetStream
+// (embedded) and a real nats-server (skipped without IDEM_TEST_NATS_URL).
+var brokers = []struct {
+	name string
+	rig  func(t *testing.T, delays []time.Duration) (*rig, *retrytopic.Retrier)
+}{
+	{"kafka-kfake", kafkaRig},
+	{"jetstream-embedded", func(t *testing.T, delays []time.Duration) (*rig, *retrytopic.Retrier) {
+		srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Shutdown)
+		return jetstreamRig(t, srv.ClientURL(), delays)
+	}},
+	{"nats-server", func(t *testing.T, delays []time.Duration) (*rig, *retrytopic.Retrier) {
+		url := os.Getenv("IDEM_TEST_NATS_URL")
+		if url == "" {
+			t.Skip("IDEM_TEST_NATS_URL not set; export IDEM_TEST_NATS_URL=nats://127.0.0.1:4222 to run against a real nats-server")
+		}
+		return jetstreamRig(t, url, delays)
+	}},
+}
+
+// eachDriverAndBroker runs body on every broker, each on SQLite and
+// PostgreSQL (pgx): every run has its own broker and its own store.
+func eachDriverAndBroker(t *testing.T, delays []time.Duration, body func(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.Retrier)) {
+	for _, b := range brokers {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) {
+				rg, r := b.rig(t, delays)
+				body(t, d.D, rg, r)
+			}, testdb.NoSQLPostgres)
+		})
+	}
+}
+
+func kafkaRig(t *testing.T, delays []time.Duration) (*rig, *retrytopic.Retrier) {
 	t.Helper()
+	const topic = "orders"
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: c.ListenAddrs()})
+	addrs := c.ListenAddrs()
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: addrs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,59 +146,120 @@ func newCluster(t *testing.T, delays []time.Duration) (*cluster, *retrytopic.Ret
 			t.Fatal(err)
 		}
 	}
-	return &cluster{addrs: c.ListenAddrs(), pub: pub}, r
+	return &rig{
+		topic: topic, pub: pub, kafka: true,
+		subscribe: func(t *testing.T, group, topic string) broker.Subscriber {
+			sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: addrs, Group: group, Topics: []string{topic},
+				AckWait: 30 * time.Second, Opts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sub.Close() })
+			return sub
+		},
+		records: func(t *testing.T, topic string, n int) []record {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var out []record
+			for len(out) < n {
+				fs := cl.PollFetches(ctx)
+				if err := ctx.Err(); err != nil {
+					t.Fatalf("%s: %d records, want %d: %v", topic, len(out), n, err)
+				}
+				for _, kr := range fs.Records() {
+					rec := record{headers: map[string]string{}, key: string(kr.Key)}
+					for _, h := range kr.Headers {
+						rec.headers[h.Key] = string(h.Value)
+					}
+					rec.headers["id"] = rec.headers[kafka.HeaderID]
+					out = append(out, rec)
+				}
+			}
+			return out
+		},
+		position: func(i int) string { return fmt.Sprintf("0/%d", i) },
+	}, r
 }
 
-// subscribe joins group on topic.
-func (c *cluster) subscribe(t *testing.T, group, topic string) *kafka.Subscriber {
+func jetstreamRig(t *testing.T, url string, delays []time.Duration) (*rig, *retrytopic.Retrier) {
 	t.Helper()
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: c.addrs, Group: group, Topics: []string{topic},
-		AckWait: 30 * time.Second, Opts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)}})
+	nc, j, err := jetstream.Dial(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { sub.Close() })
-	return sub
+	t.Cleanup(nc.Close)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	tp := "idemtest-" + id + "-orders" // unique on a shared server
+	pub, err := jetstream.NewPublisher(j, jetstream.PublisherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := retrytopic.New(retrytopic.Config{Topic: tp, Delays: delays, Publisher: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := "IDEMTEST_RT_" + strings.ToUpper(id)
+	ctx := context.Background()
+	if _, err := jetstream.EnsureStream(ctx, j, js.StreamConfig{Name: stream, Subjects: append([]string{tp}, r.Topics()...)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.DeleteStream(context.Background(), stream) })
+	return &rig{
+		topic: tp, pub: pub,
+		subscribe: func(t *testing.T, group, topic string) broker.Subscriber {
+			sub, err := jetstream.NewSubscriber(ctx, j, jetstream.SubscriberConfig{Stream: stream, Durable: group,
+				FilterSubjects: []string{topic}, AckWait: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sub.Close() })
+			return sub
+		},
+		records: func(t *testing.T, topic string, n int) []record {
+			oc, err := j.OrderedConsumer(ctx, stream, js.OrderedConsumerConfig{FilterSubjects: []string{topic}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []record
+			deadline := time.Now().Add(20 * time.Second)
+			for len(out) < n {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: %d records, want %d", topic, len(out), n)
+				}
+				batch, err := oc.Fetch(n-len(out), js.FetchMaxWait(time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for m := range batch.Messages() {
+					rec := record{headers: map[string]string{}, key: m.Headers().Get(jetstream.HeaderKey)}
+					for k, v := range m.Headers() {
+						rec.headers[k] = v[0]
+					}
+					rec.headers["id"] = cmp.Or(rec.headers[jetstream.HeaderIdemID], rec.headers[jetstream.HeaderMsgID])
+					out = append(out, rec)
+				}
+			}
+			return out
+		},
+		position: func(i int) string { return fmt.Sprint(i + 1) }, // the stream sequence
+	}, r
 }
 
-func (c *cluster) publish(t *testing.T, ids ...string) {
+func (rg *rig) publish(t *testing.T, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		m := idem.Message{ID: id, Subject: topic, Key: "order-1", Payload: []byte(`{"id":"` + id + `"}`), Time: time.Now()}
-		if err := c.pub.Publish(context.Background(), m); err != nil {
+		m := idem.Message{ID: id, Subject: rg.topic, Key: "order-1", Payload: []byte(`{"id":"` + id + `"}`), Time: time.Now()}
+		if err := rg.pub.Publish(context.Background(), m); err != nil {
 			t.Fatal(err)
 		}
 	}
-}
-
-// records reads every record of topic from the start (no group).
-func (c *cluster) records(t *testing.T, topic string, n int) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var out []*kgo.Record
-	for len(out) < n {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			t.Fatalf("%s: %d records, want %d: %v", topic, len(out), n, err)
-		}
-		out = append(out, fs.Records()...)
-	}
-	return out
-}
-
-func header(r *kgo.Record, k string) string {
-	for _, h := range r.Headers {
-		if h.Key == k {
-			return string(h.Value)
-		}
-	}
-	return ""
 }
 
 // event is one handler outcome, in the order observed.
@@ -229,7 +350,7 @@ func run[TTx any](t *testing.T, cs ...*consumer.Consumer[TTx]) {
 
 // setup builds the main topic's consumer and the retry consumers of r,
 // all under the consumer name "billing" (one inbox scope).
-func setup[TTx any](t *testing.T, d store.Driver[TTx], c *cluster, r *retrytopic.Retrier, j *journal, fails map[string]int) []*consumer.Consumer[TTx] {
+func setup[TTx any](t *testing.T, d store.Driver[TTx], rg *rig, r *retrytopic.Retrier, j *journal, fails map[string]int) []*consumer.Consumer[TTx] {
 	ib, err := inbox.New(d, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -242,12 +363,12 @@ func setup[TTx any](t *testing.T, d store.Driver[TTx], c *cluster, r *retrytopic
 			return nil
 		}},
 	}
-	main, err := consumer.New(d, ib, c.subscribe(t, "billing", topic), cfg)
+	main, err := consumer.New(d, ib, rg.subscribe(t, "billing", rg.topic), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	retries, err := retrytopic.Consumers(d, ib, r, cfg, func(tp string, _ time.Duration) (broker.Subscriber, error) {
-		return c.subscribe(t, "billing-"+strings.TrimPrefix(tp, topic+"-"), tp), nil
+	retries, err := retrytopic.Consumers(d, ib, r, cfg, func(tp string, delay time.Duration) (broker.Subscriber, error) {
+		return rg.subscribe(t, "billing-retry-"+retrytopic.ShortDuration(delay), tp), nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -261,24 +382,24 @@ func setup[TTx any](t *testing.T, d store.Driver[TTx], c *cluster, r *retrytopic
 // partition) complete first.
 func TestNonBlockingRetries(t *testing.T) {
 	t.Parallel()
-	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { testNonBlocking(t, d.D) }, testdb.NoSQLPostgres)
+	eachDriverAndBroker(t, nil, testNonBlocking) // the default delays: 1s, 4s, 16s
 }
 
-func testNonBlocking[TTx any](t *testing.T, d store.Driver[TTx]) {
+func testNonBlocking(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.Retrier) {
 	bizTable(t, d)
-	c, r := newCluster(t, nil) // the default delays: 1s, 4s, 16s
 	j := &journal{}
 	behind := []string{"after-1", "after-2", "after-3", "after-4", "after-5"}
-	run(t, setup(t, d, c, r, j, map[string]int{"flaky": 2})...)
-	c.publish(t, append([]string{"flaky"}, behind...)...)
+	run(t, setup(t, d, rg, r, j, map[string]int{"flaky": 2})...)
+	rg.publish(t, append([]string{"flaky"}, behind...)...)
 
 	es := j.waitFor(t, time.Minute, append(behind, "flaky")...)
+	retry1s, retry4s := r.RetryTopics()[0], r.RetryTopics()[1]
 	ok := es[done(es, "flaky")]
-	if ok.attempt != 3 || ok.topic != "orders-retry-4s" {
-		t.Errorf("flaky succeeded on attempt %d via %s, want attempt 3 via orders-retry-4s", ok.attempt, ok.topic)
+	if ok.attempt != 3 || ok.topic != retry4s {
+		t.Errorf("flaky succeeded on attempt %d via %s, want attempt 3 via %s", ok.attempt, ok.topic, retry4s)
 	}
 	first := es[slices.IndexFunc(es, func(e event) bool { return e.id == "flaky" })]
-	if first.attempt != 1 || first.topic != topic {
+	if first.attempt != 1 || first.topic != rg.topic {
 		t.Errorf("flaky's first attempt: %+v", first)
 	}
 	if gap := ok.at.Sub(first.at); gap < 5*time.Second {
@@ -291,7 +412,7 @@ func testNonBlocking[TTx any](t *testing.T, d store.Driver[TTx]) {
 			fails = append(fails, fmt.Sprintf("%d@%s", e.attempt, e.topic))
 		}
 	}
-	if want := []string{"1@orders", "2@orders-retry-1s"}; !slices.Equal(fails, want) {
+	if want := []string{"1@" + rg.topic, "2@" + retry1s}; !slices.Equal(fails, want) {
 		t.Errorf("flaky failed %v, want %v", fails, want)
 	}
 	for _, id := range behind {
@@ -306,71 +427,72 @@ func testNonBlocking[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Errorf("flaky: %d effects, want 1", n)
 	}
 
-	// The record on orders-retry-4s carries where it came from and why.
-	rec := c.records(t, "orders-retry-4s", 1)[0]
+	// The record on the -retry-4s topic carries where it came from and why.
+	rec := rg.records(t, retry4s, 1)[0]
 	want := map[string]string{
-		retrytopic.HeaderOriginalTopic: "orders", retrytopic.HeaderOriginalPartition: "0",
-		retrytopic.HeaderOriginalOffset: "0", retrytopic.HeaderOriginalPosition: "0/0",
+		retrytopic.HeaderOriginalTopic: rg.topic, retrytopic.HeaderOriginalPosition: rg.position(0),
 		retrytopic.HeaderAttempt: "2", retrytopic.HeaderErrorClass: "transient",
 		retrytopic.HeaderErrorMessage: "flaky: downstream 503 (attempt 2)",
-		kafka.HeaderID:                "flaky",
+		"id":                          "flaky",
+	}
+	if rg.kafka {
+		want[retrytopic.HeaderOriginalPartition], want[retrytopic.HeaderOriginalOffset] = "0", "0"
 	}
 	for k, v := range want {
-		if got := header(rec, k); got != v {
-			t.Errorf("orders-retry-4s header %s = %q, want %q", k, got, v)
+		if got := rec.headers[k]; got != v {
+			t.Errorf("%s header %s = %q, want %q", retry4s, k, got, v)
 		}
 	}
-	if string(rec.Key) != "order-1" {
-		t.Errorf("key %q, want order-1", rec.Key)
+	if rec.key != "order-1" {
+		t.Errorf("key %q, want order-1", rec.key)
 	}
-	due, err := time.Parse(time.RFC3339Nano, header(rec, retrytopic.HeaderNotBefore))
+	due, err := time.Parse(time.RFC3339Nano, rec.headers[retrytopic.HeaderNotBefore])
 	if err != nil || due.Before(first.at.Add(5*time.Second)) {
 		t.Errorf("%s = %v (%v), want at least 5s after the first attempt %v", retrytopic.HeaderNotBefore, due, err, first.at)
 	}
 }
 
-// Out of retry topics, a record goes to orders-dlt with its original
+// Out of retry topics, a record goes to the -dlt topic with its original
 // coordinates; a permanent failure goes there at once; a copy of a message
 // that already succeeded is suppressed by the inbox on a retry topic.
 func TestDeadLetterTopicAndDedup(t *testing.T) {
 	t.Parallel()
-	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { testDLT(t, d.D) }, testdb.NoSQLPostgres)
+	eachDriverAndBroker(t, []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}, testDLT)
 }
 
-func testDLT[TTx any](t *testing.T, d store.Driver[TTx]) {
+func testDLT(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.Retrier) {
 	bizTable(t, d)
-	c, r := newCluster(t, []time.Duration{50 * time.Millisecond, 100 * time.Millisecond})
-	if got := r.RetryTopics(); !slices.Equal(got, []string{"orders-retry-50ms", "orders-retry-100ms"}) {
+	if got := r.RetryTopics(); !slices.Equal(got, []string{rg.topic + "-retry-50ms", rg.topic + "-retry-100ms"}) {
 		t.Fatalf("retry topics %v", got)
 	}
 	j := &journal{}
-	run(t, setup(t, d, c, r, j, map[string]int{"always": -1})...)
-	c.publish(t, "always", "poison", "ok-1")
+	run(t, setup(t, d, rg, r, j, map[string]int{"always": -1})...)
+	rg.publish(t, "always", "poison", "ok-1")
 	j.waitFor(t, time.Minute, "ok-1")
 
-	dlt := c.records(t, "orders-dlt", 2)
-	byID := map[string]*kgo.Record{}
+	dlt := rg.records(t, rg.topic+"-dlt", 2)
+	byID := map[string]record{}
 	for _, rec := range dlt {
-		byID[header(rec, kafka.HeaderID)] = rec
+		byID[rec.headers["id"]] = rec
 	}
 	for id, want := range map[string]map[string]string{
-		"always": {retrytopic.HeaderOriginalTopic: "orders", retrytopic.HeaderOriginalOffset: "0", retrytopic.HeaderAttempt: "3",
+		"always": {retrytopic.HeaderOriginalTopic: rg.topic, retrytopic.HeaderOriginalPosition: rg.position(0), retrytopic.HeaderAttempt: "3",
 			retrytopic.HeaderErrorClass: "transient", retrytopic.HeaderErrorMessage: "always: downstream 503 (attempt 3)"},
-		"poison": {retrytopic.HeaderOriginalTopic: "orders", retrytopic.HeaderOriginalOffset: "1", retrytopic.HeaderAttempt: "1",
+		"poison": {retrytopic.HeaderOriginalTopic: rg.topic, retrytopic.HeaderOriginalPosition: rg.position(1), retrytopic.HeaderAttempt: "1",
 			retrytopic.HeaderErrorClass: "permanent", retrytopic.HeaderErrorMessage: "permanent: poison: unknown event type"},
 	} {
-		rec := byID[id]
-		if rec == nil {
-			t.Errorf("%s not in orders-dlt (%d records)", id, len(dlt))
+		rec, ok := byID[id]
+		if !ok {
+			t.Errorf("%s not in the dead-letter topic (%d records)", id, len(dlt))
 			continue
 		}
 		for k, v := range want {
-			if got := header(rec, k); got != v {
-				t.Errorf("%s: orders-dlt header %s = %q, want %q", id, k, got, v)
+			if got := rec.headers[k]; got != v {
+				t.Errorf("%s: dead-letter header %s = %q, want %q", id, k, got, v)
 			}
 		}
-		if header(rec, retrytopic.HeaderNotBefore) != "" {
-			t.Errorf("%s: a dead letter has no due time, got %q", id, header(rec, retrytopic.HeaderNotBefore))
+		if nb := rec.headers[retrytopic.HeaderNotBefore]; nb != "" {
+			t.Errorf("%s: a dead letter has no due time, got %q", id, nb)
 		}
 	}
 	var attempts []string
@@ -378,21 +500,22 @@ func testDLT[TTx any](t *testing.T, d store.Driver[TTx]) {
 		if e.id == "always" {
 			attempts = append(attempts, fmt.Sprintf("%d@%s", e.attempt, e.topic))
 		}
-		if e.id == "poison" && e.topic != topic {
+		if e.id == "poison" && e.topic != rg.topic {
 			t.Errorf("poison was retried: %+v", e)
 		}
 	}
-	if want := []string{"1@orders", "2@orders-retry-50ms", "3@orders-retry-100ms"}; !slices.Equal(attempts, want) {
+	if want := []string{"1@" + rg.topic, "2@" + r.RetryTopics()[0], "3@" + r.RetryTopics()[1]}; !slices.Equal(attempts, want) {
 		t.Errorf("always ran %v, want %v", attempts, want)
 	}
 
 	// A second copy of ok-1 on a retry topic (a crash between the retry
 	// publish and the ack republishes) is suppressed; the sentinel behind
 	// it shows it was consumed.
-	copyOf := idem.Message{ID: "ok-1", Subject: "orders-retry-50ms", Key: "order-1", Payload: []byte(`{"id":"ok-1"}`),
-		Headers: map[string]string{retrytopic.HeaderAttempt: "1"}}
-	sentinel := idem.Message{ID: "sentinel", Subject: "orders-retry-50ms", Key: "order-1", Payload: []byte(`{}`)}
-	if err := c.pub.Publish(context.Background(), copyOf, sentinel); err != nil {
+	stage := r.RetryTopics()[0]
+	copyOf := idem.Message{ID: "ok-1", Subject: stage, Key: "order-1", Payload: []byte(`{"id":"ok-1"}`),
+		Headers: map[string]string{retrytopic.HeaderAttempt: "1", broker.HeaderRedrive: "copy"}}
+	sentinel := idem.Message{ID: "sentinel", Subject: stage, Key: "order-1", Payload: []byte(`{}`)}
+	if err := rg.pub.Publish(context.Background(), copyOf, sentinel); err != nil {
 		t.Fatal(err)
 	}
 	j.waitFor(t, time.Minute, "sentinel")
@@ -400,23 +523,26 @@ func testDLT[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Errorf("ok-1: %d effects after a retried copy, want 1", n)
 	}
 	for _, e := range j.snapshot() {
-		if e.id == "ok-1" && e.topic != topic {
+		if e.id == "ok-1" && e.topic != rg.topic {
 			t.Errorf("ok-1's copy ran the handler: %+v", e)
 		}
 	}
 }
 
 // Blocking retries: the failed record is retried in place with the
-// partition paused, and the records behind it complete only after it.
+// subscription paused, and the records behind it complete only after it.
 func TestBlockingRetries(t *testing.T) {
 	t.Parallel()
-	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { testBlocking(t, d.D) }, testdb.NoSQLPostgres)
+	eachDriverAndBroker(t, nil, testBlocking)
 }
 
-func testBlocking[TTx any](t *testing.T, d store.Driver[TTx]) {
+func testBlocking(t *testing.T, d store.Driver[any], rg *rig, _ *retrytopic.Retrier) {
 	bizTable(t, d)
-	c, _ := newCluster(t, nil)
-	sub := c.subscribe(t, "billing", topic)
+	sub := rg.subscribe(t, "billing", rg.topic)
+	pausable, ok := sub.(interface{ Paused() bool })
+	if !ok {
+		t.Fatalf("%T reports no Paused", sub)
+	}
 	j := &journal{}
 	var (
 		mu     sync.Mutex
@@ -427,13 +553,13 @@ func testBlocking[TTx any](t *testing.T, d store.Driver[TTx]) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := consumer.New(d, ib, sub, consumer.Config[TTx]{
+	cons, err := consumer.New(d, ib, sub, consumer.Config[any]{
 		Name: "billing", FetchWait: 200 * time.Millisecond, RetryInPlace: true, MaxAttempts: 5,
 		Backoff: consumer.Backoff{Base: 300 * time.Millisecond, Max: time.Second},
-		Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {
+		Handler: func(ctx context.Context, tx any, msg idem.Message) error {
 			if msg.ID == "flaky" && msg.Attempt > 1 {
 				mu.Lock()
-				paused = append(paused, sub.Paused())
+				paused = append(paused, pausable.Paused())
 				mu.Unlock()
 			}
 			return h(ctx, tx, msg)
@@ -448,11 +574,11 @@ func testBlocking[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 	run(t, cons)
 	behind := []string{"after-1", "after-2", "after-3"}
-	c.publish(t, append([]string{"flaky"}, behind...)...)
+	rg.publish(t, append([]string{"flaky"}, behind...)...)
 	es := j.waitFor(t, time.Minute, append(behind, "flaky")...)
-	ok := es[done(es, "flaky")]
-	if ok.attempt != 3 || ok.topic != topic {
-		t.Errorf("flaky succeeded on attempt %d via %s, want attempt 3 in place on orders", ok.attempt, ok.topic)
+	done3 := es[done(es, "flaky")]
+	if done3.attempt != 3 || done3.topic != rg.topic {
+		t.Errorf("flaky succeeded on attempt %d via %s, want attempt 3 in place on %s", done3.attempt, done3.topic, rg.topic)
 	}
 	for _, id := range behind {
 		if done(es, id) < done(es, "flaky") {
@@ -464,7 +590,7 @@ func testBlocking[TTx any](t *testing.T, d store.Driver[TTx]) {
 	if !slices.Equal(paused, []bool{true, true}) {
 		t.Errorf("subscription paused during flaky's retries: %v, want [true true]", paused)
 	}
-	if sub.Paused() {
+	if pausable.Paused() {
 		t.Errorf("subscription still paused after the retries")
 	}
 	for _, id := range append(behind, "flaky") {
