@@ -147,14 +147,16 @@ func (e *Env) sqlPgNS(ctx context.Context) (*sqlstore.Driver, error) {
 
 // batchConsumer is idem's consumer runtime in batch mode: consumerWorkers
 // fetch loops on one durable consumer, each fetching up to batchSize
-// deliveries, recording them and running h for each in one transaction
-// (inbox.ProcessBatchTx), committing, and only then acking them.
+// deliveries, recording them and applying the new ones in one transaction
+// (inbox.ProcessBatchWithTx: bh once for the batch when set, else h for
+// each message), committing, and only then acking them.
 type batchConsumer[TTx any] struct {
 	d        store.Driver[TTx]
 	in       *inbox.Inbox[TTx]
 	sub      broker.Subscriber
 	consumer string
 	h        inbox.Handler[TTx]
+	bh       inbox.BatchHandler[TTx]
 }
 
 // consumerWorkers is how many fetch loops share one durable consumer.
@@ -163,7 +165,7 @@ const consumerWorkers = 2
 // run consumes until ctx is done.
 func (c *batchConsumer[TTx]) run(ctx context.Context) error {
 	cons, err := consumer.New(c.d, c.in, c.sub, consumer.Config[TTx]{
-		Name: c.consumer, Handler: c.h, Concurrency: consumerWorkers, BatchSize: batchSize,
+		Name: c.consumer, Handler: c.h, BatchHandler: c.bh, Concurrency: consumerWorkers, BatchSize: batchSize,
 		FetchWait: 50 * time.Millisecond,
 	})
 	if err != nil {

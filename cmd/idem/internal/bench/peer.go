@@ -248,7 +248,7 @@ func startDrain[TTx any](ctx context.Context, e *Env, d store.Driver[TTx], in *i
 		rr.stop()
 		sub.Close()
 	}
-	c := &batchConsumer[TTx]{d: d, in: in, sub: sub, consumer: e.name("consumer"), h: rowHandler[TTx](d, insert)}
+	c := &batchConsumer[TTx]{d: d, in: in, sub: sub, consumer: e.name("consumer"), h: rowHandler[TTx](d, insert), bh: rowsHandler[TTx](d, insert)}
 	go func() { dr.errc <- c.run(cctx) }()
 	go func() {
 		select {

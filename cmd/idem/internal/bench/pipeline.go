@@ -29,6 +29,13 @@ func rowHandler[TTx any](d store.Driver[TTx], insert string) inbox.Handler[TTx] 
 	}
 }
 
+// rowsHandler is rowHandler for a whole batch: one multi-row INSERT.
+func rowsHandler[TTx any](d store.Driver[TTx], insert string) inbox.BatchHandler[TTx] {
+	return func(ctx context.Context, tx TTx, msgs []idem.Message) error {
+		return insertMany(ctx, d, tx, insert, msgs)
+	}
+}
+
 // pipeline: order transaction (order row + outbox event) → relay →
 // JetStream → inbox consumer in batch mode → business row, end to end,
 // against the same flow without guarantees: order row committed, then
@@ -147,7 +154,8 @@ func pipeline[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], erro
 }
 
 // plainConsumer consumes in batches of 100 with one transaction per batch
-// and no inbox, then acks.
+// and no inbox, writing the batch's rows with one multi-row INSERT (as
+// idem's consumer does with rowsHandler), then acks.
 func plainConsumer[TTx any](ctx context.Context, d store.Driver[TTx], sub broker.Subscriber, insert string) error {
 	for {
 		ds, err := sub.Fetch(ctx, batchSize, 50*time.Millisecond)
@@ -160,16 +168,11 @@ func plainConsumer[TTx any](ctx context.Context, d store.Driver[TTx], sub broker
 		if len(ds) == 0 {
 			continue
 		}
-		err = store.InTx(ctx, d, func(tx TTx) error {
-			q := d.Tx(tx)
-			for _, dl := range ds {
-				m := dl.Message()
-				if _, err := q.Exec(ctx, insert, m.ID, m.Payload, store.Micros(time.Now())); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		msgs := make([]idem.Message, len(ds))
+		for i, dl := range ds {
+			msgs[i] = dl.Message()
+		}
+		err = store.InTx(ctx, d, func(tx TTx) error { return insertMany(ctx, d, tx, insert, msgs) })
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
