@@ -19,9 +19,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	js "github.com/nats-io/nats.go/jetstream"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/broker/amqp"
 	"github.com/idemkit/idem/broker/jetstream"
 	"github.com/idemkit/idem/broker/jetstream/embedded"
 	"github.com/idemkit/idem/broker/kafka"
@@ -66,7 +68,8 @@ func (nopPublisher) Close() error                                   { return nil
 
 // rig is a broker carrying the main topic, its retry topics and its
 // dead-letter topic: Kafka (kfake, in-process), JetStream (embedded, and a
-// real nats-server when IDEM_TEST_NATS_URL is set).
+// real nats-server when IDEM_TEST_NATS_URL is set), RabbitMQ (when
+// IDEM_TEST_AMQP_URL is set).
 type rig struct {
 	topic     string
 	pub       broker.Publisher
@@ -86,7 +89,8 @@ type record struct {
 }
 
 // brokers are the brokers the tests run on: Kafka (kfake), JetStream
-// (embedded) and a real nats-server (skipped without IDEM_TEST_NATS_URL).
+// (embedded), a real nats-server (skipped without IDEM_TEST_NATS_URL) and
+// RabbitMQ (skipped without IDEM_TEST_AMQP_URL).
 var brokers = []struct {
 	name string
 	rig  func(t *testing.T, delays []time.Duration) (*rig, *retrytopic.Retrier)
@@ -107,6 +111,7 @@ var brokers = []struct {
 		}
 		return jetstreamRig(t, url, delays)
 	}},
+	{"rabbitmq", amqpRig},
 }
 
 // eachDriverAndBroker runs body on every broker, each on SQLite and
@@ -249,6 +254,85 @@ func jetstreamRig(t *testing.T, url string, delays []time.Duration) (*rig, *retr
 			return out
 		},
 		position: func(i int) string { return fmt.Sprint(i + 1) }, // the stream sequence
+	}, r
+}
+
+// amqpRig publishes to amq.topic with the topic as routing key; a
+// subscription is a queue bound to it, and each topic has a tap queue the
+// test reads the published records from.
+func amqpRig(t *testing.T, delays []time.Duration) (*rig, *retrytopic.Retrier) {
+	t.Helper()
+	url := os.Getenv("IDEM_TEST_AMQP_URL")
+	if url == "" {
+		t.Skip("IDEM_TEST_AMQP_URL not set; export IDEM_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ to run against RabbitMQ")
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	tp := "idemtest-" + hex.EncodeToString(b) + "-orders" // unique on a shared server
+	pub, err := amqp.NewPublisher(amqp.PublisherConfig{URL: url, Exchange: "amq.topic"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	r, err := retrytopic.New(retrytopic.Config{Topic: tp, Delays: delays, Publisher: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	declare := func(t *testing.T, q, key string) {
+		if err := amqp.DeclareQueue(url, amqp.QueueConfig{Name: q, Exchange: "amq.topic", RoutingKey: key}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = amqp.DeleteQueue(url, q) })
+	}
+	for _, topic := range append([]string{tp}, r.Topics()...) {
+		declare(t, topic+".tap", topic)
+	}
+	return &rig{
+		topic: tp, pub: pub,
+		subscribe: func(t *testing.T, group, topic string) broker.Subscriber {
+			q := topic + "." + group
+			declare(t, q, topic)
+			sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{URL: url, Queue: q, AckWait: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sub.Close() })
+			return sub
+		},
+		records: func(t *testing.T, topic string, n int) []record {
+			conn, err := amqp091.Dial(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ch, err := conn.Channel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []record
+			deadline := time.Now().Add(20 * time.Second)
+			for len(out) < n {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: %d records, want %d", topic, len(out), n)
+				}
+				d, ok, err := ch.Get(topic+".tap", true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				rec := record{headers: map[string]string{"id": d.MessageId}}
+				for k, v := range d.Headers {
+					rec.headers[k] = fmt.Sprint(v)
+				}
+				rec.key = rec.headers[amqp.HeaderKey]
+				out = append(out, rec)
+			}
+			return out
+		},
+		position: func(i int) string { return fmt.Sprint(i + 1) }, // the delivery tag on the consumer's channel
 	}, r
 }
 
