@@ -103,8 +103,12 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 		// Short lines (the report fits 100 columns): the targets on their own.
 		fmt.Fprintf(env.Stdout, "idem drill: %d orders, %.0f%% lost responses, %.0f%% crashes, %d clients, seed %d\n",
 			*orders, *duplicates*100, *crash*100, *workers, *seed)
+		brokerLine := describeDrillBroker(*brokerName, *natsURL, *kafka, *amqpURL)
+		if *natsCluster > 0 {
+			brokerLine = fmt.Sprintf("embedded JetStream cluster of %d nodes (leaders killed during the run)", *natsCluster)
+		}
 		fmt.Fprintf(env.Stdout, "database: %s\nbroker:   %s\n\n",
-			or(redact.URL(*db), "SQLite (a fresh file per scenario)"), describeDrillBroker(*brokerName, *natsURL, *kafka, *amqpURL))
+			or(redact.URL(*db), "SQLite (a fresh file per scenario)"), brokerLine)
 	}
 	rep, err := drill.Run(ctx, cfg)
 	if err != nil {

@@ -7,6 +7,7 @@ package drill
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,16 @@ type ClusterReport struct {
 	// StreamReplicas is the fewest replicas (leader included) seen on a
 	// scenario's stream: 3 when every stream was replicated.
 	StreamReplicas int `json:"stream_replicas"`
+}
+
+// String is the report's line in the human report: "cluster: 3 nodes, 12
+// node kills, 9 leader changes, streams of 3 replicas".
+func (c ClusterReport) String() string {
+	s := fmt.Sprintf("cluster: %d nodes, %d node kills", c.Nodes, c.NodeKills)
+	if c.StepDowns > 0 {
+		s += fmt.Sprintf(", %d leader step-downs", c.StepDowns)
+	}
+	return s + fmt.Sprintf(", %d leader changes, streams of %d replicas", c.LeaderChanges, c.StreamReplicas)
 }
 
 // Chaos timing of the kill loop: after the cluster is healthy again it

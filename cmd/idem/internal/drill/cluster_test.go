@@ -1,7 +1,10 @@
 package drill_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/idemkit/idem/broker/jetstream/embedded"
@@ -27,7 +30,7 @@ func TestDrillNATSCluster(t *testing.T) {
 	if c == nil {
 		t.Fatal("no cluster report")
 	}
-	t.Logf("cluster: %+v", *c)
+	t.Log(*c)
 	if c.Nodes != 3 || c.StreamReplicas != 3 {
 		t.Errorf("nodes = %d, stream replicas = %d, want 3 and 3", c.Nodes, c.StreamReplicas)
 	}
@@ -35,6 +38,26 @@ func TestDrillNATSCluster(t *testing.T) {
 	// scenario publishes and consumes a few hundred messages.
 	if c.NodeKills < 1 {
 		t.Errorf("no node killed: %+v", *c)
+	}
+	// The counts are in both reports; the JSON names are an interface.
+	var table, js bytes.Buffer
+	rep.WriteTable(&table)
+	if !strings.Contains(table.String(), c.String()) {
+		t.Errorf("table lacks %q:\n%s", c.String(), table.String())
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Cluster map[string]int `json:"cluster"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]int{"nodes": c.Nodes, "node_kills": c.NodeKills, "leader_changes": c.LeaderChanges} {
+		if got, ok := v.Cluster[k]; !ok || got != want {
+			t.Errorf("JSON cluster.%s = %d (present %v), want %d", k, got, ok, want)
+		}
 	}
 }
 
@@ -73,7 +96,7 @@ func TestDrillExternalNATSCluster(t *testing.T) {
 	if r == nil {
 		t.Fatal("no cluster report")
 	}
-	t.Logf("cluster: %+v", *r)
+	t.Log(*r)
 	if r.Nodes != 3 || r.StreamReplicas != 3 || r.NodeKills != 0 {
 		t.Errorf("report %+v, want 3 nodes, 3 stream replicas, no kills", *r)
 	}

@@ -348,6 +348,9 @@ func (rep Report) WriteTable(w io.Writer) {
 			pass++
 		}
 	}
+	if rep.Cluster != nil {
+		fmt.Fprintf(w, "\n%s\n", rep.Cluster)
+	}
 	if rep.Pass {
 		fmt.Fprintf(w, "\nPASS: %d/%d scenarios kept their invariant.\n", pass, n)
 	} else {
