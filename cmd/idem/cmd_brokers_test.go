@@ -231,3 +231,28 @@ func waitStats(t *testing.T, sys *boxoffice.System[any], ok func(boxoffice.Stats
 	}
 	return st
 }
+
+// TestDemoOnKafka: idem demo --broker kafka runs with zero set-up on its
+// in-process cluster: an order placed over HTTP is published to the topic,
+// consumed (invoice, e-mail) and counted in /stats.
+func TestDemoOnKafka(t *testing.T) {
+	t.Parallel()
+	url, stop := startDemo(t, "--broker", "kafka")
+	hdr := map[string]string{"Idempotency-Key": "kafka-1", "X-Tenant-ID": "acme", "Content-Type": "application/json"}
+	if r := call(t, http.MethodPost, url+"/orders", hdr, `{"event_id":"concert-1","customer_email":"ana@example.com","seats":2,"total_cents":9000,"currency":"EUR"}`); r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var st boxoffice.Stats
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		r := call(t, http.MethodGet, url+"/stats", nil, "")
+		if err := json.Unmarshal(r.body, &st); err == nil && st.Invoices == 1 && st.EmailsSent == 1 {
+			break
+		}
+	}
+	if st.Orders != 1 || st.EventsPublished != 1 || st.Invoices != 1 || st.EmailsSent != 1 {
+		t.Fatalf("stats %+v: want the order published, invoiced and e-mailed once", st)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("demo stopped with %v", err)
+	}
+}

@@ -122,7 +122,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	w := env.Stdout
 	fmt.Fprintf(w, "boxoffice is running at %s\n", url)
 	fmt.Fprintf(w, "  database:       %s\n", describeDB(*db, *data))
-	fmt.Fprintf(w, "  broker:         %s (subject %s)\n", describeBroker(bt, sys), boxoffice.Subject)
+	fmt.Fprintf(w, "  broker:         %s\n", describeBroker(bt, sys))
 	fmt.Fprintf(w, "  e-mail provider: %s (fake, honours Idempotency-Key)\n", sys.Config().ProviderURL)
 	con.printConsole(w, url)
 	if d := tracing.describe(); d != "" {
@@ -198,21 +198,20 @@ func describeDB(db, data string) string {
 
 // describeBroker names the demo's broker, without credentials: the
 // embedded JetStream or the NATS server, the Kafka cluster (in-process or
-// --kafka) with its order topic, the RabbitMQ server with the exchange and
-// the queues (and how to redrive a letter there).
+// --kafka) with its order topic, the RabbitMQ server with its exchange.
 func describeBroker(bt brokerTarget, sys *boxoffice.System[any]) string {
 	switch b := sys.Config().Broker.(type) {
 	case *boxoffice.KafkaBroker:
-		where := "in-process cluster (kfake) at "
+		where := "in-process (kfake) "
 		if len(bt.kafka) > 0 {
-			where = "cluster "
+			where = ""
 		}
-		return fmt.Sprintf("Kafka %s%s, topic %s, a consumer group per consumer (%s, …)", where, strings.Join(b.Brokers(), ","), b.Topic(), b.Group(boxoffice.ConsumerNotification))
+		return fmt.Sprintf("Kafka %s%s (topic %s, a consumer group per consumer)", where, strings.Join(b.Brokers(), ","), b.Topic())
 	case *boxoffice.AMQPBroker:
-		return fmt.Sprintf("RabbitMQ %s, exchange %s, a queue per consumer (%s, …; redrive with --exchange %s)", redact.URL(bt.amqp), b.Exchange(), b.Queue(boxoffice.ConsumerNotification), b.Exchange())
+		return fmt.Sprintf("RabbitMQ %s (exchange %s, routing key %s, a queue per consumer)", redact.URL(bt.amqp), b.Exchange(), sys.Config().Subject)
 	}
 	if bt.nats == "" {
-		return "embedded JetStream " + sys.NATSURL()
+		return "embedded JetStream " + sys.NATSURL() + " (subject " + sys.Config().Subject + ")"
 	}
-	return "NATS " + redact.URL(bt.nats)
+	return "NATS " + redact.URL(bt.nats) + " (subject " + sys.Config().Subject + ")"
 }
