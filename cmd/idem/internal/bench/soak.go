@@ -50,6 +50,14 @@ type SoakResult struct {
 	OrdersInvoiced int64 `json:"orders_invoiced"`
 	// EmailsSent is the number of unique e-mails the provider received.
 	EmailsSent int64 `json:"emails_sent"`
+	// EmailBacklog is the number of accepted orders not yet e-mailed when
+	// the clients stopped (how far the effect worker fell behind).
+	EmailBacklog int64 `json:"email_backlog"`
+	// UnscheduledAtEnd is the number of accepted orders whose e-mail
+	// effect was not yet scheduled (by the notification consumer) when the
+	// clients stopped: the part of EmailBacklog upstream of the effect
+	// worker.
+	UnscheduledAtEnd int64 `json:"unscheduled_at_end"`
 	// InvoicedAfterS is the time from the last accepted order until every
 	// accepted order was invoiced, in seconds (-1: not within the wait).
 	InvoicedAfterS float64 `json:"invoiced_after_s"`
@@ -204,7 +212,14 @@ func (e *Env) soak(ctx context.Context, storeName string, opt SoakOptions) (Soak
 	res.DurationS = elapsed.Seconds()
 	res.OrdersAccepted, res.Status5xx, res.OtherFailures = accepted.Load(), fivexx.Load(), other.Load()
 	res.OrdersPerS = float64(res.OrdersAccepted) / elapsed.Seconds()
-	opt.Progress(fmt.Sprintf("soak %s: clients done, %d orders accepted (%.0f/s); waiting for invoices and e-mails", storeName, res.OrdersAccepted, res.OrdersPerS))
+	if st, err := sys.Stats(ctx); err == nil {
+		res.EmailBacklog = res.OrdersAccepted - st.EmailsSent
+		res.UnscheduledAtEnd = res.OrdersAccepted - st.EmailsScheduled
+	} else {
+		return res, err
+	}
+	opt.Progress(fmt.Sprintf("soak %s: clients done, %d orders accepted (%.0f/s), %d not yet e-mailed (%d not yet scheduled); waiting for invoices and e-mails",
+		storeName, res.OrdersAccepted, res.OrdersPerS, res.EmailBacklog, res.UnscheduledAtEnd))
 	until := time.Now().Add(opt.Wait)
 	for {
 		st, err := sys.Stats(ctx)
@@ -262,14 +277,14 @@ func postOrder(ctx context.Context, c *http.Client, url, key string, event int) 
 // WriteSoakTable writes r as an aligned table, one row per database.
 func WriteSoakTable(w io.Writer, r SoakReport) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STORE\tCLIENTS\tSECONDS\tACCEPTED\tORDERS/s\t5xx\tOTHER\tINVOICED\tE-MAILS\tINVOICED AFTER s\tE-MAILS DRAINED AFTER s\tTARGET (≤ 10 s, 0 5xx, all sent)")
+	fmt.Fprintln(tw, "STORE\tCLIENTS\tSECONDS\tACCEPTED\tORDERS/s\t5xx\tOTHER\tINVOICED\tE-MAILS\tBACKLOG AT END\tINVOICED AFTER s\tE-MAILS DRAINED AFTER s\tTARGET (≤ 10 s, 0 5xx, all sent)")
 	for _, x := range r.Results {
 		mark := "met"
 		if !x.TargetMet {
 			mark = "MISSED"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%d\t%.0f\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", x.Store, x.Clients, x.DurationS, x.OrdersAccepted,
-			x.OrdersPerS, x.Status5xx, x.OtherFailures, x.OrdersInvoiced, x.EmailsSent, secs(x.InvoicedAfterS), secs(x.DrainS), mark)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%d\t%.0f\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", x.Store, x.Clients, x.DurationS, x.OrdersAccepted,
+			x.OrdersPerS, x.Status5xx, x.OtherFailures, x.OrdersInvoiced, x.EmailsSent, x.EmailBacklog, secs(x.InvoicedAfterS), secs(x.DrainS), mark)
 	}
 	return tw.Flush()
 }

@@ -52,6 +52,12 @@ func TestRunSoak(t *testing.T) {
 		if r.DrainS < 0 || r.InvoicedAfterS < 0 {
 			t.Errorf("%s: drained after %v s, invoiced after %v s, want both reached", r.Store, r.DrainS, r.InvoicedAfterS)
 		}
+		if r.UnscheduledAtEnd < 0 || r.UnscheduledAtEnd > r.EmailBacklog {
+			t.Errorf("%s: %d unscheduled of a backlog of %d", r.Store, r.UnscheduledAtEnd, r.EmailBacklog)
+		}
+		if r.EmailBacklog < 0 || r.EmailBacklog > r.OrdersAccepted {
+			t.Errorf("%s: e-mail backlog %d of %d orders", r.Store, r.EmailBacklog, r.OrdersAccepted)
+		}
 		if r.OrdersPerS <= 0 {
 			t.Errorf("%s: %v orders/s", r.Store, r.OrdersPerS)
 		}
@@ -74,7 +80,7 @@ func TestRunSoak(t *testing.T) {
 		t.Fatalf("JSON %s: %v", js.String(), err)
 	}
 	for _, k := range []string{"store", "clients", "duration_s", "orders_accepted", "orders_per_s", "status_5xx", "other_failures",
-		"orders_invoiced", "emails_sent", "invoiced_after_s", "drain_s", "target_met"} {
+		"orders_invoiced", "emails_sent", "email_backlog", "unscheduled_at_end", "invoiced_after_s", "drain_s", "target_met"} {
 		if _, ok := fields.Results[0][k]; !ok {
 			t.Errorf("JSON field %q missing: %s", k, js.String())
 		}
