@@ -132,11 +132,12 @@ import (
 // safe for concurrent use; one Middleware may wrap many handlers (each
 // operation is scoped separately).
 type Middleware[TTx any] struct {
-	d   store.Driver[TTx]
-	cfg Config
-	q   *sqlset.HTTPKeys
-	log *slog.Logger
-	tr  trace.Tracer
+	d      store.Driver[TTx]
+	cfg    Config
+	q      *sqlset.HTTPKeys
+	log    *slog.Logger
+	tr     trace.Tracer
+	lockTO string // lockTimeout(cfg.LockTimeout), rendered once
 }
 
 // New returns a Middleware storing its records through d (migration 0002
@@ -150,11 +151,12 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
 		return nil, err
 	}
 	return &Middleware[TTx]{
-		d:   d,
-		cfg: cfg,
-		q:   &d.Statements().HTTPKeys,
-		log: obs.Component(cfg.Logger, "idemhttp", "mode", cfg.Mode.String()),
-		tr:  obs.Tracer(cfg.TracerProvider),
+		d:      d,
+		cfg:    cfg,
+		q:      &d.Statements().HTTPKeys,
+		log:    obs.Component(cfg.Logger, "idemhttp", "mode", cfg.Mode.String()),
+		tr:     obs.Tracer(cfg.TracerProvider),
+		lockTO: lockTimeout(cfg.LockTimeout),
 	}, nil
 }
 
@@ -559,7 +561,7 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	defer stop()
 	cs := claimStmts{insert: m.q.Insert, takeOver: m.q.TakeOver}
 	if m.q.InsertLocked != "" {
-		cs = claimStmts{m.q.InsertLocked, m.q.TakeOverLocked, []any{lockTimeout(m.cfg.LockTimeout)}}
+		cs = claimStmts{m.q.InsertLocked, m.q.TakeOverLocked, []any{m.lockTO}}
 	}
 	// Fast path (pgx): BEGIN and the key INSERT in one round trip. A key
 	// that exists already surfaces as a unique violation there, and the

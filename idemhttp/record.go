@@ -67,7 +67,9 @@ func (r *Record) Expired(now time.Time) bool { return !now.Before(r.ExpiresAt) }
 type scope struct{ tenant, operation, key string }
 
 func (s scope) args(more ...any) []any {
-	return append([]any{s.tenant, s.operation, s.key}, more...)
+	a := make([]any, 0, 3+len(more)) // one allocation for the whole list
+	a = append(a, s.tenant, s.operation, s.key)
+	return append(a, more...)
 }
 
 func (s scope) String() string { return s.tenant + "/" + s.operation + "/" + s.key }

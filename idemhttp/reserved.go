@@ -88,7 +88,7 @@ func (m *Middleware[TTx]) attemptReserved(w http.ResponseWriter, r *http.Request
 		return scanRecord(lastColumn{rows, &unlocked}, rec)
 	}}
 	start := m.cfg.Now()
-	tx, ok, err := m.d.BeginReserved(ctx, []store.Stmt{{SQL: m.q.LockKey, Args: []any{lk, lockTimeout(m.cfg.LockTimeout)}}, read})
+	tx, ok, err := m.d.BeginReserved(ctx, []store.Stmt{{SQL: m.q.LockKey, Args: []any{lk, m.lockTO}}, read})
 	if err != nil {
 		return errOutcome(err), nil, err
 	}

@@ -48,14 +48,17 @@ func queueStmts(b *pgx.Batch, stmts []store.Stmt, ran *int) {
 	}
 }
 
-func stmtSQL(stmts ...[]store.Stmt) []string {
-	var sqls []string
-	for _, ss := range stmts {
+// prepareStmts is prepare for the statements of stmts lists, without
+// gathering their SQL first (the fast paths run per request).
+func (d *Driver) prepareStmts(ctx context.Context, conn *pgx.Conn, lists ...[]store.Stmt) error {
+	for _, ss := range lists {
 		for _, s := range ss {
-			sqls = append(sqls, s.SQL)
+			if err := d.prepare(ctx, conn, s.SQL); err != nil {
+				return err
+			}
 		}
 	}
-	return sqls
+	return nil
 }
 
 // BeginReserved acquires a connection, runs stmts on it as one pipelined
@@ -83,7 +86,7 @@ func (d *Driver) BeginReserved(ctx context.Context, stmts []store.Stmt) (pgx.Tx,
 		return nil, false, translate(err)
 	}
 	conn := c.Conn()
-	if err := d.prepare(ctx, conn, stmtSQL(stmts)...); err != nil {
+	if err := d.prepareStmts(ctx, conn, stmts); err != nil {
 		_ = closeIfUnprepared(ctx, conn, err)
 		c.Release()
 		return nil, false, translate(err)
@@ -155,8 +158,10 @@ func (d *Driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 		t.c.Release()
 		return nil
 	}
-	sqls := append([]string{beginSQL, commitSQL, rollbackSQL}, stmtSQL(before, after)...)
-	if err := d.prepare(ctx, conn, sqls...); err != nil {
+	if err := d.prepare(ctx, conn, beginSQL, commitSQL, rollbackSQL); err != nil {
+		return discard(translate(err))
+	}
+	if err := d.prepareStmts(ctx, conn, before, after); err != nil {
 		return discard(translate(err))
 	}
 	err := conn.SendBatch(ctx, b).Close()
