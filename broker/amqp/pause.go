@@ -16,8 +16,9 @@ var _ broker.Pauser = (*Subscriber)(nil)
 
 // Pause cancels the subscriber's consumer (basic.cancel): RabbitMQ pushes
 // nothing more and the backlog waits in the queue. The deliveries already
-// pushed are still handed out by Fetch and can be settled (the channel
-// stays open), then Fetch returns none until Resume. A reconnect while
+// pushed are still handed out by Fetch (before Resume, or after it ahead
+// of the new consumer's) and can be settled (the channel stays open);
+// once they are read Fetch returns none until Resume. A reconnect while
 // paused does not consume either. Lowering the prefetch instead would not
 // do: RabbitMQ applies a new per-consumer prefetch only to consumers
 // started after it.
@@ -59,8 +60,32 @@ func (s *Subscriber) setPaused(ctx context.Context, p bool) error {
 		s.paused = true
 		return fmt.Errorf("amqp: resume %q: %w", s.cfg.Queue, err)
 	}
-	s.deliveries = ds
+	s.deliveries = follow(s.deliveries, ds, s.ch.NotifyClose(make(chan *amqp.Error, 1)))
 	return nil
+}
+
+// follow returns the deliveries of old (the cancelled consumer's, which
+// closes once the deliveries already pushed are read) then of next, so
+// that none pushed before a pause is stranded unacknowledged. It stops when
+// the channel closes (the broker requeues what was not read).
+func follow(old, next <-chan amqp.Delivery, closed <-chan *amqp.Error) <-chan amqp.Delivery {
+	if old == nil {
+		return next
+	}
+	out := make(chan amqp.Delivery)
+	go func() {
+		defer close(out)
+		for _, src := range []<-chan amqp.Delivery{old, next} {
+			for d := range src {
+				select {
+				case out <- d:
+				case <-closed:
+					return
+				}
+			}
+		}
+	}()
+	return out
 }
 
 // Paused reports whether the subscriber is paused.

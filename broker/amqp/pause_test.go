@@ -113,3 +113,63 @@ func TestPauseStopsTheBrokerPushing(t *testing.T) {
 		t.Error("Paused() is true after Resume")
 	}
 }
+
+// Deliveries pushed before a pause and not yet fetched are not stranded:
+// after Resume they come first, then the rest of the queue.
+func TestPauseKeepsThePushedDeliveries(t *testing.T) {
+	url := amqpURL(t)
+	ctx := context.Background()
+	const n, prefetch = 30, 10
+	subject := "idemtest." + unique()
+	q := subject + ".pause"
+	if err := amqp.DeclareQueue(url, amqp.QueueConfig{Name: q, Exchange: "amq.topic", RoutingKey: subject}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = amqp.DeleteQueue(url, q) })
+	pub, err := amqp.NewPublisher(amqp.PublisherConfig{URL: url, Exchange: "amq.topic"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	for i := range n {
+		if err := pub.Publish(ctx, idem.Message{ID: fmt.Sprint("m-", i), Subject: subject, Payload: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{URL: url, Queue: q, Prefetch: prefetch, AckWait: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	seen := map[string]bool{}
+	fetch := func(max int) int {
+		ds, err := sub.Fetch(ctx, max, 500*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			seen[d.Message().ID] = true
+			if err := d.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return len(ds)
+	}
+	fetch(1)
+	if err := sub.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(seen) < n && time.Now().Before(deadline) {
+		fetch(n)
+	}
+	if len(seen) != n {
+		t.Errorf("after a pause and resume %d of %d messages delivered", len(seen), n)
+	}
+	if ready := readyCount(t, url, q); ready != 0 {
+		t.Errorf("%d messages still ready", ready)
+	}
+}
