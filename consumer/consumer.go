@@ -27,6 +27,16 @@
 //     JetStream NakWithDelay); once msg.Attempt reaches MaxAttempts it is
 //     parked instead.
 //   - parking fails (database down): Nak, so the message is never lost.
+//   - with Config.Reroute (non-blocking retry topics, consumer/retrytopic):
+//     a failure is published to the next stage (a retry topic, finally the
+//     dead-letter topic) and the delivery is acked once the broker durably
+//     has it; if that publish fails, Nak with backoff.
+//   - with Config.RetryInPlace (blocking retries): a transient failure is
+//     retried in place with backoff, the subscription paused, so the
+//     messages behind it wait (per-key order kept); out of attempts it is
+//     parked as above.
+//   - with Config.Gate (backpressure): while the gate is closed nothing is
+//     fetched and the subscription is paused (broker.Pauser).
 //
 // A poison message never blocks the messages behind it: each delivery is
 // settled on its own, and the broker keeps delivering the others while one
@@ -204,7 +214,10 @@ type Config[TTx any] struct {
 	// subscription is paused (when the subscriber is a broker.Pauser), so
 	// the messages behind it wait: for consumers whose per-key order
 	// matters. It requires Concurrency 1 and BatchSize 1 (with more, other
-	// workers would handle the messages behind it meanwhile).
+	// workers would handle the messages behind it meanwhile). The delivery
+	// stays unacknowledged while it is retried: keep the retries' total
+	// wait below the subscription's ack wait, or the broker redelivers it
+	// meanwhile (the inbox then suppresses whichever copy comes second).
 	RetryInPlace bool
 	// Gate, if set, is consulted before every fetch (backpressure): while
 	// it answers closed, the consumer fetches nothing, pauses the
