@@ -38,9 +38,9 @@
 //   - with Config.Gate (backpressure): while the gate is closed nothing is
 //     fetched and the subscription is paused (broker.Pauser).
 //
-// A poison message never blocks the messages behind it: each delivery is
-// settled on its own, and the broker keeps delivering the others while one
-// waits for its retry.
+// Unless RetryInPlace is set, a poison message never blocks the messages
+// behind it: each delivery is settled on its own, and the broker keeps
+// delivering the others while one waits for its retry.
 package consumer
 
 import (
