@@ -33,15 +33,13 @@ func readyCount(t *testing.T, url, q string) int {
 	return info.Messages
 }
 
-// While paused, RabbitMQ pushes nothing beyond the deliveries already
-// received (at most the prefetch), however many of them are settled; they
-// can still be fetched and acked; after Resume the rest flows.
-func TestPauseStopsTheBrokerPushing(t *testing.T) {
-	url := amqpURL(t)
-	ctx := context.Background()
-	const n, prefetch = 50, 10
+// queueOf declares a queue holding n messages and subscribes to it with
+// prefetch.
+func queueOf(t *testing.T, n, prefetch int) (url, q string, sub *amqp.Subscriber) {
+	t.Helper()
+	url = amqpURL(t)
 	subject := "idemtest." + unique()
-	q := subject + ".pause"
+	q = subject + ".pause"
 	if err := amqp.DeclareQueue(url, amqp.QueueConfig{Name: q, Exchange: "amq.topic", RoutingKey: subject}); err != nil {
 		t.Fatal(err)
 	}
@@ -52,15 +50,25 @@ func TestPauseStopsTheBrokerPushing(t *testing.T) {
 	}
 	defer pub.Close()
 	for i := range n {
-		if err := pub.Publish(ctx, idem.Message{ID: fmt.Sprint("m-", i), Subject: subject, Payload: []byte("x")}); err != nil {
+		if err := pub.Publish(context.Background(), idem.Message{ID: fmt.Sprint("m-", i), Subject: subject, Payload: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{URL: url, Queue: q, Prefetch: prefetch, AckWait: 30 * time.Second})
+	sub, err = amqp.NewSubscriber(amqp.SubscriberConfig{URL: url, Queue: q, Prefetch: prefetch, AckWait: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Close()
+	t.Cleanup(func() { sub.Close() })
+	return url, q, sub
+}
+
+// While paused, RabbitMQ pushes nothing beyond the deliveries already
+// received (at most the prefetch), however many of them are settled; they
+// can still be fetched and acked; after Resume the rest flows.
+func TestPauseStopsTheBrokerPushing(t *testing.T) {
+	ctx := context.Background()
+	const n, prefetch = 50, 10
+	url, q, sub := queueOf(t, n, prefetch)
 	if err := sub.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -117,30 +125,9 @@ func TestPauseStopsTheBrokerPushing(t *testing.T) {
 // Deliveries pushed before a pause and not yet fetched are not stranded:
 // after Resume they come first, then the rest of the queue.
 func TestPauseKeepsThePushedDeliveries(t *testing.T) {
-	url := amqpURL(t)
 	ctx := context.Background()
 	const n, prefetch = 30, 10
-	subject := "idemtest." + unique()
-	q := subject + ".pause"
-	if err := amqp.DeclareQueue(url, amqp.QueueConfig{Name: q, Exchange: "amq.topic", RoutingKey: subject}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = amqp.DeleteQueue(url, q) })
-	pub, err := amqp.NewPublisher(amqp.PublisherConfig{URL: url, Exchange: "amq.topic"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
-	for i := range n {
-		if err := pub.Publish(ctx, idem.Message{ID: fmt.Sprint("m-", i), Subject: subject, Payload: []byte("x")}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{URL: url, Queue: q, Prefetch: prefetch, AckWait: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	url, q, sub := queueOf(t, n, prefetch)
 	seen := map[string]bool{}
 	fetch := func(max int) int {
 		ds, err := sub.Fetch(ctx, max, 500*time.Millisecond)

@@ -168,15 +168,11 @@ func kafkaRig(t *testing.T, delays []time.Duration) (*rig, *retrytopic.Retrier) 
 				t.Fatal(err)
 			}
 			defer cl.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			var out []record
-			for len(out) < n {
-				fs := cl.PollFetches(ctx)
-				if err := ctx.Err(); err != nil {
-					t.Fatalf("%s: %d records, want %d: %v", topic, len(out), n, err)
-				}
-				for _, kr := range fs.Records() {
+			return collect(t, topic, n, func() []record {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				var out []record
+				for _, kr := range cl.PollFetches(ctx).Records() {
 					rec := record{headers: map[string]string{}, key: string(kr.Key)}
 					for _, h := range kr.Headers {
 						rec.headers[h.Key] = string(h.Value)
@@ -184,8 +180,8 @@ func kafkaRig(t *testing.T, delays []time.Duration) (*rig, *retrytopic.Retrier) 
 					rec.headers["id"] = rec.headers[kafka.HeaderID]
 					out = append(out, rec)
 				}
-			}
-			return out
+				return out
+			})
 		},
 		position: func(i int) string { return fmt.Sprintf("0/%d", i) },
 	}, r
@@ -232,16 +228,12 @@ func jetstreamRig(t *testing.T, url string, delays []time.Duration) (*rig, *retr
 			if err != nil {
 				t.Fatal(err)
 			}
-			var out []record
-			deadline := time.Now().Add(20 * time.Second)
-			for len(out) < n {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: %d records, want %d", topic, len(out), n)
-				}
-				batch, err := oc.Fetch(n-len(out), js.FetchMaxWait(time.Second))
+			return collect(t, topic, n, func() []record {
+				batch, err := oc.Fetch(n, js.FetchMaxWait(time.Second))
 				if err != nil {
 					t.Fatal(err)
 				}
+				var out []record
 				for m := range batch.Messages() {
 					rec := record{headers: map[string]string{}, key: m.Headers().Get(jetstream.HeaderKey)}
 					for k, v := range m.Headers() {
@@ -250,8 +242,8 @@ func jetstreamRig(t *testing.T, url string, delays []time.Duration) (*rig, *retr
 					rec.headers["id"] = cmp.Or(rec.headers[jetstream.HeaderIdemID], rec.headers[jetstream.HeaderMsgID])
 					out = append(out, rec)
 				}
-			}
-			return out
+				return out
+			})
 		},
 		position: func(i int) string { return fmt.Sprint(i + 1) }, // the stream sequence
 	}, r
@@ -309,31 +301,40 @@ func amqpRig(t *testing.T, delays []time.Duration) (*rig, *retrytopic.Retrier) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var out []record
-			deadline := time.Now().Add(20 * time.Second)
-			for len(out) < n {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: %d records, want %d", topic, len(out), n)
-				}
+			return collect(t, topic, n, func() []record {
 				d, ok, err := ch.Get(topic+".tap", true)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if !ok {
 					time.Sleep(20 * time.Millisecond)
-					continue
+					return nil
 				}
 				rec := record{headers: map[string]string{"id": d.MessageId}}
 				for k, v := range d.Headers {
 					rec.headers[k] = fmt.Sprint(v)
 				}
 				rec.key = rec.headers[amqp.HeaderKey]
-				out = append(out, rec)
-			}
-			return out
+				return []record{rec}
+			})
 		},
 		position: func(i int) string { return fmt.Sprint(i + 1) }, // the delivery tag on the consumer's channel
 	}, r
+}
+
+// collect calls next until it returned n records in all (waiting at most
+// 20s).
+func collect(t *testing.T, topic string, n int, next func() []record) []record {
+	t.Helper()
+	var out []record
+	deadline := time.Now().Add(20 * time.Second)
+	for len(out) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d records, want %d", topic, len(out), n)
+		}
+		out = append(out, next()...)
+	}
+	return out
 }
 
 func (rg *rig) publish(t *testing.T, ids ...string) {
