@@ -50,7 +50,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	fs.StringVar(&f.by, "by", "", "operator name recorded on redrive/discard (default $USER)")
 	fs.StringVar(&f.nats, "nats", "", "redrive: NATS JetStream URL to republish to (default $IDEM_NATS_URL)")
 	fs.StringVar(&f.broker, "broker", "", "redrive: broker URL to republish to: nats://… (JetStream), amqp://… or amqps://… (RabbitMQ), kafka://host:port[,host:port] (Kafka); default $IDEM_BROKER_URL, else --nats")
-	fs.StringVar(&f.exchange, "exchange", "", "redrive to RabbitMQ: the exchange to publish to, the letter's source as routing key (default: the default exchange, which routes to the queue named by the source)")
+	fs.StringVar(&f.exchange, "exchange", "", "redrive to RabbitMQ: the exchange to publish to, the letter's source as routing key (default: the default exchange, which routes to the queue named by the source; the reference system's queues are bound to amq.direct)")
 	fs.IntVar(&f.limit, "limit", 100, "list: at most this many letters (0 = no limit)")
 	fs.BoolVar(&f.force, "force", false, "redrive: redrive letters refused because their message id may have been processed and forgotten (needs --reason)")
 	fs.StringVar(&f.reason, "reason", "", "redrive --force: why it is safe (recorded with the letter)")

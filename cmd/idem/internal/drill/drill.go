@@ -55,12 +55,21 @@
 // SIGKILLed at random and restarted.
 //
 // Every scenario runs the real components (HTTP middleware, outbox relay,
-// JetStream, inbox consumers, effect worker, webhook receiver, dead-letter
+// broker, inbox consumers, effect worker, webhook receiver, dead-letter
 // store) on a fresh environment: a new SQLite file and embedded JetStream
 // server by default, or a fresh PostgreSQL schema and a dedicated stream on
 // the given servers. Faults are injected through boxoffice.Hooks, the fake
 // provider's fault switches and the HTTP client, never by simulating the
 // components themselves.
+//
+// Every scenario runs on each broker (Config.Broker): JetStream; Kafka (an
+// in-process kfake cluster per run, or Config.Kafka; a topic and consumer
+// groups per scenario); RabbitMQ (Config.AMQPURL; a routing key and its
+// queues per scenario). Where a scenario leaned on JetStream's semantics
+// it checks the broker's own: Kafka and RabbitMQ have no publish dedup
+// window, so every relay republish reaches the consumers and their inboxes
+// absorb it; RabbitMQ replays nothing beyond a queue, so a late
+// redelivery is the old events published again.
 package drill
 
 import (
