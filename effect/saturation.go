@@ -48,7 +48,9 @@ func (w *Worker[TTx]) Saturated(kindName string) (saturated bool, retryAfter tim
 // while any of kinds is [Worker.Saturated], so the consumer whose handler
 // schedules those effects stops fetching (and pauses its subscription)
 // instead of piling a broker backlog into the effects table faster than the
-// provider takes it; the lag stays in the broker.
+// provider takes it; the lag stays in the broker. The gate reflects this
+// worker's own claims and limits (the rate limit is per Worker): use it in
+// the process that runs the worker.
 func (w *Worker[TTx]) Gate(kinds ...string) func() (open bool, retryAfter time.Duration) {
 	return func() (bool, time.Duration) {
 		for _, k := range kinds {

@@ -249,6 +249,9 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 		w.mu.Lock()
 		w.running = false
 		w.mu.Unlock()
+		for _, k := range kinds {
+			k.backlogged.Store(false) // a stopped worker holds no gate closed
+		}
 	}()
 	slices.SortFunc(kinds, func(a, b *kind) int {
 		if a.name < b.name {
