@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/consumer"
 )
 
 // TestOpenOnEveryBroker: Open runs the whole system on Kafka (the
@@ -103,5 +104,42 @@ func TestOpenRefusesMixedBrokers(t *testing.T) {
 		if !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%+v: %v, want an invalid option", o, err)
 		}
+	}
+}
+
+// TestShortRetentionRefusedOnEveryBroker: the consumers' start-up check
+// holds on Kafka and RabbitMQ: an inbox retention (1 day) shorter than the
+// broker's horizon (the topic's retention.ms, the queues' x-message-ttl:
+// 6 days) stops Run with consumer.ErrRetentionTooShort, since a
+// redelivery could come after the inbox forgot the message.
+func TestShortRetentionRefusedOnEveryBroker(t *testing.T) {
+	ctx := context.Background()
+	brokers := []boxoffice.Options{{Broker: boxoffice.BrokerKafka}}
+	if url := os.Getenv("IDEM_TEST_AMQP_URL"); url != "" {
+		brokers = append(brokers, boxoffice.Options{Broker: boxoffice.BrokerRabbitMQ, AMQPURL: url})
+	} else {
+		t.Log("IDEM_TEST_AMQP_URL not set: RabbitMQ not run; export IDEM_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/")
+	}
+	for _, o := range brokers {
+		t.Run(o.Broker, func(t *testing.T) {
+			b := make([]byte, 4)
+			_, _ = rand.Read(b)
+			o.DataDir = t.TempDir()
+			o.Config = boxoffice.Config{Roles: []boxoffice.Role{boxoffice.RoleBilling}, Subject: "idem-test." + hex.EncodeToString(b),
+				InboxRetention: 24 * time.Hour}
+			sys, err := boxoffice.Open(ctx, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sys.Close()
+			if a, ok := sys.Config().Broker.(*boxoffice.AMQPBroker); ok {
+				defer func() {
+					_ = a.DeleteQueues(boxoffice.ConsumerNotification, boxoffice.ConsumerBilling, boxoffice.ConsumerSearch)
+				}()
+			}
+			if err := sys.Run(ctx); !errors.Is(err, consumer.ErrRetentionTooShort) {
+				t.Fatalf("Run: %v, want %v", err, consumer.ErrRetentionTooShort)
+			}
+		})
 	}
 }
