@@ -591,14 +591,10 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 		}
 	}
 
-	req.state.tx, req.state.hasTx = tx, true
-	req.state.executed = true
-	markExecuted(ctx)
 	cw := m.newCapture(w)
 	defer cw.close()
-	h.ServeHTTP(cw, r) // a panic propagates; the deferred rollback runs
+	m.runOnTx(cw, r, h, req, tx) // a panic propagates; the deferred rollback runs
 	stop()
-	req.state.tx, req.state.hasTx = nil, false
 	cw.finish()
 	if failure := cw.failure(); failure != nil || !m.cfg.StoreStatus(cw.status) {
 		finished = true
@@ -643,6 +639,16 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	}
 	cw.send()
 	return outDone, nil, nil
+}
+
+// runOnTx runs h, its response captured by cw, with tx as the request's
+// transaction (Tx) for its duration.
+func (m *Middleware[TTx]) runOnTx(cw *capture, r *http.Request, h http.Handler, req *request, tx TTx) {
+	req.state.tx, req.state.hasTx = tx, true
+	req.state.executed = true
+	markExecuted(r.Context())
+	h.ServeHTTP(cw, r)
+	req.state.tx, req.state.hasTx = nil, false
 }
 
 // beginInsert begins the request transaction and inserts an in_progress record

@@ -113,13 +113,9 @@ func (m *Middleware[TTx]) attemptReserved(w http.ResponseWriter, r *http.Request
 			_ = m.d.EndReserved(bg, tx, false, nil, unlock)
 		}
 	}()
-	req.state.tx, req.state.hasTx = tx, true
-	req.state.executed = true
-	markExecuted(ctx)
 	cw := m.newCapture(w)
 	defer cw.close()
-	h.ServeHTTP(cw, r) // a panic propagates; the deferred end runs
-	req.state.tx, req.state.hasTx = nil, false
+	m.runOnTx(cw, r, h, req, tx) // a panic propagates; the deferred end runs
 	cw.finish()
 	if failure := cw.failure(); failure != nil || !m.cfg.StoreStatus(cw.status) {
 		finished = true
