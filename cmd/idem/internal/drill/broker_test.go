@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/boxoffice"
 	"github.com/idemkit/idem/cmd/idem/internal/drill"
 )
 
@@ -91,5 +92,27 @@ func TestDrillBrokerOptions(t *testing.T) {
 		if err := drill.Check(context.Background(), c); !errors.Is(err, idem.ErrInvalidOption) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%+v: %v, want one line, an invalid option", c, err)
 		}
+	}
+}
+
+// TestDrillKafkaSeeds: with Config.Kafka the drill runs on that cluster
+// (here one started by the test, as a real one would be), checked first;
+// a cluster that does not answer is a configuration error.
+func TestDrillKafkaSeeds(t *testing.T) {
+	c, err := boxoffice.StartKafka()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sc := []string{"crash-before-ack", "concurrent-delivery"}
+	rep, err := drill.Run(context.Background(), drill.Config{Broker: "kafka", Kafka: c.ListenAddrs(), Orders: 60, Workers: 4, Crash: 0.1,
+		TempDir: t.TempDir(), Seed: 4, Scenarios: sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, rep, len(sc))
+	err = drill.Check(context.Background(), drill.Config{Broker: "kafka", Kafka: []string{"127.0.0.1:1"}})
+	if !errors.Is(err, drill.ErrTarget) || !strings.Contains(err.Error(), "Kafka does not answer") {
+		t.Fatalf("unreachable cluster: %v, want an ErrTarget", err)
 	}
 }
