@@ -94,8 +94,8 @@ type PartitionReport struct {
 	// Kept names expired partitions kept because Config.InboxMinAge keeps
 	// a row in them.
 	Kept []string `json:"kept,omitempty"`
-	// Busy names expired partitions whose detach gave up waiting for its
-	// lock (tried again at the next pass).
+	// Busy names partitions whose creation or detach gave up waiting for
+	// a lock a long transaction held (tried again at the next pass).
 	Busy []string `json:"busy,omitempty"`
 }
 
@@ -166,8 +166,11 @@ func Partition[TTx any](ctx context.Context, d store.Driver[TTx], cfg PartitionC
 				return rep, fmt.Errorf("retention: partition: convert %s: %w", t.Name, err)
 			}
 		}
-		created, err := ensure(ctx, q, p, t.Name, cfg, now)
+		created, busy, err := ensure(ctx, q, p, t.Name, cfg, now)
 		rep.Created = append(rep.Created, created...)
+		if err == nil && len(busy) > 0 {
+			err = fmt.Errorf("retention: partition: create %s: %w", busy[0], store.ErrLockTimeout)
+		}
 		if err != nil {
 			return rep, err
 		}
@@ -204,22 +207,27 @@ func mod(a, b int64) int64 {
 	return m
 }
 
-// ensure creates the partitions from the one holding now to the one
-// holding now+Ahead.
-func ensure(ctx context.Context, q store.Querier, p *sqlset.Partitions, table string, cfg PartitionConfig, now time.Time) ([]string, error) {
-	var created []string
+// ensure creates table's partitions from the one holding now to the one
+// holding now+Ahead. A creation that gives up waiting for the default
+// partition's lock (a long transaction holds it) ends the loop with that
+// partition's name in busy and no error: the partitions already ahead
+// leave room to try again at the next pass.
+func ensure(ctx context.Context, q store.Querier, p *sqlset.Partitions, table string, cfg PartitionConfig, now time.Time) (created, busy []string, err error) {
 	lo, _ := bounds(now, cfg.Span)
 	for ; !lo.After(now.Add(cfg.Ahead)); lo = lo.Add(cfg.Span) {
 		name := partitionName(table, lo, cfg.Span)
 		var ok bool
-		if err := q.QueryRow(ctx, p.Add, table, name, store.Micros(lo), store.Micros(lo.Add(cfg.Span))).Scan(&ok); err != nil {
-			return created, fmt.Errorf("retention: create partition %s: %w", name, err)
+		if err := q.QueryRow(ctx, p.Add, table, name, store.Micros(lo), store.Micros(lo.Add(cfg.Span)), lockTimeout(cfg)).Scan(&ok); err != nil {
+			if errors.Is(err, store.ErrLockTimeout) {
+				return created, []string{name}, nil
+			}
+			return created, nil, fmt.Errorf("retention: create partition %s: %w", name, err)
 		}
 		if ok {
 			created = append(created, name)
 		}
 	}
-	return created, nil
+	return created, nil, nil
 }
 
 // partition is one row of Partitions.List.
@@ -276,8 +284,9 @@ func MaintainPartitions[TTx any](ctx context.Context, d store.Driver[TTx], cfg P
 		cutoffs[i] = store.Micros(keep[c])
 	}
 	for _, t := range p.Tables {
-		created, err := ensure(ctx, q, p, t.Name, cfg, now)
+		created, busy, err := ensure(ctx, q, p, t.Name, cfg, now)
 		rep.Created = append(rep.Created, created...)
+		rep.Busy = append(rep.Busy, busy...)
 		if err != nil {
 			return rep, err
 		}
@@ -285,6 +294,8 @@ func MaintainPartitions[TTx any](ctx context.Context, d store.Driver[TTx], cfg P
 		if err != nil {
 			return rep, err
 		}
+		var drop []string
+		var rows int64
 		for _, pt := range parts {
 			if pt.isDef || pt.hi > store.Micros(now) {
 				continue
@@ -299,16 +310,26 @@ func MaintainPartitions[TTx any](ctx context.Context, d store.Driver[TTx], cfg P
 					continue
 				}
 			}
-			if _, err := q.Exec(ctx, p.Drop, t.Name, pt.name, fmt.Sprintf("%dms", max(cfg.LockTimeout.Milliseconds(), 1))); err != nil {
-				if errors.Is(err, store.ErrLockTimeout) {
-					rep.Busy = append(rep.Busy, pt.name)
-					continue
-				}
-				return rep, fmt.Errorf("retention: drop partition %s: %w", pt.name, err)
-			}
-			rep.Dropped = append(rep.Dropped, pt.name)
-			rep.DroppedRows += max(pt.estimate, 0)
+			drop = append(drop, pt.name)
+			rows += max(pt.estimate, 0)
 		}
+		if len(drop) == 0 {
+			continue
+		}
+		if _, err := q.Exec(ctx, p.Drop, t.Name, drop, lockTimeout(cfg)); err != nil {
+			if errors.Is(err, store.ErrLockTimeout) {
+				rep.Busy = append(rep.Busy, drop...)
+				continue
+			}
+			return rep, fmt.Errorf("retention: drop partitions %v: %w", drop, err)
+		}
+		rep.Dropped = append(rep.Dropped, drop...)
+		rep.DroppedRows += rows
 	}
 	return rep, nil
+}
+
+// lockTimeout is cfg.LockTimeout as PostgreSQL's lock_timeout text.
+func lockTimeout(cfg PartitionConfig) string {
+	return fmt.Sprintf("%dms", max(cfg.LockTimeout.Milliseconds(), 1))
 }

@@ -315,3 +315,50 @@ func TestPartitionedEffects(t *testing.T) {
 		t.Fatalf("effects after the pass: %v, want %v (dec02 and pre-dec02 expired; dec04 not yet; pending-1 pending)", keys, want)
 	}
 }
+
+// A drop that would wait for a long transaction on the table gives up
+// after LockTimeout (the writers queued behind it would stall) and is
+// done by the next pass.
+func TestPartitionDropGivesUpOnLock(t *testing.T) {
+	t.Parallel()
+	_, part := partitionedStores(t)
+	ctx := context.Background()
+	cfg := retention.PartitionConfig{Ahead: 2 * 24 * time.Hour, LockTimeout: 100 * time.Millisecond}
+	if _, err := retention.Partition(ctx, part, cfg, day); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction that read the inbox holds a lock on it until it ends.
+	tx, err := part.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := part.Tx(tx).Exec(ctx, `SELECT count(*) FROM `+part.Table("inbox")); err != nil {
+		t.Fatal(err)
+	}
+	later := day.Add(2*24*time.Hour + time.Hour)
+	rep, err := retention.MaintainPartitions(ctx, part, cfg, later, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Creating Dec 4's partition waits for the default partition's lock
+	// and gives up; so does the drop of Dec 1 and 2.
+	for _, want := range []string{"inbox_p20261204", "inbox_p20261201", "inbox_p20261202"} {
+		if !slices.Contains(rep.Busy, want) {
+			t.Fatalf("with the inbox locked: %+v, want %s busy", rep, want)
+		}
+	}
+	if slices.Contains(rep.Dropped, "inbox_p20261201") || slices.Contains(rep.Created, "inbox_p20261204") {
+		t.Fatalf("with the inbox locked: %+v, want nothing dropped or created", rep)
+	}
+	if err := part.Rollback(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = retention.MaintainPartitions(ctx, part, cfg, later, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(rep.Dropped, "inbox_p20261201") || !slices.Contains(rep.Dropped, "inbox_p20261202") ||
+		!slices.Contains(rep.Created, "inbox_p20261205") || len(rep.Busy) != 0 {
+		t.Fatalf("after the transaction ended: %+v, want both dropped", rep)
+	}
+}

@@ -73,10 +73,11 @@ BEGIN
   FOR i IN 1 .. coalesce(array_length(defs, 1), 0) LOOP
     EXECUTE defs[i]; -- "CREATE INDEX name ON schema.table …": the table's name is the partitioned one's now
   END LOOP;
-END`) + fn("idem_part_add", "p_table text, p_name text, p_lo bigint, p_hi bigint", "boolean", `BEGIN
+END`) + fn("idem_part_add", "p_table text, p_name text, p_lo bigint, p_hi bigint, p_lock_timeout text", "boolean", `BEGIN
   IF to_regclass(format('%I.%I', `+lit+`, p_name)) IS NOT NULL THEN
     RETURN false;
   END IF;
+  PERFORM set_config('lock_timeout', p_lock_timeout, true);
   -- no insert may reach the default partition while its rows of this range move
   EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', `+lit+`, p_table || '_pdefault');
   EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', `+lit+`, p_name, `+lit+`, p_table);
@@ -90,10 +91,13 @@ END`) + fn("idem_part_add", "p_table text, p_name text, p_lo bigint, p_hi bigint
   -- the CHECK let ATTACH skip scanning the partition; the bound now says the same
   EXECUTE format('ALTER TABLE %I.%I DROP CONSTRAINT %I', `+lit+`, p_name, p_name || '_range');
   RETURN true;
-END`) + fn("idem_part_drop", "p_table text, p_name text, p_lock_timeout text", "void", `BEGIN
+END`) + fn("idem_part_drop", "p_table text, p_names text[], p_lock_timeout text", "void", `BEGIN
   PERFORM set_config('lock_timeout', p_lock_timeout, true);
-  EXECUTE format('ALTER TABLE %I.%I DETACH PARTITION %I.%I', `+lit+`, p_table, `+lit+`, p_name);
-  EXECUTE format('DROP TABLE %I.%I', `+lit+`, p_name);
+  -- one transaction for all of them: the table's exclusive lock is taken once
+  FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
+    EXECUTE format('ALTER TABLE %I.%I DETACH PARTITION %I.%I', `+lit+`, p_table, `+lit+`, p_names[i]);
+    EXECUTE format('DROP TABLE %I.%I', `+lit+`, p_names[i]);
+  END LOOP;
 END`) + fn("inbox_partition_keeps", "p_name text, p_consumers text[], p_cutoffs bigint[]", "boolean", `DECLARE found boolean;
 BEGIN
   EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I p JOIN unnest($1, $2) AS k(consumer, cutoff)
@@ -147,7 +151,7 @@ END`)
 		Convert:   `SELECT ` + s + `.idem_part_convert($1::text, $2::text[])`,
 		Converted: `SELECT coalesce((SELECT c.relkind = 'p' FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
 WHERE ns.nspname = ` + lit + ` AND c.relname = $1::text), false)`,
-		Add: `SELECT ` + s + `.idem_part_add($1::text, $2::text, $3::bigint, $4::bigint)`,
+		Add: `SELECT ` + s + `.idem_part_add($1::text, $2::text, $3::bigint, $4::bigint, $5::text)`,
 		List: `SELECT c.relname,
        coalesce((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''?(-?[0-9]+)''?\)'))[1]::bigint, 0),
        coalesce((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''?(-?[0-9]+)''?\)'))[1]::bigint, 0),
@@ -157,7 +161,7 @@ WHERE ns.nspname = ` + lit + ` AND c.relname = $1::text), false)`,
  WHERE i.inhparent = format('%I.%I', ` + lit + `, $1::text)::regclass
  ORDER BY 2`,
 		Keeps: `SELECT ` + s + `.inbox_partition_keeps($1::text, $2::text[], $3::bigint[])`,
-		Drop:  `SELECT ` + s + `.idem_part_drop($1::text, $2::text, $3::text)`,
+		Drop:  `SELECT ` + s + `.idem_part_drop($1::text, $2::text[], $3::text)`,
 	}
 }
 

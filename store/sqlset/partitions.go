@@ -50,7 +50,8 @@ type Partitions struct {
 	// Add creates partition $2 (name, text) of table $1 for expires_at in
 	// [$3, $4) (micros, bigint) unless it exists, moving any rows of that
 	// range out of the default partition in the same transaction; returns
-	// one boolean, true when it was created.
+	// one boolean, true when it was created. $5 is the lock timeout, as for
+	// Drop: creating a partition locks the default one.
 	Add string
 	// List returns every partition of table $1: name, lower and upper
 	// bound (micros; both 0 for the default partition), is-default, and the
@@ -61,12 +62,13 @@ type Partitions struct {
 	// of each (bigint[]): a row of consumer $2[i] received at or after
 	// $3[i]. Returns one boolean.
 	Keeps string
-	// Drop detaches partition $2 (name) from table $1 and drops it. The
-	// caller has checked its upper bound is in the past (every row in it
-	// has expired) and, for the inbox, that Keeps is false; $3 is the lock
-	// timeout, as text ("2000ms"), so a detach that would wait for
-	// long-running transactions gives up instead of queueing every writer
-	// behind it.
+	// Drop detaches the partitions $2 (names, text[]) from table $1 and
+	// drops them, in one transaction (the table's exclusive lock is taken
+	// once). The caller has checked each one's upper bound is in the past
+	// (every row in it has expired) and, for the inbox, that Keeps is
+	// false; $3 is the lock timeout, as text ("2000ms"), so a detach that
+	// would wait for long-running transactions gives up instead of
+	// queueing every writer behind it.
 	Drop string
 }
 
