@@ -58,6 +58,10 @@ type SoakResult struct {
 	// clients stopped: the part of EmailBacklog upstream of the effect
 	// worker.
 	UnscheduledAtEnd int64 `json:"unscheduled_at_end"`
+	// EmailsPerSAfter is the rate at which e-mails were sent after the
+	// clients stopped (until all were sent or the wait ended): the effect
+	// worker's drain rate once the API is idle.
+	EmailsPerSAfter float64 `json:"emails_per_s_after"`
 	// InvoicedAfterS is the time from the last accepted order until every
 	// accepted order was invoiced, in seconds (-1: not within the wait).
 	InvoicedAfterS float64 `json:"invoiced_after_s"`
@@ -79,7 +83,7 @@ type SoakOptions struct {
 	// Duration is how long the clients post orders. Defaults to 60s.
 	Duration time.Duration
 	// Wait is the longest the soak waits, after the clients stop, for
-	// every order to be invoiced and e-mailed. Defaults to 2 minutes.
+	// every order to be invoiced and e-mailed. Defaults to 3 minutes.
 	Wait time.Duration
 	// Progress, when set, receives one line of status now and then.
 	Progress func(string)
@@ -95,7 +99,7 @@ func (e *Env) RunSoak(ctx context.Context, opt SoakOptions) (SoakReport, error) 
 		opt.Duration = time.Minute
 	}
 	if opt.Wait <= 0 {
-		opt.Wait = 2 * time.Minute
+		opt.Wait = 3 * time.Minute
 	}
 	if opt.Progress == nil {
 		opt.Progress = func(string) {}
@@ -220,7 +224,8 @@ func (e *Env) soak(ctx context.Context, storeName string, opt SoakOptions) (Soak
 	}
 	opt.Progress(fmt.Sprintf("soak %s: clients done, %d orders accepted (%.0f/s), %d not yet e-mailed (%d not yet scheduled); waiting for invoices and e-mails",
 		storeName, res.OrdersAccepted, res.OrdersPerS, res.EmailBacklog, res.UnscheduledAtEnd))
-	until := time.Now().Add(opt.Wait)
+	waitStart := time.Now()
+	until := waitStart.Add(opt.Wait)
 	for {
 		st, err := sys.Stats(ctx)
 		if err != nil {
@@ -235,6 +240,9 @@ func (e *Env) soak(ctx context.Context, storeName string, opt SoakOptions) (Soak
 			res.DrainS = now.Sub(last).Seconds()
 		}
 		if (res.InvoicedAfterS >= 0 && res.DrainS >= 0) || now.After(until) {
+			if sent := res.EmailBacklog - (res.OrdersAccepted - st.EmailsSent); sent > 0 {
+				res.EmailsPerSAfter = float64(sent) / now.Sub(waitStart).Seconds()
+			}
 			break
 		}
 		select {
@@ -277,14 +285,14 @@ func postOrder(ctx context.Context, c *http.Client, url, key string, event int) 
 // WriteSoakTable writes r as an aligned table, one row per database.
 func WriteSoakTable(w io.Writer, r SoakReport) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STORE\tCLIENTS\tSECONDS\tACCEPTED\tORDERS/s\t5xx\tOTHER\tINVOICED\tE-MAILS\tBACKLOG AT END\tINVOICED AFTER s\tE-MAILS DRAINED AFTER s\tTARGET (≤ 10 s, 0 5xx, all sent)")
+	fmt.Fprintln(tw, "STORE\tCLIENTS\tSECONDS\tACCEPTED\tORDERS/s\t5xx\tOTHER\tINVOICED\tE-MAILS\tBACKLOG AT END\tE-MAILS/s AFTER\tINVOICED AFTER s\tE-MAILS DRAINED AFTER s\tTARGET (≤ 10 s, 0 5xx, all sent)")
 	for _, x := range r.Results {
 		mark := "met"
 		if !x.TargetMet {
 			mark = "MISSED"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%d\t%.0f\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", x.Store, x.Clients, x.DurationS, x.OrdersAccepted,
-			x.OrdersPerS, x.Status5xx, x.OtherFailures, x.OrdersInvoiced, x.EmailsSent, x.EmailBacklog, secs(x.InvoicedAfterS), secs(x.DrainS), mark)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%d\t%.0f\t%d\t%d\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\n", x.Store, x.Clients, x.DurationS, x.OrdersAccepted,
+			x.OrdersPerS, x.Status5xx, x.OtherFailures, x.OrdersInvoiced, x.EmailsSent, x.EmailBacklog, x.EmailsPerSAfter, secs(x.InvoicedAfterS), secs(x.DrainS), mark)
 	}
 	return tw.Flush()
 }

@@ -80,7 +80,7 @@ func TestRunSoak(t *testing.T) {
 		t.Fatalf("JSON %s: %v", js.String(), err)
 	}
 	for _, k := range []string{"store", "clients", "duration_s", "orders_accepted", "orders_per_s", "status_5xx", "other_failures",
-		"orders_invoiced", "emails_sent", "email_backlog", "unscheduled_at_end", "invoiced_after_s", "drain_s", "target_met"} {
+		"orders_invoiced", "emails_sent", "email_backlog", "unscheduled_at_end", "emails_per_s_after", "invoiced_after_s", "drain_s", "target_met"} {
 		if _, ok := fields.Results[0][k]; !ok {
 			t.Errorf("JSON field %q missing: %s", k, js.String())
 		}
