@@ -55,7 +55,7 @@ func newFixture(t *testing.T, d store.Driver[any], lease time.Duration) *fixture
 		`CREATE TABLE orders (id text PRIMARY KEY, status text NOT NULL, total bigint NOT NULL, charge_id text NOT NULL DEFAULT '')`,
 		`CREATE TABLE reservations (order_id text PRIMARY KEY, seats bigint NOT NULL, released integer NOT NULL DEFAULT 0)`,
 	} {
-		if _, err := d.Pool().Exec(ctx, s); err != nil {
+		if _, err := d.Pool().Exec(ctx, testdb.Portable(d.Dialect(), s)); err != nil {
 			t.Fatal(err)
 		}
 	}
