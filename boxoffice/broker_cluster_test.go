@@ -17,13 +17,7 @@ import (
 // without Replicas, as a worker does, it keeps them; on a single server
 // a new stream has one.
 func TestDialJetStreamReplicas(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := embedded.StartCluster(ctx, embedded.ClusterConfig{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Shutdown()
+	ctx, c := startCluster(t)
 	replicas := func(url, stream string) int {
 		t.Helper()
 		b, err := boxoffice.DialJetStream(ctx, boxoffice.JetStreamConfig{URL: url, Stream: stream})
@@ -67,13 +61,7 @@ func TestDialJetStreamReplicas(t *testing.T) {
 // has no meta leader and cannot create a stream; DialJetStream retries
 // and succeeds once they are back, instead of failing the system's start.
 func TestDialJetStreamNoQuorum(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := embedded.StartCluster(ctx, embedded.ClusterConfig{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Shutdown()
+	ctx, c := startCluster(t)
 	for _, i := range []int{1, 2} {
 		if err := c.Kill(i); err != nil {
 			t.Fatal(err)
@@ -111,4 +99,18 @@ func TestDialJetStreamNoQuorum(t *testing.T) {
 	if _, err := js.Stream(ctx, "LATE"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startCluster starts a three-node cluster, shut down at the test's end,
+// and returns it with a context bounding the test.
+func startCluster(t *testing.T) (context.Context, *embedded.Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	c, err := embedded.StartCluster(ctx, embedded.ClusterConfig{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	return ctx, c
 }

@@ -195,18 +195,9 @@ func (c *Cluster) Restart(i int) error {
 		NoSigs: true,
 		NoLog:  c.cfg.Logger == nil,
 	}
-	srv, err := server.NewServer(opts)
+	srv, err := runServer(opts, c.cfg.Logger != nil, c.log.With("node", n.name), c.cfg.StartTimeout)
 	if err != nil {
-		return fmt.Errorf("embedded: node %s: %w", n.name, err)
-	}
-	if c.cfg.Logger != nil {
-		srv.SetLoggerV2(slogAdapter{c.log.With("node", n.name)}, true, false, false)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(c.cfg.StartTimeout) {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		return fmt.Errorf("embedded: node %s not ready within %v: %w", n.name, c.cfg.StartTimeout, broker.ErrUnavailable)
+		return err
 	}
 	n.srv = srv
 	c.log.Info("embedded JetStream node started", "node", n.name, "url", c.address(n))

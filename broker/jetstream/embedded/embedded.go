@@ -152,17 +152,9 @@ func (s *Server) Start() error {
 		NoLog:              s.cfg.Logger == nil,
 		HTTPPort:           0,
 	}
-	srv, err := server.NewServer(opts)
+	srv, err := runServer(opts, s.cfg.Logger != nil, s.log, s.cfg.StartTimeout)
 	if err != nil {
-		return fmt.Errorf("embedded: %w", err)
-	}
-	if s.cfg.Logger != nil {
-		srv.SetLoggerV2(slogAdapter{s.log}, true, false, false)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(s.cfg.StartTimeout) {
-		srv.Shutdown()
-		return fmt.Errorf("embedded: server not ready within %v: %w", s.cfg.StartTimeout, broker.ErrUnavailable)
+		return err
 	}
 	if s.cfg.Port == 0 {
 		if addr, ok := srv.Addr().(*net.TCPAddr); ok {
@@ -238,6 +230,25 @@ func (s *Server) Shutdown() {
 func (s *Server) Close() error {
 	s.Shutdown()
 	return nil
+}
+
+// runServer starts a server with opts (its logs to log when logs is set)
+// and waits until it accepts connections.
+func runServer(opts *server.Options, logs bool, log *slog.Logger, timeout time.Duration) (*server.Server, error) {
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: %s: %w", opts.ServerName, err)
+	}
+	if logs {
+		srv.SetLoggerV2(slogAdapter{log}, true, false, false)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(timeout) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("embedded: %s not ready within %v: %w", opts.ServerName, timeout, broker.ErrUnavailable)
+	}
+	return srv, nil
 }
 
 // slogAdapter routes the server's logger to slog.

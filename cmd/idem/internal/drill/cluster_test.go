@@ -18,19 +18,8 @@ func TestDrillNATSCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node JetStream cluster")
 	}
-	rep, err := drill.Run(context.Background(), drill.Config{
-		Orders: 200, Workers: 4, TempDir: t.TempDir(), Seed: 11, NATSCluster: 3,
-		Scenarios: []string{"lost-response", "racing-duplicates", "relay-double-publish"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	check(t, rep, 3)
-	c := rep.Cluster
-	if c == nil {
-		t.Fatal("no cluster report")
-	}
-	t.Log(*c)
+	rep, c := runClustered(t, drill.Config{NATSCluster: 3, Seed: 11,
+		Scenarios: []string{"lost-response", "racing-duplicates", "relay-double-publish"}})
 	if c.Nodes != 3 || c.StreamReplicas != 3 {
 		t.Errorf("nodes = %d, stream replicas = %d, want 3 and 3", c.Nodes, c.StreamReplicas)
 	}
@@ -61,6 +50,23 @@ func TestDrillNATSCluster(t *testing.T) {
 	}
 }
 
+// runClustered runs cfg's scenarios, shortened, checks that each passed
+// and returns the report and its cluster part.
+func runClustered(t *testing.T, cfg drill.Config) (drill.Report, *drill.ClusterReport) {
+	t.Helper()
+	cfg.Orders, cfg.Workers, cfg.TempDir = 200, 4, t.TempDir()
+	rep, err := drill.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, rep, len(cfg.Scenarios))
+	if rep.Cluster == nil {
+		t.Fatal("no cluster report")
+	}
+	t.Log(*rep.Cluster)
+	return rep, rep.Cluster
+}
+
 // TestDrillNATSClusterConfig: a cluster of fewer than three nodes, or one
 // combined with --nats, is refused.
 func TestDrillNATSClusterConfig(t *testing.T) {
@@ -84,19 +90,8 @@ func TestDrillExternalNATSCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Shutdown()
-	rep, err := drill.Run(ctx, drill.Config{
-		Orders: 200, Workers: 4, TempDir: t.TempDir(), Seed: 12, NATSURL: c.ClientURLs(),
-		Scenarios: []string{"lost-response", "crash-before-ack"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	check(t, rep, 2)
-	r := rep.Cluster
-	if r == nil {
-		t.Fatal("no cluster report")
-	}
-	t.Log(*r)
+	_, r := runClustered(t, drill.Config{NATSURL: c.ClientURLs(), Seed: 12,
+		Scenarios: []string{"lost-response", "crash-before-ack"}})
 	if r.Nodes != 3 || r.StreamReplicas != 3 || r.NodeKills != 0 {
 		t.Errorf("report %+v, want 3 nodes, 3 stream replicas, no kills", *r)
 	}
