@@ -36,11 +36,14 @@ RETURNING token, ''`,
 RETURNING token` + restore,
 		InsertStrict: lockedInsert + `RETURNING token` + restore,
 		Load:         `SELECT ` + cols + ` FROM ` + k + ` WHERE ` + pk,
-		// The lock timeout is set in a subquery (volatile, so not pulled
-		// up) that the lock's projection reads from: it is in force
-		// before the wait starts, and ends with the statement's implicit
-		// transaction.
-		LockKey:    `SELECT pg_advisory_lock($1::bigint) FROM (SELECT set_config('lock_timeout', $2::text, true) AS lt) AS s`,
+		// Uncontended (the usual case) the lock is taken without waiting
+		// and without touching lock_timeout; only when another session
+		// holds it does the ELSE branch (CASE fixes the order; its
+		// subquery runs only when reached) set the timeout, in a subquery
+		// (volatile, so not pulled up) that the wait's projection reads
+		// from, local to the statement's implicit transaction.
+		LockKey: `SELECT CASE WHEN pg_try_advisory_lock($1::bigint) THEN true
+ELSE (SELECT pg_advisory_lock($1::bigint) IS NOT NULL FROM (SELECT set_config('lock_timeout', $2::text, true) AS lt) AS s) END`,
 		LoadUnlock: `SELECT ` + cols + `, pg_advisory_unlock($4::bigint) FROM ` + k + ` WHERE ` + pk,
 		Unlock:     `SELECT pg_advisory_unlock($1::bigint)`,
 		InsertCompleted: `INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, status, headers, body,
