@@ -137,6 +137,7 @@ func (e *Env) soak(ctx context.Context, storeName string, opt SoakOptions) (Soak
 			Seats:          1 << 40,
 			Subject:        "bench." + e.runID + "." + tag + ".orders",
 			DurableSuffix:  "_" + e.runID + "_" + tag,
+			Logger:         e.log.With("soak", storeName),
 		},
 	}
 	if storeName == "postgres" {
