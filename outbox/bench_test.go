@@ -197,6 +197,27 @@ func BenchmarkEnqueue(b *testing.B) {
 		}
 	}
 	o, _ := New(d, Config{})
+	interleaved(b, func(idemMode bool, i int) error {
+		return store.InTx(ctx, d, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+biz+` (v) VALUES ($1)`, "order"); err != nil {
+				return err
+			}
+			e := ev(fmt.Sprintf("k%d", i%1000), i)
+			if !idemMode {
+				_, err := tx.Exec(ctx, `INSERT INTO `+plain+` (uuid, payload, metadata) VALUES ($1, $2, $3)`,
+					fmt.Sprint("id-", i), e.Payload, `{}`)
+				return err
+			}
+			_, err := o.EnqueueTx(ctx, tx, e)
+			return err
+		})
+	})
+}
+
+// interleaved runs 5 rounds of b.N producer transactions on each side (8
+// concurrent producers, idem and plain alternating; tx gets a number unique
+// across rounds) and reports the medians of the rates and their ratio.
+func interleaved(b *testing.B, tx func(idemMode bool, i int) error) {
 	var ids atomic.Int64
 	round := func(idemMode bool) float64 {
 		var next atomic.Int64
@@ -205,21 +226,7 @@ func BenchmarkEnqueue(b *testing.B) {
 		for range 8 {
 			wg.Go(func() {
 				for next.Add(1) <= int64(b.N) {
-					i := int(ids.Add(1))
-					err := store.InTx(ctx, d, func(tx pgx.Tx) error {
-						if _, err := tx.Exec(ctx, `INSERT INTO `+biz+` (v) VALUES ($1)`, "order"); err != nil {
-							return err
-						}
-						e := ev(fmt.Sprintf("k%d", i%1000), i)
-						if !idemMode {
-							_, err := tx.Exec(ctx, `INSERT INTO `+plain+` (uuid, payload, metadata) VALUES ($1, $2, $3)`,
-								fmt.Sprint("id-", i), e.Payload, `{}`)
-							return err
-						}
-						_, err := o.EnqueueTx(ctx, tx, e)
-						return err
-					})
-					if err != nil {
+					if err := tx(idemMode, int(ids.Add(1))); err != nil {
 						b.Error(err)
 						return
 					}
