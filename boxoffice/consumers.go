@@ -99,8 +99,8 @@ func (h *Handlers[TTx]) Notification(ctx context.Context, tx TTx, msg idem.Messa
 	}
 	key := ConfirmationEmailKey(oc.OrderID)
 	q := h.db.Tx(tx)
-	if _, err := q.Exec(ctx, `INSERT INTO `+h.t.emails+` (order_id, kind, effect_key, recipient, created_at)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_id, kind) DO NOTHING`,
+	if _, err := q.Exec(ctx, insertOrSkip(h.db.Dialect(), `INSERT INTO `+h.t.emails+` (order_id, kind, effect_key, recipient, created_at)
+		VALUES ($1, $2, $3, $4, $5)`, `(order_id, kind)`),
 		oc.OrderID, EmailKindConfirmation, key, oc.CustomerEmail, store.Micros(h.now())); err != nil {
 		return fmt.Errorf("notification: %w", err)
 	}
@@ -124,8 +124,8 @@ func (h *Handlers[TTx]) Billing(ctx context.Context, tx TTx, msg idem.Message) e
 	if err != nil {
 		return err
 	}
-	if _, err := h.db.Tx(tx).Exec(ctx, `INSERT INTO `+h.t.invoices+` (invoice_key, order_id, tenant, amount_cents, currency, message_id, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
+	if _, err := h.db.Tx(tx).Exec(ctx, insertOrSkip(h.db.Dialect(), `INSERT INTO `+h.t.invoices+` (invoice_key, order_id, tenant, amount_cents, currency, message_id, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, ``),
 		InvoiceKey(oc.OrderID), oc.OrderID, oc.Tenant, oc.TotalCents, oc.Currency, msg.ID, store.Micros(h.now())); err != nil {
 		return fmt.Errorf("billing: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem/boxoffice"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/mysql"
 	"github.com/idemkit/idem/store/pgxstore"
 	"github.com/idemkit/idem/store/sqlstore"
 	"github.com/idemkit/idem/webhook"
@@ -177,6 +178,8 @@ func closeDatabase(t *testing.T, e testdb.Driver) {
 		_ = n.DB().Close()
 	case *pgxstore.Driver:
 		n.PgxPool().Close()
+	case *mysql.Driver:
+		_ = n.DB().Close()
 	default:
 		t.Fatalf("closeDatabase: unknown driver %T", e.Native)
 	}

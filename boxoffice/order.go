@@ -204,13 +204,12 @@ func createOrderTx(ctx context.Context, q store.Querier, t tables, seats int64, 
 // ErrSoldOut changing nothing. The conditional increment is the whole
 // sold-out decision (row lock on PostgreSQL, the write lock on SQLite).
 func takeSeats(ctx context.Context, q store.Querier, t tables, seats int64, event string, n int64) (capacity, sold, version int64, err error) {
-	if _, err := q.Exec(ctx, `INSERT INTO `+t.inventory+` (event_id, capacity, sold, version)
-		VALUES ($1, $2, 0, 0) ON CONFLICT (event_id) DO NOTHING`, event, seats); err != nil {
+	if _, err := q.Exec(ctx, insertOrSkip(t.dialect, `INSERT INTO `+t.inventory+` (event_id, capacity, sold, version)
+		VALUES ($1, $2, 0, 0)`, `(event_id)`), event, seats); err != nil {
 		return 0, 0, 0, fmt.Errorf("boxoffice: inventory: %w", err)
 	}
-	err = q.QueryRow(ctx, `UPDATE `+t.inventory+` SET sold = sold + $2, version = version + 1
-		WHERE event_id = $1 AND sold + $2 <= capacity
-		RETURNING capacity, sold, version`, event, n).Scan(&capacity, &sold, &version)
+	err = q.QueryRow(ctx, updateReturning(t.dialect, `UPDATE `+t.inventory+` SET sold = sold + $2, version = version + 1
+		WHERE event_id = $1 AND sold + $2 <= capacity`, `capacity, sold, version`, t.inventory, `event_id = $1`), event, n).Scan(&capacity, &sold, &version)
 	if errors.Is(err, store.ErrNoRows) {
 		return 0, 0, 0, ErrSoldOut
 	}

@@ -39,7 +39,8 @@ import (
 //   - paid_orders: one row per paid-order saga (UNIQUE saga_id);
 //     seat_holds: one row per paid order that reserved seats.
 type tables struct {
-	schema string // PostgreSQL schema, "" on SQLite
+	schema  string // PostgreSQL schema, "" on SQLite and MySQL
+	dialect store.Dialect
 
 	orders, inventory, availability, invoices, emails, payments string
 	paidOrders, seatHolds                                       string
@@ -49,7 +50,7 @@ type tables struct {
 }
 
 func tablesFor[TTx any](d store.Driver[TTx]) tables {
-	t := tables{}
+	t := tables{dialect: d.Dialect()}
 	if d.Dialect() == store.Postgres {
 		t.schema = d.Names().Schema
 	}
@@ -70,9 +71,12 @@ func tablesFor[TTx any](d store.Driver[TTx]) tables {
 var ErrTableClash = errors.New("boxoffice: a table with the boxoffice's name exists with other columns")
 
 // businessTable is one business table: its name, its columns (what the
-// clash check requires) and its DDL, %[1]s standing for the qualified name
-// and %[2]s for the 64-bit integer type (bigint on PostgreSQL, integer on
-// SQLite).
+// clash check requires) and its DDL, %[1]s standing for the qualified name,
+// %[2]s for the 64-bit integer type (bigint on PostgreSQL and MySQL,
+// integer on SQLite), %[3]s for the text type of a key column and %[4]s for
+// another text column (text, except on MySQL: VARCHAR in utf8mb4_bin,
+// compared byte for byte as PostgreSQL compares text, a key's short enough
+// for InnoDB's index limit).
 type businessTable struct {
 	name    string
 	columns []string
@@ -82,76 +86,76 @@ type businessTable struct {
 var businessTables = []businessTable{
 	{"orders", []string{"order_id", "tenant", "event_id", "customer_email", "seats", "total_cents", "currency", "status", "created_at", "paid_at"},
 		`CREATE TABLE IF NOT EXISTS %[1]s (
-		order_id       text PRIMARY KEY,
-		tenant         text NOT NULL,
-		event_id       text NOT NULL,
-		customer_email text NOT NULL,
+		order_id       %[3]s PRIMARY KEY,
+		tenant         %[4]s NOT NULL,
+		event_id       %[4]s NOT NULL,
+		customer_email %[4]s NOT NULL,
 		seats          integer NOT NULL,
 		total_cents    %[2]s NOT NULL,
-		currency       text NOT NULL,
-		status         text NOT NULL,
+		currency       %[4]s NOT NULL,
+		status         %[4]s NOT NULL,
 		created_at     %[2]s NOT NULL,
 		paid_at        %[2]s NOT NULL DEFAULT 0
 	)`},
 	{"event_inventory", []string{"event_id", "capacity", "sold", "version"},
 		`CREATE TABLE IF NOT EXISTS %[1]s (
-		event_id text PRIMARY KEY,
+		event_id %[3]s PRIMARY KEY,
 		capacity %[2]s NOT NULL,
 		sold     %[2]s NOT NULL,
 		version  %[2]s NOT NULL
 	)`},
 	{"event_availability", []string{"event_id", "seats_left", "version", "updated_at"},
 		`CREATE TABLE IF NOT EXISTS %[1]s (
-		event_id   text PRIMARY KEY,
+		event_id   %[3]s PRIMARY KEY,
 		seats_left %[2]s NOT NULL,
 		version    %[2]s NOT NULL,
 		updated_at %[2]s NOT NULL
 	)`},
 	{"invoices", []string{"invoice_key", "order_id", "tenant", "amount_cents", "currency", "message_id", "created_at"},
 		`CREATE TABLE IF NOT EXISTS %[1]s (
-		invoice_key  text PRIMARY KEY,
-		order_id     text NOT NULL UNIQUE,
-		tenant       text NOT NULL,
+		invoice_key  %[3]s PRIMARY KEY,
+		order_id     %[3]s NOT NULL UNIQUE,
+		tenant       %[4]s NOT NULL,
 		amount_cents %[2]s NOT NULL,
-		currency     text NOT NULL,
-		message_id   text NOT NULL,
+		currency     %[4]s NOT NULL,
+		message_id   %[4]s NOT NULL,
 		created_at   %[2]s NOT NULL
 	)`},
 	{"outgoing_emails", []string{"order_id", "kind", "effect_key", "recipient", "created_at"},
 		`CREATE TABLE IF NOT EXISTS %[1]s (
-		order_id   text NOT NULL,
-		kind       text NOT NULL,
-		effect_key text NOT NULL,
-		recipient  text NOT NULL,
+		order_id   %[3]s NOT NULL,
+		kind       %[3]s NOT NULL,
+		effect_key %[4]s NOT NULL,
+		recipient  %[4]s NOT NULL,
 		created_at %[2]s NOT NULL,
 		UNIQUE (order_id, kind)
 	)`},
 	{"payments", []string{"order_id", "webhook_id", "created_at"},
 		`CREATE TABLE IF NOT EXISTS %[1]s (
-		order_id   text PRIMARY KEY,
-		webhook_id text NOT NULL,
+		order_id   %[3]s PRIMARY KEY,
+		webhook_id %[4]s NOT NULL,
 		created_at %[2]s NOT NULL
 	)`},
 	// The paid-order saga (paid.go): one row per order, one seat hold per
 	// order that reserved seats.
 	{"paid_orders", []string{"order_id", "tenant", "saga_id", "event_id", "customer_email", "seats", "total_cents", "currency", "status", "charge_id", "created_at"},
 		`CREATE TABLE IF NOT EXISTS %[1]s (
-		order_id       text PRIMARY KEY,
-		tenant         text NOT NULL,
-		saga_id        text NOT NULL UNIQUE,
-		event_id       text NOT NULL,
-		customer_email text NOT NULL,
+		order_id       %[3]s PRIMARY KEY,
+		tenant         %[4]s NOT NULL,
+		saga_id        %[3]s NOT NULL UNIQUE,
+		event_id       %[4]s NOT NULL,
+		customer_email %[4]s NOT NULL,
 		seats          integer NOT NULL,
 		total_cents    %[2]s NOT NULL,
-		currency       text NOT NULL,
-		status         text NOT NULL,
-		charge_id      text NOT NULL DEFAULT '',
+		currency       %[4]s NOT NULL,
+		status         %[4]s NOT NULL,
+		charge_id      %[4]s NOT NULL DEFAULT '',
 		created_at     %[2]s NOT NULL
 	)`},
 	{"seat_holds", []string{"order_id", "event_id", "seats", "released", "created_at", "released_at"},
 		`CREATE TABLE IF NOT EXISTS %[1]s (
-		order_id    text PRIMARY KEY,
-		event_id    text NOT NULL,
+		order_id    %[3]s PRIMARY KEY,
+		event_id    %[4]s NOT NULL,
 		seats       integer NOT NULL,
 		released    integer NOT NULL DEFAULT 0,
 		created_at  %[2]s NOT NULL,
@@ -175,20 +179,39 @@ func Migrate[TTx any](ctx context.Context, d store.Driver[TTx]) error {
 				return fmt.Errorf("boxoffice: migrate: %w", err)
 			}
 		}
-		int64Type := "integer"
+		int64Type, keyText, text := "integer", "text", "text"
 		if t.schema != "" {
 			int64Type = "bigint"
 		}
+		if isMySQL(t.dialect) {
+			// No lock: CREATE TABLE IF NOT EXISTS is atomic in MySQL, and
+			// DDL commits the transaction anyway.
+			int64Type = "bigint"
+			keyText = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+			text = "VARCHAR(700) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin" // the tenant index: 4×700+8 bytes, within 3072
+		}
 		for _, bt := range businessTables {
 			qualified := t.qualify(bt.name)
-			if _, err := q.Exec(ctx, fmt.Sprintf(bt.ddl, qualified, int64Type)); err != nil {
+			if _, err := q.Exec(ctx, fmt.Sprintf(bt.ddl, qualified, int64Type, keyText, text)); err != nil {
 				return fmt.Errorf("boxoffice: migrate %s: %w", qualified, err)
 			}
 			if err := checkColumns(ctx, q, t, bt); err != nil {
 				return err
 			}
 		}
-		if _, err := q.Exec(ctx, `CREATE INDEX IF NOT EXISTS orders_tenant_idx ON `+t.orders+` (tenant, created_at)`); err != nil {
+		if isMySQL(t.dialect) {
+			// MySQL 8 has no CREATE INDEX IF NOT EXISTS.
+			var n int64
+			if err := q.QueryRow(ctx, `SELECT count(*) FROM information_schema.statistics
+				WHERE table_schema = DATABASE() AND table_name = 'orders' AND index_name = 'orders_tenant_idx'`).Scan(&n); err != nil {
+				return fmt.Errorf("boxoffice: migrate: %w", err)
+			}
+			if n == 0 {
+				if _, err := q.Exec(ctx, `CREATE INDEX orders_tenant_idx ON `+t.orders+` (tenant, created_at)`); err != nil && !errors.Is(err, store.ErrUniqueViolation) {
+					return fmt.Errorf("boxoffice: migrate: %w", err)
+				}
+			}
+		} else if _, err := q.Exec(ctx, `CREATE INDEX IF NOT EXISTS orders_tenant_idx ON `+t.orders+` (tenant, created_at)`); err != nil {
 			return fmt.Errorf("boxoffice: migrate: %w", err)
 		}
 		return nil
@@ -207,9 +230,12 @@ func (t tables) qualify(name string) string {
 func checkColumns(ctx context.Context, q store.Querier, t tables, bt businessTable) error {
 	var rows store.Rows
 	var err error
-	if t.schema != "" {
+	switch {
+	case t.schema != "":
 		rows, err = q.Query(ctx, `SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2`, t.schema, bt.name)
-	} else {
+	case isMySQL(t.dialect):
+		rows, err = q.Query(ctx, `SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = $1`, bt.name)
+	default:
 		rows, err = q.Query(ctx, `SELECT name FROM pragma_table_info($1)`, bt.name)
 	}
 	if err != nil {

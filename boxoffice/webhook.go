@@ -77,8 +77,8 @@ func (s *System[TTx]) markPaid(ctx context.Context, tx TTx, d webhook.Delivery, 
 	if err != nil {
 		return err
 	}
-	n, err := q.Exec(ctx, `INSERT INTO `+s.t.payments+` (order_id, webhook_id, created_at) VALUES ($1, $2, $3)
-		ON CONFLICT (order_id) DO NOTHING`, ev.Data.OrderID, d.ID, store.Micros(s.now()))
+	n, err := q.Exec(ctx, insertOrSkip(s.db.Dialect(), `INSERT INTO `+s.t.payments+` (order_id, webhook_id, created_at) VALUES ($1, $2, $3)`,
+		`(order_id)`), ev.Data.OrderID, d.ID, store.Micros(s.now()))
 	if err != nil {
 		return err
 	}

@@ -126,3 +126,14 @@ func Statements(n store.Names) *sqlset.Set {
 		},
 	}
 }
+
+// Directives for a caller's own statements run through this driver's
+// Querier (see script.go): SkipDuplicate before an INSERT makes a
+// duplicate key affect no row (ON CONFLICT DO NOTHING); IfWritten between
+// a write and a SELECT runs the SELECT only when the write matched a row
+// (UPDATE … RETURNING: the row is read back in the same transaction under
+// the write's row lock).
+const (
+	SkipDuplicate = "/*idem:nodup*/ "
+	IfWritten     = ";\n/*idem:need*/ "
+)
