@@ -19,7 +19,8 @@ import (
 	"github.com/idemkit/idem/store/sqlstore"
 )
 
-// peerProducers is the number of concurrent producers of peer_watermill_produce.
+// peerProducers is the number of concurrent producers of peer_watermill_produce
+// and peer_river_schedule.
 const peerProducers = 8
 
 // peerPath is the peer harness module's directory relative to the root of
