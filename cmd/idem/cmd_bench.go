@@ -16,15 +16,17 @@ import (
 
 	"github.com/idemkit/idem/cmd/idem/internal/bench"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/mysql"
 )
 
 // runBench measures what idem's guarantees cost, as interleaved A/B pairs
 // with medians and ratios (package bench). SQLite runs always; PostgreSQL
 // runs when --db is a postgres:// URL, in a schema of its own that is
-// dropped at the end.
+// dropped at the end; MySQL when it is a mysql:// URL, in a database of
+// its own on that server, dropped at the end.
 func runBench(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "bench", "[--db URL] [--nats URL] [--duration 10s] [--json] [--peer watermill,river] [--pair REGEXP] | --scale [--chart FILE.svg] | --soak 60s")
-	db := fs.String("db", "", "database URL: postgres://… adds the PostgreSQL variants; sqlite://path puts the SQLite file beside path (default IDEM_DATABASE_URL, else embedded SQLite)")
+	db := fs.String("db", "", "database URL: postgres://… adds the PostgreSQL variants, mysql://… the MySQL ones (*_mysql); sqlite://path puts the SQLite file beside path (default IDEM_DATABASE_URL, else embedded SQLite)")
 	natsURL := fs.String("nats", "", "NATS JetStream URL (default: an embedded in-process server; env IDEM_NATS_URL)")
 	duration := fs.Duration("duration", 10*time.Second, "time budget of each pair, split over its interleaved rounds (A B A B A B)")
 	asJSON := fs.Bool("json", false, `print {"results": [...]} as JSON instead of a table`)
@@ -79,9 +81,12 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if t.Dialect == store.Postgres {
+		switch t.Dialect {
+		case store.Postgres:
 			cfg.Postgres = t.Conn
-		} else {
+		case mysql.Dialect:
+			cfg.MySQL = t.Conn
+		default:
 			cfg.SQLiteDir = filepath.Dir(t.Path)
 		}
 	}

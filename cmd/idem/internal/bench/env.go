@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/mysql"
 	"github.com/idemkit/idem/store/pgxstore"
 	"github.com/idemkit/idem/store/sqlstore"
 )
@@ -29,6 +30,11 @@ type Config struct {
 	// in a dedicated schema bench_<random>, created at Open and dropped at
 	// Close. When empty, only SQLite runs.
 	Postgres string
+	// MySQL is a mysql:// URL. When set, the MySQL variants (pairs named
+	// *_mysql) run in a dedicated database bench_<random> on its server,
+	// created at Open and dropped at Close (the URL's own database need
+	// not exist).
+	MySQL string
 	// SQLiteDir is where the SQLite database file bench_<random>.db is
 	// created (and removed at Close). Defaults to a fresh temporary
 	// directory.
@@ -65,6 +71,8 @@ type Env struct {
 	ownSQLite   bool
 	sqlite      *sqlstore.Driver
 	pg          *pgxstore.Driver
+	my          *mysql.Driver
+	myDatabase  string // MySQL database of this run
 	closers     []func() error
 	closeOnce   sync.Once
 	seq         atomic.Int64
@@ -85,8 +93,9 @@ type Env struct {
 	peerErr  error
 }
 
-// Open prepares a run: a fresh SQLite file, and a fresh PostgreSQL schema
-// when cfg.Postgres is set, both migrated.
+// Open prepares a run: a fresh SQLite file, a fresh PostgreSQL schema
+// when cfg.Postgres is set and a fresh MySQL database when cfg.MySQL is
+// set, all migrated.
 func Open(ctx context.Context, cfg Config) (_ *Env, err error) {
 	for _, p := range cfg.Peers {
 		if !slices.Contains(KnownPeers(), p) {
@@ -129,6 +138,11 @@ func Open(ctx context.Context, cfg Config) (_ *Env, err error) {
 	}
 	if cfg.Postgres != "" {
 		if err := e.openPostgres(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.MySQL != "" {
+		if err := e.openMySQL(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/mysql"
 )
 
 // businessTable creates a fresh business table (id text primary key,
@@ -19,11 +20,16 @@ func businessTable[TTx any](ctx context.Context, d store.Driver[TTx], name strin
 	// The bench's own business table, not idem's: its column type is the
 	// bench's SQL, per dialect (no driver ability says how to spell a
 	// byte column).
-	blob := "bytea"
-	if d.Dialect() == store.SQLite {
+	id, blob := "text", "bytea"
+	switch d.Dialect() {
+	case store.SQLite:
 		blob = "blob"
+	case mysql.Dialect:
+		// InnoDB: a key column needs a bounded type; bytes compare as
+		// PostgreSQL compares text.
+		id, blob = "VARBINARY(255)", "LONGBLOB"
 	}
-	if _, err := d.Pool().Exec(ctx, `CREATE TABLE `+name+` (id text PRIMARY KEY, payload `+blob+` NOT NULL, created_at bigint NOT NULL)`); err != nil {
+	if _, err := d.Pool().Exec(ctx, `CREATE TABLE `+name+` (id `+id+` PRIMARY KEY, payload `+blob+` NOT NULL, created_at bigint NOT NULL)`); err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)
 	}
 	return `INSERT INTO ` + name + ` (id, payload, created_at) VALUES ($1, $2, $3)`, nil

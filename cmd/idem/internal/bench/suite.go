@@ -11,7 +11,7 @@ import (
 // Pairs returns the pairs this run measures, in order: the store-level
 // pairs on SQLite (and PostgreSQL when configured), then the HTTP and
 // broker pairs on the run's main store (PostgreSQL when configured, else
-// SQLite), then the peer pairs.
+// SQLite), then the MySQL pairs when configured, then the peer pairs.
 func (e *Env) Pairs() []Pair {
 	var ps []Pair
 	for _, w := range []int{1, 8} {
@@ -45,6 +45,9 @@ func (e *Env) Pairs() []Pair {
 		ps = append(ps, httpPairs(e, e.sqlite, "sqlite", httpClients)...)
 		ns := func(ctx context.Context) (store.Driver[*sql.Tx], error) { return e.sqliteNS(ctx) }
 		ps = append(ps, outboxRelay(e, ns, "sqlite"), pipeline(e, ns, "sqlite"))
+	}
+	if e.hasMySQL() {
+		ps = append(ps, mysqlPairs(e)...)
 	}
 	if p, ok := e.proxyPair(); ok {
 		ps = append(ps, p)
