@@ -147,6 +147,22 @@ func DSN(u string) (string, error) {
 	return cfg.FormatDSN(), nil
 }
 
+// ServerDSN is [DSN] selecting no database: for statements on the server
+// of u (CREATE DATABASE, DROP DATABASE) whether or not u's database
+// exists.
+func ServerDSN(u string) (string, error) {
+	d, err := DSN(u)
+	if err != nil {
+		return "", err
+	}
+	cfg, err := mysqldrv.ParseDSN(d)
+	if err != nil {
+		return "", fmt.Errorf("mysql: %w", err)
+	}
+	cfg.DBName = ""
+	return cfg.FormatDSN(), nil
+}
+
 func redactURL(p *url.URL) string {
 	c := *p
 	if c.User != nil {
