@@ -7,8 +7,6 @@ import (
 	"net/url"
 	"time"
 
-	mysqldrv "github.com/go-sql-driver/mysql"
-
 	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
@@ -58,16 +56,11 @@ func withDatabase(u, name string) (string, error) {
 // myExec runs statements on the server of cfg.MySQL, on a connection of
 // their own that selects no database (the URL's database need not exist).
 func (e *Env) myExec(ctx context.Context, stmts ...string) error {
-	d, err := mysql.DSN(e.cfg.MySQL)
+	d, err := mysql.ServerDSN(e.cfg.MySQL)
 	if err != nil {
 		return err
 	}
-	c, err := mysqldrv.ParseDSN(d)
-	if err != nil {
-		return err
-	}
-	c.DBName = ""
-	db, err := sql.Open("mysql", c.FormatDSN())
+	db, err := sql.Open("mysql", d)
 	if err != nil {
 		return err
 	}

@@ -55,10 +55,11 @@ func checkMySQL(ctx context.Context, raw string) error {
 	return nil
 }
 
-// mysqlAdmin opens the --db MySQL URL for the drill's own statements
-// (CREATE and DROP DATABASE).
+// mysqlAdmin opens the server of the --db MySQL URL for the drill's own
+// statements (CREATE and DROP DATABASE); the URL's database need not
+// exist.
 func mysqlAdmin(raw string) (*sql.DB, error) {
-	d, err := mysql.DSN(raw)
+	d, err := mysql.ServerDSN(raw)
 	if err != nil {
 		return nil, err
 	}
