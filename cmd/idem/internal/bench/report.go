@@ -13,9 +13,15 @@ func WriteJSON(w io.Writer, r Report) error {
 	if r.Results == nil {
 		r.Results = []Result{}
 	}
+	return writeIndented(w, r)
+}
+
+// writeIndented writes v as JSON indented by two spaces, then a newline
+// (the --json form of every report).
+func writeIndented(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return enc.Encode(v)
 }
 
 // Target is the figure a pair is expected to reach on PostgreSQL on a

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -136,7 +135,5 @@ func WriteScaleTable(w io.Writer, r ScaleReport) error {
 
 // WriteScaleJSON writes r as indented JSON followed by a newline.
 func WriteScaleJSON(w io.Writer, r ScaleReport) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return writeIndented(w, r)
 }

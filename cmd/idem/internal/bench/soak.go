@@ -311,7 +311,5 @@ func WriteSoakJSON(w io.Writer, r SoakReport) error {
 	if r.Results == nil {
 		r.Results = []SoakResult{}
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return writeIndented(w, r)
 }

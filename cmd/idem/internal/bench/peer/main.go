@@ -130,23 +130,28 @@ func produce(ctx context.Context, db *sql.DB, tag string, d time.Duration, worke
 		return result{}, err
 	}
 	insert := `INSERT INTO ` + table + ` (id, payload, created_at) VALUES ($1, $2, $3)`
+	return producers(d, workers, func(id string) error { return produceOne(ctx, db, insert, topic, id) })
+}
+
+// producers runs one on workers goroutines for d, each call with a fresh
+// order id (o-1, o-2, …), and counts the calls that succeeded; the first
+// failure stops its goroutine and fails the round.
+func producers(d time.Duration, workers int, one func(id string) error) (result, error) {
 	var ops, seq atomic.Int64
 	errc := make(chan error, workers)
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for time.Now().Before(deadline) {
-				if err := produceOne(ctx, db, insert, topic, "o-"+strconv.FormatInt(seq.Add(1), 10)); err != nil {
+				if err := one("o-" + strconv.FormatInt(seq.Add(1), 10)); err != nil {
 					errc <- err
 					return
 				}
 				ops.Add(1)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)

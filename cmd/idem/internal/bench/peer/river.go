@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -104,40 +103,18 @@ func riverSchedule(ctx context.Context, url, schema, tag string, d time.Duration
 	}
 	insert := `INSERT INTO ` + table + ` (id, payload, created_at) VALUES ($1, $2, $3)`
 	opts := &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
-	var ops, seq atomic.Int64
-	errc := make(chan error, workers)
-	start := time.Now()
-	deadline := start.Add(d)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for time.Now().Before(deadline) {
-				id := "o-" + strconv.FormatInt(seq.Add(1), 10)
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, insert, id, payload, time.Now().UnixMicro()); err != nil {
-						return err
-					}
-					res, err := client.InsertTx(ctx, tx, benchArgs{OrderID: id, Body: payload}, opts)
-					if err == nil && res.UniqueSkippedAsDuplicate {
-						err = fmt.Errorf("job of %s skipped as a duplicate", id)
-					}
-					return err
-				})
-				if err != nil {
-					errc <- err
-					return
-				}
-				ops.Add(1)
+	return producers(d, workers, func(id string) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, insert, id, payload, time.Now().UnixMicro()); err != nil {
+				return err
 			}
+			res, err := client.InsertTx(ctx, tx, benchArgs{OrderID: id, Body: payload}, opts)
+			if err == nil && res.UniqueSkippedAsDuplicate {
+				err = fmt.Errorf("job of %s skipped as a duplicate", id)
+			}
+			return err
 		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	close(errc)
-	if err := <-errc; err != nil {
-		return result{}, err
-	}
-	return result{Ops: int(ops.Load()), ElapsedNs: elapsed.Nanoseconds()}, nil
+	})
 }
 
 func riverWork(ctx context.Context, url, schema string, n, workers int, cooldown time.Duration) (result, error) {
