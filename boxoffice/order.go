@@ -204,8 +204,16 @@ func createOrderTx(ctx context.Context, q store.Querier, t tables, seats int64, 
 // ErrSoldOut changing nothing. The conditional increment is the whole
 // sold-out decision (row lock on PostgreSQL, the write lock on SQLite).
 func takeSeats(ctx context.Context, q store.Querier, t tables, seats int64, event string, n int64) (capacity, sold, version int64, err error) {
-	if _, err := q.Exec(ctx, insertOrSkip(t.dialect, `INSERT INTO `+t.inventory+` (event_id, capacity, sold, version)
-		VALUES ($1, $2, 0, 0)`, `(event_id)`), event, seats); err != nil {
+	ensure := insertOrSkip(t.dialect, `INSERT INTO `+t.inventory+` (event_id, capacity, sold, version)
+		VALUES ($1, $2, 0, 0)`, `(event_id)`)
+	if isMySQL(t.dialect) {
+		// ON DUPLICATE KEY takes the row's exclusive lock at once: an
+		// INSERT skipping the duplicate would hold a shared lock, and two
+		// orders upgrading theirs for the UPDATE would deadlock.
+		ensure = `INSERT INTO ` + t.inventory + ` (event_id, capacity, sold, version)
+		VALUES ($1, $2, 0, 0) ON DUPLICATE KEY UPDATE event_id = event_id`
+	}
+	if _, err := q.Exec(ctx, ensure, event, seats); err != nil {
 		return 0, 0, 0, fmt.Errorf("boxoffice: inventory: %w", err)
 	}
 	err = q.QueryRow(ctx, updateReturning(t.dialect, `UPDATE `+t.inventory+` SET sold = sold + $2, version = version + 1
