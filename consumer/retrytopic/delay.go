@@ -99,16 +99,20 @@ func latest(a, b time.Time) time.Time {
 func (s *delayed) Close() error { return s.sub.Close() }
 
 // Pause pauses the wrapped subscriber if it is a broker.Pauser.
-func (s *delayed) Pause(ctx context.Context) error {
-	if p, ok := s.sub.(broker.Pauser); ok {
+func (s *delayed) Pause(ctx context.Context) error { return pause(ctx, s.sub) }
+
+func pause(ctx context.Context, sub broker.Subscriber) error {
+	if p, ok := sub.(broker.Pauser); ok {
 		return p.Pause(ctx)
 	}
 	return nil
 }
 
 // Resume resumes the wrapped subscriber if it is a broker.Pauser.
-func (s *delayed) Resume(ctx context.Context) error {
-	if p, ok := s.sub.(broker.Pauser); ok {
+func (s *delayed) Resume(ctx context.Context) error { return resume(ctx, s.sub) }
+
+func resume(ctx context.Context, sub broker.Subscriber) error {
+	if p, ok := sub.(broker.Pauser); ok {
 		return p.Resume(ctx)
 	}
 	return nil
@@ -127,14 +131,17 @@ func (d *delivery) Message() idem.Message { return d.msg }
 // its delay, and configured with cfg — give it the main topic consumer's
 // configuration: the same Name (so the same inbox scope: a message that
 // already succeeded is suppressed), the same Handler — with Reroute set to
-// r. Run them with the main topic's consumer, e.g. with [Run].
+// r. Last comes the consumer of the dead-letter topic ([DeadLetters], on
+// subscribe(r.DLT(), 0)), which parks its records in the dead-letter store,
+// unless Config.NoDeadLetterConsumer is set. Run them with the main topic's
+// consumer, e.g. with [Run].
 func Consumers[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, cfg consumer.Config[TTx],
 	subscribe func(topic string, delay time.Duration) (broker.Subscriber, error)) ([]*consumer.Consumer[TTx], error) {
 	if r == nil || subscribe == nil {
 		return nil, idem.InvalidOptionf("retrytopic: nil Retrier or subscribe")
 	}
 	cfg.Reroute = r
-	out := make([]*consumer.Consumer[TTx], 0, len(r.stages))
+	out := make([]*consumer.Consumer[TTx], 0, len(r.stages)+1)
 	for i, topic := range r.stages {
 		sub, err := subscribe(topic, r.delays[i])
 		if err != nil {
@@ -146,7 +153,18 @@ func Consumers[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, c
 		}
 		out = append(out, c)
 	}
-	return out, nil
+	if r.noDLT {
+		return out, nil
+	}
+	sub, err := subscribe(r.DLT(), 0)
+	if err != nil {
+		return nil, fmt.Errorf("retrytopic: subscribe %s: %w", r.DLT(), err)
+	}
+	c, err := DeadLetters(d, ib, r, cfg, sub)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, c), nil
 }
 
 // Run runs the consumers concurrently until ctx is done or one of them

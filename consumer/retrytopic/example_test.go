@@ -37,8 +37,11 @@ func Example() {
 	}
 	main, _ := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: seeds, Group: "notification", Topics: []string{"order-events"}})
 	first, _ := consumer.New(d, ib, main, cfg)
+	// The retry consumers, and last the consumer of order-events-dlt that
+	// parks its records in the dead-letter store (idem dlq list / redrive).
 	retries, _ := retrytopic.Consumers(d, ib, r, cfg, func(topic string, delay time.Duration) (broker.Subscriber, error) {
-		// One group per retry topic; the ack wait exceeds the delay.
+		// One group per retry topic (and one for the DLT, delay 0); the ack
+		// wait exceeds the delay.
 		return kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: seeds, Group: "notification-" + topic,
 			Topics: []string{topic}, AckWait: delay + 30*time.Second})
 	})

@@ -24,6 +24,29 @@
 //	Idem-Redrive             "retrytopic:" + the topic (broker.HeaderRedrive): JetStream, which
 //	                         drops a repeated message id, dedups it per stage instead
 //
+// # The dead-letter topic and the dead-letter store
+//
+// The records of T-dlt are parked in idem's dead-letter store (package
+// dlq, the database's dead_letters table) by the consumer of the
+// dead-letter topic, [DeadLetters], which [Consumers] includes by default
+// (Config.NoDeadLetterConsumer leaves T-dlt to a consumer of your own). So
+// a message that exhausted its retry topics, or failed permanently, is
+// listed by `idem dlq list`, shown by `idem dlq show` and the console, and
+// counted among the parked letters, like a message the consumer runtime
+// dead-lettered itself: under the main consumer's name, with the original
+// topic and position as the letter's source and position, the attempts,
+// error class and text of the headers above, and the record's headers
+// (idem-original-*, idem-attempt, idem-error-*, and the idem-origin-*
+// coordinates of the record on T-dlt). A duplicate record on T-dlt parks
+// once: the store's unique key (consumer, message id, payload among parked
+// letters) updates the letter already parked.
+//
+// `idem dlq redrive` republishes such a letter to its source, the original
+// topic T (not T-dlt): the main topic's consumer processes it through its
+// inbox, where the failed attempts left no record. Should it fail again it
+// starts a new journey through the retry topics (its original-* headers
+// then name its new position on T) and parks a new letter.
+//
 // # Delivery semantics
 //
 // The main topic's delivery is acknowledged only after the retry record
@@ -127,6 +150,10 @@ type Config struct {
 	Delays []time.Duration
 	// Publisher publishes the retry and dead-letter records. Required.
 	Publisher broker.Publisher
+	// NoDeadLetterConsumer leaves the dead-letter topic to a consumer of
+	// your own: [Consumers] then builds no [DeadLetters] consumer, and the
+	// records of T-dlt are not parked in the dead-letter store.
+	NoDeadLetterConsumer bool
 }
 
 // Retrier routes a topic's failed records through its retry topics to its
@@ -138,6 +165,7 @@ type Retrier struct {
 	delays []time.Duration
 	stages []string // retry topics, in order
 	pub    broker.Publisher
+	noDLT  bool // Config.NoDeadLetterConsumer
 }
 
 var _ consumer.Rerouter = (*Retrier)(nil)
@@ -151,7 +179,7 @@ func New(cfg Config) (*Retrier, error) {
 	if delays == nil {
 		delays = DefaultDelays
 	}
-	r := &Retrier{topic: cfg.Topic, delays: slices.Clone(delays), pub: cfg.Publisher}
+	r := &Retrier{topic: cfg.Topic, delays: slices.Clone(delays), pub: cfg.Publisher, noDLT: cfg.NoDeadLetterConsumer}
 	for _, d := range delays {
 		if d <= 0 {
 			return nil, idem.InvalidOptionf("retrytopic: delay %s is not positive", d)
@@ -214,9 +242,13 @@ func (r *Retrier) Reroute(ctx context.Context, msg idem.Message, err error) erro
 	for k, v := range msg.Headers {
 		out.Headers[k] = v
 	}
-	if _, ok := msg.Headers[HeaderOriginalTopic]; !ok {
+	// A record consumed from the main topic starts a journey (a redriven
+	// dead letter carries the original-* headers of its previous one).
+	if _, ok := msg.Headers[HeaderOriginalTopic]; !ok || msg.Subject == r.topic {
 		out.Headers[HeaderOriginalTopic] = msg.Subject
 		out.Headers[HeaderOriginalPosition] = msg.Position
+		delete(out.Headers, HeaderOriginalPartition)
+		delete(out.Headers, HeaderOriginalOffset)
 		if p, o, ok := strings.Cut(msg.Position, "/"); ok {
 			out.Headers[HeaderOriginalPartition] = p
 			out.Headers[HeaderOriginalOffset] = o

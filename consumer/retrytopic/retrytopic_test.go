@@ -436,13 +436,19 @@ func run[TTx any](t *testing.T, cs ...*consumer.Consumer[TTx]) {
 // setup builds the main topic's consumer and the retry consumers of r,
 // all under the consumer name "billing" (one inbox scope).
 func setup[TTx any](t *testing.T, d store.Driver[TTx], rg *rig, r *retrytopic.Retrier, j *journal, fails map[string]int) []*consumer.Consumer[TTx] {
+	return setupHandler(t, d, rg, r, j, handler(d, j, fails))
+}
+
+// setupHandler is setup with the handler h; Consumers adds the consumer of
+// the dead-letter topic.
+func setupHandler[TTx any](t *testing.T, d store.Driver[TTx], rg *rig, r *retrytopic.Retrier, j *journal, h inbox.Handler[TTx]) []*consumer.Consumer[TTx] {
 	ib, err := inbox.New(d, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := consumer.Config[TTx]{
 		Name: "billing", FetchWait: 200 * time.Millisecond, Reroute: r,
-		Handler: handler(d, j, fails),
+		Handler: h,
 		Hooks: consumer.Hooks{AfterCommit: func(msg idem.Message) error {
 			j.add(event{id: msg.ID, topic: msg.Subject, attempt: msg.Attempt, ok: true})
 			return nil
@@ -453,6 +459,9 @@ func setup[TTx any](t *testing.T, d store.Driver[TTx], rg *rig, r *retrytopic.Re
 		t.Fatal(err)
 	}
 	retries, err := retrytopic.Consumers(d, ib, r, cfg, func(tp string, delay time.Duration) (broker.Subscriber, error) {
+		if tp == r.DLT() {
+			return rg.subscribe(t, "billing-dlt", tp), nil
+		}
 		return rg.subscribe(t, "billing-retry-"+retrytopic.ShortDuration(delay), tp), nil
 	})
 	if err != nil {
@@ -551,8 +560,11 @@ func testDLT(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.Retrier) 
 		t.Fatalf("retry topics %v", got)
 	}
 	j := &journal{}
-	run(t, setup(t, d, rg, r, j, map[string]int{"always": -1})...)
+	cs := setup(t, d, rg, r, j, map[string]int{"always": -1})
+	// Published before the consumers run, so that the main topic's records
+	// have the first positions (a JetStream stream numbers every subject).
 	rg.publish(t, "always", "poison", "ok-1")
+	run(t, cs...)
 	j.waitFor(t, time.Minute, "ok-1")
 
 	dlt := rg.records(t, rg.topic+"-dlt", 2)

@@ -1,0 +1,171 @@
+package retrytopic
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/store"
+)
+
+// DeadLetters returns the consumer of r's dead-letter topic, reading sub
+// (a subscription of [Retrier.DLT]): it parks every record in the
+// dead-letter store (cfg.DLQ, by default the one of d), so that a record
+// that exhausted its retry topics, or failed permanently, is listed by
+// `idem dlq list`, shown by the console and redriven by `idem dlq redrive`
+// like any dead letter. [Consumers] includes it unless
+// Config.NoDeadLetterConsumer is set.
+//
+// It is the consumer runtime's own dead-lettering, on the failure the
+// record's headers recorded: the letter's consumer is cfg.Name (the main
+// topic consumer's name), its source and position are the original topic
+// and position ([HeaderOriginalTopic], [HeaderOriginalPosition]; a record
+// without them is given r's main topic), its attempts the attempt that
+// failed last ([HeaderAttempt]), its error class and text those of
+// [HeaderErrorClass] and [HeaderErrorMessage] (after "gave up after N
+// attempts: " when the class is not permanent), and its headers the
+// record's own — the idem-original-*, idem-attempt and idem-error-* ones
+// included — plus the idem-origin-* coordinates of the record on the
+// dead-letter topic. The letter is parked in its own transaction, then the
+// delivery is terminated; if parking fails the delivery is redelivered,
+// so a record is never lost.
+//
+// A redelivered record (the process died between parking and the Term)
+// parks once: the dead-letter store's unique key (consumer, message id,
+// payload fingerprint among parked letters) makes the second park update
+// the first letter. A record whose message meanwhile succeeded under
+// cfg.Name (another copy passed a retry topic) is acknowledged as a
+// duplicate through the inbox, without a letter.
+//
+// Because the letter's source is the original topic, a redrive republishes
+// the message there, to the main topic's consumer, which processes it
+// through its inbox (the failed attempts committed nothing). If it fails
+// again it travels the retry topics again, and its new dead-letter record
+// parks a new letter (the redriven one is no longer parked).
+//
+// From cfg, DeadLetters keeps Name, MessageID, DLQ, Logger, Metrics (the
+// failure itself is not counted again), Tracer, TracerProvider,
+// Concurrency, FetchWait, StreamMaxAge and AcceptShortRetention; the
+// handler, schema, reroute, retries, gate and hooks are not used.
+func DeadLetters[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, cfg consumer.Config[TTx], sub broker.Subscriber) (*consumer.Consumer[TTx], error) {
+	if r == nil || sub == nil {
+		return nil, idem.InvalidOptionf("retrytopic: nil Retrier or subscriber")
+	}
+	dl := consumer.Config[TTx]{
+		Name:                 cfg.Name,
+		MessageID:            cfg.MessageID,
+		DLQ:                  cfg.DLQ,
+		Logger:               cfg.Logger,
+		Tracer:               cfg.Tracer,
+		TracerProvider:       cfg.TracerProvider,
+		Concurrency:          cfg.Concurrency,
+		FetchWait:            cfg.FetchWait,
+		StreamMaxAge:         cfg.StreamMaxAge,
+		AcceptShortRetention: cfg.AcceptShortRetention,
+		// One attempt: the record already failed for good; its recorded
+		// failure is parked at once, whatever its class.
+		MaxAttempts: 1,
+		Handler: func(_ context.Context, _ TTx, msg idem.Message) error {
+			return RecordedError(msg.Headers)
+		},
+	}
+	if cfg.Metrics != nil {
+		dl.Metrics = uncounted{cfg.Metrics}
+	}
+	return consumer.New(d, ib, &dltSubscriber{sub: sub, topic: r.Topic()}, dl)
+}
+
+// RecordedError rebuilds the failure recorded in a retry or dead-letter
+// record's headers: its text is [HeaderErrorMessage] (or a note that the
+// header is missing) and its idem.ErrorClass is [HeaderErrorClass]
+// ("permanent", "invalid_input", "fingerprint_mismatch", "timeout",
+// "canceled"; any other class, or none, is "transient"), so errors.Is and
+// idem.IsPermanent answer as for the original error.
+func RecordedError(headers map[string]string) error {
+	text, ok := headers[HeaderErrorMessage]
+	if !ok {
+		text = "retrytopic: record on the dead-letter topic without " + HeaderErrorMessage
+	}
+	e := &recordedError{text: text}
+	switch headers[HeaderErrorClass] {
+	case "permanent":
+		e.cause = idem.Permanent(errors.New(text))
+	case "invalid_input":
+		e.cause = idem.ErrInvalidInput
+	case "fingerprint_mismatch":
+		e.cause = idem.ErrFingerprintMismatch
+	case "timeout":
+		e.cause = context.DeadlineExceeded
+	case "canceled":
+		e.cause = context.Canceled
+	}
+	return e
+}
+
+// recordedError is a failure rebuilt from headers: its own text, and a
+// cause that gives it its class.
+type recordedError struct {
+	text  string
+	cause error
+}
+
+func (e *recordedError) Error() string { return e.text }
+func (e *recordedError) Unwrap() error { return e.cause }
+
+// dltSubscriber presents the dead-letter topic's records as the messages
+// they were on the main topic: subject and position from the original-*
+// headers, the attempt that failed last.
+type dltSubscriber struct {
+	sub   broker.Subscriber
+	topic string // the main topic, for a record without HeaderOriginalTopic
+}
+
+var _ broker.Pauser = (*dltSubscriber)(nil)
+
+// Fetch fetches from the wrapped subscriber.
+func (s *dltSubscriber) Fetch(ctx context.Context, limit int, maxWait time.Duration) ([]broker.Delivery, error) {
+	ds, err := s.sub.Fetch(ctx, limit, maxWait)
+	if err != nil {
+		return ds, err
+	}
+	for i, dv := range ds {
+		msg := dv.Message()
+		msg.Subject = s.topic
+		if t := msg.Headers[HeaderOriginalTopic]; t != "" {
+			msg.Subject = t
+		}
+		if p, ok := msg.Headers[HeaderOriginalPosition]; ok {
+			msg.Position = p
+		}
+		if n, err := strconv.Atoi(msg.Headers[HeaderAttempt]); err == nil && n > 0 {
+			msg.Attempt = n
+		}
+		ds[i] = &delivery{Delivery: dv, msg: msg}
+	}
+	return ds, nil
+}
+
+// Close closes the wrapped subscriber.
+func (s *dltSubscriber) Close() error { return s.sub.Close() }
+
+// Pause pauses the wrapped subscriber if it is a broker.Pauser.
+func (s *dltSubscriber) Pause(ctx context.Context) error { return pause(ctx, s.sub) }
+
+// Resume resumes the wrapped subscriber if it is a broker.Pauser.
+func (s *dltSubscriber) Resume(ctx context.Context) error { return resume(ctx, s.sub) }
+
+// uncounted forwards to an Observer except Failed: a dead-letter record's
+// failure was counted when it happened, on the topic it failed on.
+type uncounted struct{ consumer.Observer }
+
+func (uncounted) Failed(string, string) {}
+
+// Origin returns the wrapped delivery's broker coordinates (broker.Locator),
+// for the dead letter's idem-origin-* headers.
+func (d *delivery) Origin() map[string]string { return maps.Clone(broker.OriginOf(d.Delivery)) }
