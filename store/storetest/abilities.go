@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
 
@@ -51,7 +52,7 @@ func testUniqueRace[TTx any](t *testing.T, d store.Driver[TTx]) {
 	for round := range 4 {
 		inTx := round%2 == 0
 		key := fmt.Sprintf("race-%d", round)
-		res := race(key, `INSERT INTO conf_kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING`, inTx)
+		res := race(key, testdb.Portable(d.Dialect(), `INSERT INTO conf_kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING`), inTx)
 		winner, wins := -1, 0
 		for i, r := range res {
 			if r.err != nil {
@@ -141,7 +142,7 @@ func testSendBatch[TTx any](t *testing.T, d store.Driver[TTx]) {
 					}
 					return nil
 				}},
-				{SQL: `INSERT INTO conf_kv (k, v) VALUES ($1, 0) ON CONFLICT (k) DO NOTHING`, Args: []any{p + "a"}, Affected: &again},
+				{SQL: testdb.Portable(d.Dialect(), `INSERT INTO conf_kv (k, v) VALUES ($1, 0) ON CONFLICT (k) DO NOTHING`), Args: []any{p + "a"}, Affected: &again},
 				{SQL: `DELETE FROM conf_kv WHERE k = $1`, Args: []any{p + "missing"}, Affected: &del},
 				{SQL: `INSERT INTO conf_kv (k, v) VALUES ($1, 3)`, Args: []any{p + "c"}}, // neither Rows nor Affected
 			}
@@ -451,7 +452,7 @@ func testReservedAbilities[TTx any](t *testing.T, d store.Driver[TTx]) {
 			}
 		}
 		var n int64
-		before := []store.Stmt{{SQL: `INSERT INTO conf_kv (k, v) VALUES ($1, 2) ON CONFLICT (k) DO UPDATE SET v = conf_kv.v + 1`, Args: []any{k}, Affected: &n}}
+		before := []store.Stmt{{SQL: testdb.Portable(d.Dialect(), `INSERT INTO conf_kv (k, v) VALUES ($1, 2) ON CONFLICT (k) DO UPDATE SET v = conf_kv.v + 1`), Args: []any{k}, Affected: &n}}
 		if err := d.EndReserved(ctx, tx, true, before, []store.Stmt{set("")}); err != nil {
 			t.Fatalf("EndReserved commit: %v", err)
 		}
