@@ -99,26 +99,33 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 	q := in.d.Tx(tx)
 	now := in.cfg.Now()
 	inserted := make(map[string]bool, len(ids))
+	// The inserts and, when the fast pass below will likely run (more than
+	// one message, or a BatchHandler), the opening of its savepoint go in
+	// one batch: with a driver that pipelines (pgx) that is one round trip.
+	var stmts []store.Stmt
 	for chunk := range slices.Chunk(ids, maxBatch) {
 		args := make([]any, 0, 3+2*len(chunk))
 		args = append(args, consumer, store.Micros(now), store.Micros(now.Add(in.retention(consumer))))
 		for _, id := range chunk {
 			args = append(args, id, fps[first[id]][:])
 		}
-		rows, err := q.Query(ctx, in.q.BatchInsert(len(chunk)), args...)
-		if err != nil {
-			return nil, fmt.Errorf("inbox: batch insert: %w", err)
-		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, err
+		stmts = append(stmts, store.Stmt{SQL: in.q.BatchInsert(len(chunk)), Args: args, Rows: func(rows store.Rows) error {
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				inserted[id] = true
 			}
-			inserted[id] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+			return rows.Err()
+		}})
+	}
+	spOpen := len(ids) > 1 || (bh != nil && len(ids) == 1)
+	if spOpen {
+		stmts = append(stmts, store.Stmt{SQL: in.q.BatchSavepoint})
+	}
+	if len(stmts) > 0 {
+		if err := in.d.SendBatch(ctx, q, stmts); err != nil {
 			return nil, fmt.Errorf("inbox: batch insert: %w", err)
 		}
 	}
@@ -170,8 +177,10 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		}
 	}
 	if len(toRun) > 1 || (bh != nil && len(toRun) == 1) {
-		if _, err := q.Exec(ctx, in.q.BatchSavepoint); err != nil {
-			return nil, fmt.Errorf("inbox: savepoint: %w", err)
+		if !spOpen {
+			if _, err := q.Exec(ctx, in.q.BatchSavepoint); err != nil {
+				return nil, fmt.Errorf("inbox: savepoint: %w", err)
+			}
 		}
 		var herr error
 		if bh != nil {
@@ -205,6 +214,12 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		}
 	} else {
 		fast = false
+		if spOpen {
+			// Duplicates left too few new messages for the fast pass.
+			if _, err := q.Exec(ctx, in.q.BatchSavepointRelease); err != nil {
+				return nil, fmt.Errorf("inbox: batch savepoint: %w", err)
+			}
+		}
 	}
 
 	sp := false // a per-message savepoint is open
