@@ -126,14 +126,19 @@ func (c *completer[TTx]) flush(ctx context.Context, batch []completion) {
 
 // completeBatch records every completion of batch in one round trip and
 // answers each one's done with nil or ErrLeaseLost (another claimer took
-// the effect over, or it settled): the fenced Complete of each in one
-// SendBatch, pipelined on the pool (one implicit transaction) when the
-// driver pipelines, in one transaction (one commit) otherwise. An error of
-// the batch as a whole is returned with nothing answered and nothing
-// written.
+// the effect over, or it settled). Where the dialect has one (PostgreSQL),
+// the batch is one set-based statement, Effects.CompleteBatch, fenced per
+// row: the keys it does not return lost their lease. Otherwise it is the
+// fenced Complete of each in one SendBatch, pipelined on the pool (one
+// implicit transaction) when the driver pipelines, in one transaction (one
+// commit) otherwise. An error of the batch as a whole is returned with
+// nothing answered and nothing written.
 func (l *Ledger[TTx]) completeBatch(ctx context.Context, batch []completion) error {
 	now := l.now()
 	at, exp := store.Micros(now), l.expiresAt(now)
+	if l.q.CompleteBatch != "" {
+		return l.completeSet(ctx, batch, at, exp)
+	}
 	affected := make([]int64, len(batch))
 	stmts := make([]store.Stmt, len(batch))
 	for i, b := range batch {
@@ -150,6 +155,41 @@ func (l *Ledger[TTx]) completeBatch(ctx context.Context, batch []completion) err
 	}
 	for i, b := range batch {
 		b.done <- lease.Fence(affected[i], nil, fmt.Sprintf("effect: complete %q", b.key), b.token)
+	}
+	return nil
+}
+
+// completeSet records batch with the one statement Effects.CompleteBatch
+// (the completions as arrays) and answers each completion: nil when its
+// key came back, ErrLeaseLost when not.
+func (l *Ledger[TTx]) completeSet(ctx context.Context, batch []completion, at, exp int64) error {
+	keys, tokens, results := make([]string, len(batch)), make([]int64, len(batch)), make([][]byte, len(batch))
+	for i, b := range batch {
+		keys[i], tokens[i], results[i] = b.key, b.token, b.result
+	}
+	rows, err := l.d.Pool().Query(ctx, l.q.CompleteBatch, keys, tokens, results, at, exp)
+	if err != nil {
+		return fmt.Errorf("effect: complete batch: %w", err)
+	}
+	done := make(map[string]bool, len(batch))
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return fmt.Errorf("effect: complete batch: %w", err)
+		}
+		done[k] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("effect: complete batch: %w", err)
+	}
+	for _, b := range batch {
+		var n int64
+		if done[b.key] {
+			n = 1
+		}
+		b.done <- lease.Fence(n, nil, fmt.Sprintf("effect: complete %q", b.key), b.token)
 	}
 	return nil
 }

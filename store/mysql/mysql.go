@@ -122,6 +122,7 @@ func Statements(n store.Names) *sqlset.Set {
 			"Outbox.LockShared":       "relays take turns through the relay lease (Outbox.AcquireLease); settling writes are fenced by claimed_by and row locks",
 			"Outbox.LockClaim":        "relays take turns through the relay lease (Outbox.AcquireLease); the claim locks its rows with FOR UPDATE SKIP LOCKED",
 			"Meta.CreateSchema":       "idem's tables live in the connection's database, named by the prefix",
+			"Effects.CompleteBatch":   "no arrays: a batch of completions is its Effects.Complete statements in one transaction (one commit)",
 			"Partitions":              "the partitioned layout is PostgreSQL's (store.LayoutPartitioned): expiry keeps its bounded batch deletes (retention.GC)",
 		},
 	}

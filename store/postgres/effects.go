@@ -42,6 +42,14 @@ func effects(t func(string) string) sqlset.Effects {
 		Complete: `UPDATE ` + table + ` SET state = 'completed', result = $3, last_error = '', lease_until = 0,
 				next_attempt_at = 0, completed_at = $4, updated_at = $4, expires_at = $5
 			WHERE effect_key = $1 AND token = $2 AND state = 'in_progress'`,
+		// One UPDATE for the whole batch, fenced per row; on the
+		// partitioned layout a completed row moves to its expiry's
+		// partition like under Complete.
+		CompleteBatch: `UPDATE ` + table + ` e SET state = 'completed', result = c.result, last_error = '', lease_until = 0,
+				next_attempt_at = 0, completed_at = $4, updated_at = $4, expires_at = $5
+			FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS c(effect_key, token, result)
+			WHERE e.effect_key = c.effect_key AND e.token = c.token AND e.state = 'in_progress'
+			RETURNING e.effect_key`,
 		Release: `UPDATE ` + table + ` SET state = 'pending', lease_until = 0, next_attempt_at = $3, last_error = $4,
 				updated_at = $5, attempts = attempts - $6
 			WHERE effect_key = $1 AND token = $2 AND state = 'in_progress'`,

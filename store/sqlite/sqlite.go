@@ -52,6 +52,7 @@ func Statements(n store.Names) *sqlset.Set {
 			"SQLMeta.EstimateRows":    "SQLite keeps no row estimate: the rows are counted",
 			"Meta.MigrateLock":        "the migration's write transaction (BEGIN IMMEDIATE) serialises migrators",
 			"Meta.CreateSchema":       "SQLite has no schemas: the table prefix names idem's tables",
+			"Effects.CompleteBatch":   "no round trips to save in process: a batch of completions is its Effects.Complete statements in one write transaction (one commit, one write lock)",
 		},
 	}
 }

@@ -48,6 +48,15 @@ type Effects struct {
 	// $1 effect_key, $2 token, $3 result, $4 now (completed_at,
 	// updated_at), $5 expires_at (0: kept).
 	Complete string
+	// CompleteBatch records the results of many claimed effects in one
+	// statement, each fenced by its own token exactly like Complete. The
+	// effects travel as parallel arrays of one element per effect:
+	// $1 effect_key, $2 token, $3 result; then $4 now (completed_at,
+	// updated_at), $5 expires_at (0: kept). Returns effect_key of each
+	// effect recorded: a key missing from the result lost its lease (taken
+	// over, or settled). Empty where the dialect has no arrays: the
+	// completions are then Complete statements sent in one batch.
+	CompleteBatch string
 	// Release hands the claimed effect back to pending, due at $3.
 	// Fenced: $1 effect_key, $2 token, $3 next_attempt_at, $4 last_error,
 	// $5 now, $6 attempts to subtract (0, or 1 for an attempt not counted).
