@@ -33,7 +33,7 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 	crash := fs.Float64("crash", 0.1, "share of deliveries and effect calls hit by a simulated crash")
 	workers := fs.Int("workers", 8, "concurrent HTTP clients")
 	seed := fs.Uint64("seed", 1, "seed of every random choice")
-	db := fs.String("db", "", "run on PostgreSQL: postgres://… (a fresh schema per scenario); default: fresh SQLite files")
+	db := fs.String("db", "", "run on PostgreSQL: postgres://… (a fresh schema per scenario), or MySQL/MariaDB: mysql://user:pass@host:3306/db (a fresh database per scenario); default: fresh SQLite files")
 	natsURL := fs.String("nats", "", "run on a NATS server with JetStream (a stream per scenario); default: embedded JetStream")
 	brokerName := fs.String("broker", "nats", "broker of the reference system: nats (JetStream), kafka or rabbitmq")
 	kafka := fs.String("kafka", "", "with --broker kafka: seed brokers host:port,… of a real cluster; default: an in-process kfake cluster")
@@ -52,7 +52,7 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 	}
 	if *db != "" {
 		if !drill.ValidDatabaseURL(*db) {
-			return fmt.Errorf("%w: --db must be a postgres:// URL (the drill's default is a fresh SQLite file per scenario)", errUsage)
+			return fmt.Errorf("%w: --db must be a postgres:// or mysql:// URL (the drill's default is a fresh SQLite file per scenario)", errUsage)
 		}
 	}
 	cfg := drill.Config{

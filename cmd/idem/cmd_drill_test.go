@@ -59,7 +59,7 @@ func TestDrillBadTargets(t *testing.T) {
 		{"postgres unreachable", []string{"--db", "postgres://nobody:" + secret + "@127.0.0.1:1/x"}, "postgres://nobody:xxxxx@127.0.0.1:1/x"},
 		{"postgres password in query", []string{"--db", "postgres://nobody@127.0.0.1:1/x?password=" + secret}, "password=xxxxx"},
 		{"postgres unparseable", []string{"--db", "postgres://nobody:" + secret + "@127.0.0.1:bad/x"}, "not a valid PostgreSQL URL"},
-		{"mysql", []string{"--db", "mysql://root:" + secret + "@127.0.0.1/x"}, "--db must be a postgres:// URL"},
+		{"oracle", []string{"--db", "oracle://root:" + secret + "@127.0.0.1/x"}, "--db must be a postgres:// or mysql:// URL"},
 		{"nats unreachable", []string{"--nats", "nats://user:" + secret + "@127.0.0.1:1"}, "nats://user:xxxxx@127.0.0.1:1"},
 		{"nats token", []string{"--nats", "nats://" + secret + "@127.0.0.1:1"}, "nats://xxxxx@127.0.0.1:1"},
 		{"nats without JetStream", []string{"--nats", natsServer(t, server.Options{}).ClientURL()}, "JetStream is not available"},

@@ -107,8 +107,9 @@ type Config struct {
 	// Seed seeds every random choice. Defaults to 1.
 	Seed uint64
 	// DatabaseURL is a postgres:// URL to run on PostgreSQL (a fresh schema
-	// per scenario, dropped afterwards). Defaults to SQLite files in a
-	// temporary directory.
+	// per scenario, dropped afterwards) or a mysql:// URL to run on MySQL
+	// or MariaDB (a fresh database per scenario, dropped afterwards).
+	// Defaults to SQLite files in a temporary directory.
 	DatabaseURL string
 	// NATSURL is a NATS server with JetStream (a dedicated stream per
 	// scenario, deleted afterwards). Defaults to an embedded server per
@@ -185,7 +186,7 @@ func (c *Config) defaults() error {
 		return err
 	}
 	if c.DatabaseURL != "" && !ValidDatabaseURL(c.DatabaseURL) {
-		return idem.InvalidOptionf("drill: --db must be a postgres:// URL (the default is a fresh SQLite file per scenario)")
+		return idem.InvalidOptionf("drill: --db must be a postgres:// or mysql:// URL (the default is a fresh SQLite file per scenario)")
 	}
 	return nil
 }
