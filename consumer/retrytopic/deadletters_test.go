@@ -92,6 +92,7 @@ func testDeadLetters(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.R
 			t.Errorf("%s: letter headers %v carry no %s* coordinates of the dead-letter record", id, l.Headers, broker.OriginPrefix)
 		}
 	}
+	j.waitFor(t, time.Minute, "ok-1")
 	if n := effects(t, d, "ok-1"); n != 1 {
 		t.Errorf("ok-1: %d effects, want 1", n)
 	}
@@ -142,9 +143,31 @@ func testDeadLetters(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.R
 	if got, err := s.Get(ctx, l.ID); err != nil || got.State != dlq.Redriven {
 		t.Errorf("letter after redrive: %v %v, want redriven", got.State, err)
 	}
-	letters = waitLetters(t, s)
+
+	// Redriven while still broken, always fails again: it travels the retry
+	// topics anew (its original-* headers name its new position on the main
+	// topic) and parks a new letter beside the redriven one.
+	old := letters["always"][0]
+	if _, err := s.Redrive(ctx, old.ID, "test", rg.pub); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for len(letters["always"]) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("always: no second letter after its redrive failed again: %+v", letters["always"])
+		}
+		time.Sleep(20 * time.Millisecond)
+		letters = waitLetters(t, s)
+	}
+	if ls := letters["always"]; len(ls) != 2 || ls[0].ID != old.ID || ls[0].State != dlq.Redriven || ls[1].State != dlq.Parked {
+		t.Errorf("always after a failed redrive: %+v, want its redriven letter and a new parked one", ls)
+	} else if nl := ls[1]; nl.Position == old.Position || nl.Headers[retrytopic.HeaderOriginalPosition] != nl.Position ||
+		nl.Source != rg.topic || nl.Attempts != 3 {
+		t.Errorf("always's new letter: source %q position %q (header %q) attempts %d; the first was at %q",
+			nl.Source, nl.Position, nl.Headers[retrytopic.HeaderOriginalPosition], nl.Attempts, old.Position)
+	}
 	for id, ls := range letters {
-		if len(ls) != 1 {
+		if id != "always" && len(ls) != 1 {
 			t.Errorf("%s: %d letters at the end, want 1", id, len(ls))
 		}
 	}

@@ -21,8 +21,11 @@
 //	idem-error-class         idem.ErrorClass of the failure (transient, permanent, …)
 //	idem-error-message       the error text (at most 1024 bytes)
 //	idem-retry-not-before    when the record is due (RFC 3339), publish time + the stage's delay
-//	Idem-Redrive             "retrytopic:" + the topic (broker.HeaderRedrive): JetStream, which
-//	                         drops a repeated message id, dedups it per stage instead
+//	Idem-Redrive             "retrytopic:" + the topic + "@" + the original position
+//	                         (broker.HeaderRedrive): JetStream, which drops a repeated
+//	                         message id, dedups it per stage and journey instead (a
+//	                         redriven dead letter travels the stages again from its new
+//	                         position)
 //
 // # The dead-letter topic and the dead-letter store
 //
@@ -258,8 +261,10 @@ func (r *Retrier) Reroute(ctx context.Context, msg idem.Message, err error) erro
 	out.Headers[HeaderErrorClass] = idem.ErrorClass(err)
 	out.Headers[HeaderErrorMessage] = truncate(err.Error(), MaxErrorMessage)
 	// A deliberate republish: a broker deduplicating by message id
-	// (JetStream) dedups it per stage instead of dropping it.
-	out.Headers[broker.HeaderRedrive] = "retrytopic:" + topic
+	// (JetStream) dedups it per stage and journey instead of dropping it: a
+	// copy republished twice to one stage (a crash before the ack) is
+	// dropped once, a redriven letter's new journey is not.
+	out.Headers[broker.HeaderRedrive] = "retrytopic:" + topic + "@" + out.Headers[HeaderOriginalPosition]
 	if delay > 0 {
 		out.Headers[HeaderNotBefore] = time.Now().Add(delay).UTC().Format(time.RFC3339Nano)
 	} else {
