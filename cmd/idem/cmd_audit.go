@@ -12,7 +12,7 @@ import (
 // the console (who, when, what, on what, why, outcome), newest first.
 func runAudit(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "audit", "list [--db URL] [--actor NAME] [--action ACTION] [--since 24h] [--limit 100] [--json]")
-	dbURL := fs.String("db", "", "database URL (postgres://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
+	dbURL := fs.String("db", "", "database URL (postgres://…, mysql://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
 	actor := fs.String("actor", "", "only actions by this operator")
 	action := fs.String("action", "", `only this action, or a prefix ending in "." (dlq., held., keys., outbox.)`)
 	since := fs.String("since", "", "only actions at or after this time (RFC 3339, or a duration ago such as 24h)")

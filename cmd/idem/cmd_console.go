@@ -24,7 +24,7 @@ import (
 // console) on one database, served at http://ADDR/console/.
 func runConsole(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "console", "[--db URL] [--nats URL] [--addr 127.0.0.1:8090] [--token T] [--read-only]")
-	dbURL := fs.String("db", "", "database URL (postgres://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
+	dbURL := fs.String("db", "", "database URL (postgres://…, mysql://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
 	addr := fs.String("addr", "127.0.0.1:8090", "HTTP listen address")
 	natsURL := fs.String("nats", "", "NATS JetStream URL that redrives republish to (default $IDEM_NATS_URL; without one redrive is disabled)")
 	brokerURL := fs.String("broker", "", "the broker URL, same as --nats (nats://…)")

@@ -29,7 +29,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "demo", "[--addr 127.0.0.1:8080] [--data ./idem-data] [--db URL] [--broker nats|kafka|rabbitmq] [--nats URL] [--kafka HOST:PORT,…] [--amqp URL] [--webhook-secret whsec_…]")
 	addr := fs.String("addr", "127.0.0.1:8080", "HTTP listen address")
 	data := fs.String("data", "./idem-data", "directory of the embedded default (SQLite file, JetStream store)")
-	db := fs.String("db", "", "database URL: postgres://… or sqlite://path (default: SQLite under --data; env IDEM_DATABASE_URL)")
+	db := fs.String("db", "", "database URL: postgres://…, mysql://… or sqlite://path (default: SQLite under --data; env IDEM_DATABASE_URL)")
 	brokerName := fs.String("broker", "nats", "broker: nats (JetStream), kafka or rabbitmq")
 	natsURL := fs.String("nats", "", "with --broker nats: NATS server URL with JetStream (default: embedded server; env IDEM_NATS_URL)")
 	kafka := fs.String("kafka", "", "with --broker kafka: seed brokers host:port,… of a real cluster (default: an in-process cluster; env IDEM_KAFKA_BROKERS)")

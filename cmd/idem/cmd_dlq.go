@@ -39,7 +39,7 @@ type dlqFlags struct {
 func runDLQ(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "dlq", "list|show|redrive|discard [flags] [id…]")
 	var f dlqFlags
-	fs.StringVar(&f.db, "db", "", "database URL (postgres://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
+	fs.StringVar(&f.db, "db", "", "database URL (postgres://…, mysql://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
 	fs.StringVar(&f.consumer, "consumer", "", "only letters of this consumer")
 	fs.StringVar(&f.since, "since", "", "only letters last failed at or after this time (RFC 3339, or a duration ago such as 24h)")
 	fs.StringVar(&f.until, "until", "", "only letters last failed before this time (RFC 3339, or a duration ago)")

@@ -18,7 +18,7 @@ import (
 // runs one pass and exits.
 func runGC(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "gc", "[--db URL] [--once] [--interval 1m] [--batch N]\n\nWithout --once, gc runs a pass every --interval until interrupted (Ctrl-C or SIGTERM).")
-	dbURL := fs.String("db", "", "database URL (postgres://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
+	dbURL := fs.String("db", "", "database URL (postgres://…, mysql://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
 	once := fs.Bool("once", false, "run one pass and exit (default: a pass every --interval until interrupted)")
 	batch := fs.Int("batch", 1000, "rows deleted per statement")
 	interval := fs.Duration("interval", time.Minute, "pause between passes")

@@ -19,7 +19,7 @@ import (
 // after the key. A missing record exits 1.
 func runKeys(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "keys", "show --tenant T --operation OP KEY [--db URL] [--json]")
-	dbURL := fs.String("db", "", "database URL (postgres://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
+	dbURL := fs.String("db", "", "database URL (postgres://…, mysql://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
 	tenant := fs.String("tenant", "", "tenant that scopes the key (default: the shared tenant \"\")")
 	operation := fs.String("operation", "", `operation that scopes the key, e.g. "POST /orders" (required)`)
 	asJSON := fs.Bool("json", false, "print JSON")

@@ -22,7 +22,7 @@ import (
 // with ?idem_layout=partitioned.
 func runMigrate(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "migrate", "up|status|partition [--db URL]")
-	dbURL := fs.String("db", "", "database URL (postgres://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
+	dbURL := fs.String("db", "", "database URL (postgres://…, mysql://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

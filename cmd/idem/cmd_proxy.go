@@ -39,7 +39,7 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "proxy", "--upstream URL [--addr 127.0.0.1:8080] [--db URL] [--config FILE] [--route 'POST /orders[=OPERATION]' …] [--tenant-header X-Tenant-ID]")
 	upstream := fs.String("upstream", "", "the HTTP service behind the proxy, e.g. http://127.0.0.1:9000 (or upstream: in --config)")
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address (HTTP/1.1 and h2c)")
-	dbURL := fs.String("db", "", "database URL: postgres://… or sqlite://path (default $IDEM_DATABASE_URL or "+defaultDatabaseURL+"); migrations are applied")
+	dbURL := fs.String("db", "", "database URL: postgres://…, mysql://… or sqlite://path (default $IDEM_DATABASE_URL or "+defaultDatabaseURL+"); migrations are applied")
 	configFile := fs.String("config", "", "routes file, JSON or YAML (per-route operation, key, tenant, fingerprint exclusions, retention, lease, expired_lease, replay_headers)")
 	var routes listFlag
 	fs.Var(&routes, "route", "route with a required key, 'METHOD /path' or 'METHOD /path=OPERATION' (stable operation name); repeatable")

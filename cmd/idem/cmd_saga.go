@@ -18,7 +18,7 @@ import (
 // with --state held.
 func runSaga(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "saga", "list [--db URL] [--state STATE] [--limit 100] [--json] | show [--db URL] [--json] ID…")
-	dbURL := fs.String("db", "", "database URL (postgres://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
+	dbURL := fs.String("db", "", "database URL (postgres://…, mysql://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
 	state := fs.String("state", "", "only sagas in this state (running, compensating, completed, compensated, held)")
 	limit := fs.Int("limit", 100, "at most this many sagas")
 	asJSON := fs.Bool("json", false, "print JSON")

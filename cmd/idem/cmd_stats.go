@@ -13,7 +13,7 @@ import (
 
 func runStats(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "stats", "[--db URL] [--json]")
-	dbURL := fs.String("db", "", "database URL (postgres://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
+	dbURL := fs.String("db", "", "database URL (postgres://…, mysql://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err

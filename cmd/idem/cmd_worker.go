@@ -20,7 +20,7 @@ import (
 func runWorker(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "worker", "--role relay|consumers|effects|notification|billing|search[,…] --db URL [--broker nats|kafka|rabbitmq] --nats URL|--kafka HOST:PORT,…|--amqp URL --provider URL")
 	roles := fs.String("role", "", "comma-separated roles: relay, consumers (= notification,billing,search), notification, billing, search, effects")
-	db := fs.String("db", "", "database URL (postgres://… or sqlite://path); env IDEM_DATABASE_URL")
+	db := fs.String("db", "", "database URL (postgres://…, mysql://… or sqlite://path); env IDEM_DATABASE_URL")
 	schema := fs.String("schema", "", "PostgreSQL schema of idem's tables (default idem)")
 	brokerName := fs.String("broker", "nats", "broker: nats (JetStream), kafka or rabbitmq")
 	natsURL := fs.String("nats", "", "with --broker nats: NATS server URL; env IDEM_NATS_URL")

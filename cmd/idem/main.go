@@ -120,7 +120,7 @@ func usage(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Database: --db URL or IDEM_DATABASE_URL (postgres://… or sqlite://path);")
+	fmt.Fprintln(w, "Database: --db URL or IDEM_DATABASE_URL (postgres://…, mysql://… or sqlite://path);")
 	fmt.Fprintln(w, "default sqlite://./idem-data/idem.db. Run 'idem <command> -h' for its flags.")
 }
 
