@@ -13,11 +13,11 @@ import (
 // The pipelined transactional path (PostgreSQL through pgx: the driver's
 // BeginReserved/EndReserved), in the round trips of a plain handler:
 //
-//  1. the key's session advisory lock (HTTPKeys.LockKey) and the read of
-//     its record (HTTPKeys.LoadUnlock, which releases the lock when a
-//     record exists), one round trip on a reserved connection. A completed
+//  1. the key's session advisory lock and the read of its record, ONE
+//     statement (HTTPKeys.LockKey, which releases the lock when a record
+//     exists), one round trip on a reserved connection. A completed
 //     record is replayed from this read alone (or answers 422), a live
-//     two-phase one 409: the whole answer is one round trip;
+//     two-phase one 409: the whole answer is one statement;
 //  2. no record: the handler runs on a transaction of that connection
 //     whose BEGIN travels with the handler's first statement;
 //  3. the completed record (HTTPKeys.InsertCompleted, a plain INSERT), COMMIT
@@ -26,8 +26,8 @@ import (
 //
 // The lock serialises executions of one key: a concurrent duplicate waits
 // in its step 1 (at most Config.LockTimeout, then 409) and its read, a
-// statement that starts after the lock is granted, sees the committed
-// record and replays it. The lock is not what decides: the primary key
+// query whose snapshot is taken after the lock is granted, sees the
+// committed record and replays it. The lock is not what decides: the primary key
 // is. InsertCompleted has no ON CONFLICT, so a record written meanwhile by
 // a writer that does not take the lock (a two-phase middleware on the same
 // keys, an older version of idem, an operator) makes it fail with a unique
@@ -60,15 +60,6 @@ func lockKey(s scope) int64 {
 	return int64(h)
 }
 
-// lastColumn scans a row's last column into last, after the columns dest
-// receives.
-type lastColumn struct {
-	store.Row
-	last any
-}
-
-func (r lastColumn) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.last)...) }
-
 // attemptReserved is one attempt on the pipelined transactional path.
 // outExecute means it did not decide (no such ability, or a record the
 // ordinary path must take over).
@@ -76,19 +67,16 @@ func (m *Middleware[TTx]) attemptReserved(w http.ResponseWriter, r *http.Request
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
 	lk := lockKey(req.scope)
-	var (
-		rec      *Record
-		unlocked bool
-	)
-	read := store.Stmt{SQL: m.q.LoadUnlock, Args: req.args(lk), Rows: func(rows store.Rows) error {
+	var rec *Record
+	read := store.Stmt{SQL: m.q.LockKey, Args: req.args(lk, m.lockTO), Rows: func(rows store.Rows) error {
 		if !rows.Next() {
 			return nil
 		}
 		rec = &Record{Tenant: req.tenant, Operation: req.operation, Key: req.key}
-		return scanRecord(lastColumn{rows, &unlocked}, rec)
+		return scanRecord(rows, rec)
 	}}
 	start := m.cfg.Now()
-	tx, ok, err := m.d.BeginReserved(ctx, []store.Stmt{{SQL: m.q.LockKey, Args: []any{lk, m.lockTO}}, read})
+	tx, ok, err := m.d.BeginReserved(ctx, []store.Stmt{read})
 	if err != nil {
 		return errOutcome(err), nil, err
 	}
@@ -96,12 +84,8 @@ func (m *Middleware[TTx]) attemptReserved(w http.ResponseWriter, r *http.Request
 		return outExecute, nil, nil
 	}
 	unlock := []store.Stmt{{SQL: m.q.Unlock, Args: []any{lk}}}
-	if rec != nil {
-		var after []store.Stmt
-		if !unlocked { // not expected: the read releases the lock with the record
-			after = unlock
-		}
-		if err := m.d.EndReserved(bg, tx, false, nil, after); err != nil {
+	if rec != nil { // the statement released the lock with the record
+		if err := m.d.EndReserved(bg, tx, false, nil, nil); err != nil {
 			return outStoreFailed, nil, err
 		}
 		return m.decideReserved(rec, req)

@@ -19,6 +19,18 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
+// statements is the number of statements executed (Execute messages)
+// since the last Reset.
+func statements(p *pgproxy.Proxy) int {
+	n := 0
+	for _, m := range p.Sent() {
+		if m.Type == 'E' {
+			n++
+		}
+	}
+	return n
+}
+
 // noTextNoValue fails t when the messages since the last Reset carry SQL
 // text (the statements are prepared once per connection) or the key
 // outside a Bind.
@@ -37,8 +49,8 @@ func noTextNoValue(t *testing.T, p *pgproxy.Proxy, what, key string) {
 // The round trips of each fast path on pgx, counted at the wire, on a
 // connection that has prepared its statements: a first request costs
 // what the same handler costs without the middleware (BEGIN, INSERT,
-// COMMIT: 3), a replay 1 and a mismatch 1 (the lock and the read, the
-// lock released by the read).
+// COMMIT: 3), a replay 1 and a mismatch 1, each ONE statement (the lock
+// and the read in one, the lock released by it).
 func TestRoundTripsFastPathsPgx(t *testing.T) {
 	d, p := pgproxy.Pgx(t)
 	ctx := context.Background()
@@ -85,12 +97,18 @@ func TestRoundTripsFastPathsPgx(t *testing.T) {
 		if n := p.RoundTrips(); n != 1 {
 			t.Fatalf("%q: replay %d round trips, want 1", key, n)
 		}
+		if n := statements(p); n != 1 {
+			t.Fatalf("%q: replay %d statements, want 1 (lock and read in one)", key, n)
+		}
 		noTextNoValue(t, p, "replay", key)
 
 		p.Reset()
 		wantProblem(t, do(h, req{tenant: "acme", key: key, body: `{"qty":2}`}), 422, idemhttp.TypeKeyReused)
 		if n := p.RoundTrips(); n != 1 {
 			t.Fatalf("%q: mismatch %d round trips, want 1", key, n)
+		}
+		if n := statements(p); n != 1 {
+			t.Fatalf("%q: mismatch %d statements, want 1 (lock and read in one)", key, n)
 		}
 	}
 	if n := e.count(t, `SELECT count(*) FROM orders WHERE idem_key <> 'plain'`); n != 4 || a.execs.Load() != 4 {
@@ -101,8 +119,8 @@ func TestRoundTripsFastPathsPgx(t *testing.T) {
 // A concurrent duplicate on pgx waits on the key's lock while the first
 // execution runs, then replays it from its one read: after the first is
 // inside its handler, the wire sees the first's end (record, COMMIT,
-// unlock) and the duplicate's lock+read, 2 round trips, and the handler
-// ran once.
+// unlock) and the duplicate's lock+read (one statement), 2 round trips,
+// and the handler ran once.
 func TestRoundTripsConcurrentDuplicatePgx(t *testing.T) {
 	d, p := pgproxy.Pgx(t, func(c *pgxpool.Config) { c.MaxConns = 2 })
 	e := newEnv(t, d)
@@ -150,6 +168,9 @@ func TestRoundTripsConcurrentDuplicatePgx(t *testing.T) {
 	wantReplay(t, dup, first)
 	if n := p.RoundTrips(); n != 2 {
 		t.Fatalf("%d round trips after the first entered its handler, want 2 (its end, the duplicate's lock+read)", n)
+	}
+	if n := statements(p); n != 4 {
+		t.Fatalf("%d statements after the first entered its handler, want 4 (its record, COMMIT and unlock; the duplicate's lock+read)", n)
 	}
 	if n := e.count(t, `SELECT count(*) FROM orders WHERE idem_key = 'dup'`); n != 1 || a.execs.Load() != 3 {
 		t.Fatalf("%d orders for the key, %d executions in all; want 1 and 3 (2 warm-up)", n, a.execs.Load())

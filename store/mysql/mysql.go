@@ -116,7 +116,6 @@ func Statements(n store.Names) *sqlset.Set {
 			"HTTPKeys.InsertStrict":   "there is no HTTPKeys.InsertLocked to pipeline on MySQL (and database/sql does not pipeline)",
 			"HTTPKeys.TakeOverLocked": "there is no HTTPKeys.InsertLocked on MySQL (HTTPKeys.TakeOver is used)",
 			"HTTPKeys.LockKey":        "the session advisory lock of the pipelined PostgreSQL path (store.Driver.BeginReserved), which database/sql cannot take: the transactional path claims the key with HTTPKeys.Insert",
-			"HTTPKeys.LoadUnlock":     "there is no HTTPKeys.LockKey on MySQL (HTTPKeys.Load is used)",
 			"HTTPKeys.Unlock":         "there is no HTTPKeys.LockKey on MySQL",
 			"Outbox.Enqueue":          "no arrays nor notifications: the events are inserted with Outbox.Insert, which locks their ordering keys first",
 			"Outbox.LockShared":       "relays take turns through the relay lease (Outbox.AcquireLease); settling writes are fenced by claimed_by and row locks",

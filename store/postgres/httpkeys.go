@@ -36,16 +36,12 @@ RETURNING token, ''`,
 RETURNING token` + restore,
 		InsertStrict: lockedInsert + `RETURNING token` + restore,
 		Load:         `SELECT ` + cols + ` FROM ` + k + ` WHERE ` + pk,
-		// Uncontended (the usual case) the lock is taken without waiting
-		// and without touching lock_timeout; only when another session
-		// holds it does the ELSE branch (CASE fixes the order; its
-		// subquery runs only when reached) set the timeout, in a subquery
-		// (volatile, so not pulled up) that the wait's projection reads
-		// from, local to the statement's implicit transaction.
-		LockKey: `SELECT CASE WHEN pg_try_advisory_lock($1::bigint) THEN true
-ELSE (SELECT pg_advisory_lock($1::bigint) IS NOT NULL FROM (SELECT set_config('lock_timeout', $2::text, true) AS lt) AS s) END`,
-		LoadUnlock: `SELECT ` + cols + `, pg_advisory_unlock($4::bigint) FROM ` + k + ` WHERE ` + pk,
-		Unlock:     `SELECT pg_advisory_unlock($1::bigint)`,
+		// One statement: migration 0012's function takes the lock
+		// (waiting, only when contended, at most $5) and then reads the
+		// record in a query of its own, whose snapshot starts after the
+		// grant; it releases the lock when there is a record.
+		LockKey: `SELECT ` + cols + ` FROM ` + t("idem_http_lock_load") + `($1::text, $2::text, $3::text, $4::bigint, $5::text)`,
+		Unlock:  `SELECT pg_advisory_unlock($1::bigint)`,
 		InsertCompleted: `INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, status, headers, body,
 body_omitted, resource_type, resource_id, created_at, locked_until, completed_at, expires_at)
 VALUES ($1, $2, $3, $4, 'completed', 1, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13)`,

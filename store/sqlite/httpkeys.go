@@ -2,8 +2,8 @@ package sqlite
 
 import "github.com/idemkit/idem/store/sqlset"
 
-// httpKeys has no InsertLocked, InsertStrict, TakeOverLocked, LockKey,
-// LoadUnlock or Unlock: SQLite's BEGIN IMMEDIATE serialises writers, so no
+// httpKeys has no InsertLocked, InsertStrict, TakeOverLocked, LockKey or
+// Unlock: SQLite's BEGIN IMMEDIATE serialises writers, so no
 // statement waits on a row lock and no advisory lock is needed.
 func httpKeys(t func(string) string) sqlset.HTTPKeys {
 	k := t("idempotency_keys")

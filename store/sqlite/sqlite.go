@@ -44,7 +44,6 @@ func Statements(n store.Names) *sqlset.Set {
 			"HTTPKeys.InsertStrict":   "there is no HTTPKeys.InsertLocked to pipeline on SQLite",
 			"HTTPKeys.TakeOverLocked": "there is no HTTPKeys.InsertLocked on SQLite (HTTPKeys.TakeOver is used)",
 			"HTTPKeys.LockKey":        "no advisory locks: BEGIN IMMEDIATE serialises writers, so the transaction itself is the key's lock",
-			"HTTPKeys.LoadUnlock":     "there is no HTTPKeys.LockKey on SQLite (HTTPKeys.Load is used)",
 			"HTTPKeys.Unlock":         "there is no HTTPKeys.LockKey on SQLite",
 			"Outbox.Enqueue":          "SQLite serialises writers: no ordering-key locks nor notifications to fold into one statement, the events are inserted with Outbox.Insert",
 			"Outbox.LockShared":       "SQLite serialises writers itself; no advisory locks",

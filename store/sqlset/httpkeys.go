@@ -30,21 +30,19 @@ type HTTPKeys struct {
 	InsertStrict string
 	// Load reads one record (the columns above).
 	Load string
-	// LockKey takes the session-level advisory lock $1 (bigint, the
-	// hash of the scope the middleware computes), waiting at most $2
-	// (text, e.g. "500ms"; lock_timeout, local to the statement's
-	// implicit transaction). Run before LoadUnlock, in the same round
-	// trip but a statement of its own, so that LoadUnlock's snapshot is
-	// taken after the lock is granted and sees the work of the previous
-	// holder, which released it only after its COMMIT. Empty where there
-	// are no advisory locks (SQLite's BEGIN IMMEDIATE serialises writers).
+	// LockKey, one statement, takes the session-level advisory lock $4
+	// (bigint, the hash of the scope the middleware computes), waiting at
+	// most $5 (text, e.g. "500ms"; lock_timeout, local to the statement's
+	// implicit transaction), and then reads the record (the columns of
+	// Load) with a snapshot taken after the lock was granted, so it sees
+	// the work of the previous holder, which released the lock only after
+	// its COMMIT. When a record exists the statement releases the lock
+	// before returning it, so the lock stays held exactly when there is no
+	// row; when it fails after taking the lock, it releases it. Empty
+	// where there are no advisory locks (SQLite's BEGIN IMMEDIATE
+	// serialises writers).
 	LockKey string
-	// LoadUnlock is Load plus a last column: the result of releasing the
-	// session lock $4 (LockKey's $1), run only when a record exists, so
-	// the lock stays held exactly when there is no record. Empty where
-	// LockKey is.
-	LoadUnlock string
-	// Unlock releases the session lock $1 (LockKey's $1). Empty where
+	// Unlock releases the session lock $1 (LockKey's $4). Empty where
 	// LockKey is.
 	Unlock string
 	// InsertCompleted inserts the completed record of an execution that
