@@ -110,7 +110,7 @@ func partitionStmts[TTx any](d store.Driver[TTx]) (*sqlset.Partitions, error) {
 }
 
 // Partitioned reports whether every table of d's partitioned layout (the
-// inbox and the effect ledger) is partitioned.
+// inbox, the idempotency keys and the effect ledger) is partitioned.
 func Partitioned[TTx any](ctx context.Context, d store.Driver[TTx]) (bool, error) {
 	p := d.Statements().Partitions
 	if p == nil || d.Dialect() != store.Postgres {
@@ -128,8 +128,8 @@ func Partitioned[TTx any](ctx context.Context, d store.Driver[TTx]) (bool, error
 	return true, nil
 }
 
-// Partition converts d's inbox and effect ledger (migrated by package
-// migrate) to the partitioned layout, in one transaction: each table is
+// Partition converts d's inbox, idempotency keys and effect ledger
+// (migrated by package migrate) to the partitioned layout, in one transaction: each table is
 // locked, renamed, recreated partitioned with every row copied, and the
 // partitions from now to now+Ahead are created. Run it with the
 // components stopped or expect them to wait for it (the tables are

@@ -97,7 +97,7 @@ func TestPartitionedInboxExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []string
-	for _, table := range []string{"inbox", "effects"} {
+	for _, table := range []string{"inbox", "idempotency_keys", "effects"} {
 		for d := 1; d <= 5; d++ {
 			want = append(want, fmt.Sprintf("%s_p202612%02d", table, d))
 		}
@@ -146,7 +146,9 @@ func TestPartitionedInboxExpiry(t *testing.T) {
 	}
 	// Dec 1 held nothing and drops; Dec 2 holds audit/kept (InboxMinAge);
 	// Dec 3 (post-1) drops; the ledger's partitions up to Dec 3 drop.
-	if want := []string{"inbox_p20261201", "inbox_p20261203", "effects_p20261201", "effects_p20261202", "effects_p20261203"}; !slices.Equal(pr.Dropped, want) {
+	if want := []string{"inbox_p20261201", "inbox_p20261203",
+		"idempotency_keys_p20261201", "idempotency_keys_p20261202", "idempotency_keys_p20261203",
+		"effects_p20261201", "effects_p20261202", "effects_p20261203"}; !slices.Equal(pr.Dropped, want) {
 		t.Fatalf("dropped %v, want %v (report %+v)", pr.Dropped, want, pr)
 	}
 	if want := []string{"inbox_p20261202"}; !slices.Equal(pr.Kept, want) {

@@ -201,13 +201,13 @@ func (g *GC[TTx]) rules(now time.Time) []rule[TTx] {
 	if g.partitioned() {
 		// Expired rows of the partition holding now leave with it; rows
 		// before it are in inbox partitions kept for InboxMinAge, or in a
-		// default partition: those are deleted in batches (the inbox and
-		// the effect ledger alike).
+		// default partition: those are deleted in batches (the inbox, the
+		// idempotency keys and the effect ledger alike).
 		inboxHorizon, _ = bounds(now, g.cfg.Partitions.Span)
 	}
 	return []rule[TTx]{
 		{"inbox", inboxHorizon, g.expireInbox},
-		{"idempotency_keys", now, idemhttp.Expire[TTx]},
+		{"idempotency_keys", inboxHorizon, idemhttp.Expire[TTx]},
 		{"outbox", now.Add(-g.cfg.OutboxRetention), outbox.Expire[TTx]},
 		{"effects", inboxHorizon, effect.Expire[TTx]},
 		{"dead_letters", now.Add(-g.cfg.DLQRetention), dlq.Expire[TTx]},

@@ -91,6 +91,12 @@ func EachDriver(t *testing.T, body func(t *testing.T, d Driver), opts ...Option)
 		}
 		return Erase(d), d
 	})
+	if partitionedRequested() && !bare {
+		run("pgx-partitioned", func(t *testing.T) (store.Driver[any], any) {
+			d := PgxPartitioned(t)
+			return Erase(d), d
+		})
+	}
 }
 
 // Erase is store.Erase: a Driver[TTx] as a Driver[any], forwarding every

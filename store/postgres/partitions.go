@@ -12,6 +12,9 @@ import (
 // per-record advisory locks (a namespace of their own).
 const lockSeed = "7301"
 
+// keySeed is the same for the idempotency keys' per-record locks.
+const keySeed = "7302"
+
 // partitions returns the partitioned layout's statements (see
 // sqlset.Partitions). Every identifier comes from the validated names; the
 // functions build their DDL with format('%I'), so no value reaches SQL
@@ -52,9 +55,21 @@ BEGIN
 END`)
 	}
 	effectAbsent := ` WHERE NOT EXISTS (SELECT 1 FROM ` + effects + ` e WHERE e.effect_key = p_key)`
-	functions := fn("idem_part_convert", "p_table text, p_key text[]", "void", `DECLARE defs text[];
+	functions := fn("idem_part_convert", "p_table text, p_key text[]", "void", `DECLARE defs text[]; fdefs text[]; fsigs text[];
 BEGIN
   EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', `+lit+`, p_table);
+  -- functions taking or returning the table's row type (a migration's
+  -- RETURNS SETOF table) would keep the old table alive: their definitions
+  -- are read now, while they still name the table, and replayed on the
+  -- partitioned one below
+  SELECT coalesce(array_agg(pg_get_functiondef(p.oid)), '{}'), coalesce(array_agg(p.oid::regprocedure::text), '{}')
+    INTO fdefs, fsigs
+    FROM pg_proc p, pg_class c
+   WHERE c.oid = format('%I.%I', `+lit+`, p_table)::regclass
+     AND (p.prorettype = c.reltype OR c.reltype = ANY (p.proargtypes));
+  FOR i IN 1 .. coalesce(array_length(fsigs, 1), 0) LOOP
+    EXECUTE 'DROP FUNCTION ' || fsigs[i];
+  END LOOP;
   -- the table's other indexes, recreated on the partitioned table below
   SELECT coalesce(array_agg(pg_get_indexdef(x.indexrelid)), '{}') INTO defs
     FROM pg_index x
@@ -72,6 +87,9 @@ BEGIN
   EXECUTE format('DROP TABLE %I.%I', `+lit+`, p_table || '_unpartitioned');
   FOR i IN 1 .. coalesce(array_length(defs, 1), 0) LOOP
     EXECUTE defs[i]; -- "CREATE INDEX name ON schema.table …": the table's name is the partitioned one's now
+  END LOOP;
+  FOR i IN 1 .. coalesce(array_length(fdefs, 1), 0) LOOP
+    EXECUTE fdefs[i];
   END LOOP;
 END`) + fn("idem_part_add", "p_table text, p_name text, p_lo bigint, p_hi bigint, p_lock_timeout text", "boolean", `BEGIN
   IF to_regclass(format('%I.%I', `+lit+`, p_name)) IS NOT NULL THEN
@@ -141,9 +159,51 @@ END`) + fn("effects_insert", "p_key text, p_fp bytea, p_lease bigint, p_now bigi
   ON CONFLICT DO NOTHING
   RETURNING *;
 END`)
+	keys := s + `.idempotency_keys`
+	keyLock := `PERFORM pg_advisory_xact_lock(hashtextextended(p_tenant || chr(1) || p_op || chr(1) || p_key, ` + keySeed + `));`
+	keyAbsent := ` WHERE NOT EXISTS (SELECT 1 FROM ` + keys + ` k WHERE k.tenant = p_tenant AND k.operation = p_op AND k.idem_key = p_key)`
+	keyInsert := `INSERT INTO ` + keys + ` (tenant, operation, idem_key, fingerprint, state, token, created_at, locked_until, expires_at)
+  SELECT p_tenant, p_op, p_key, p_fp, 'in_progress', 1, p_created, p_locked, p_expires` + keyAbsent
+	const keyParams = "p_tenant text, p_op text, p_key text, p_fp bytea, p_created bigint, p_locked bigint, p_expires bigint"
+	dupKey := `
+    RAISE EXCEPTION USING ERRCODE = 'unique_violation',
+      MESSAGE = 'duplicate key value violates the partitioned idempotency keys'' key (tenant, operation, idem_key)';`
+	inserts += fn("keys_insert", keyParams, "SETOF bigint", `BEGIN
+  `+keyLock+`
+  RETURN QUERY `+keyInsert+`
+  ON CONFLICT DO NOTHING RETURNING token;
+END`) + fn("keys_insert_locked", keyParams+", p_lock_timeout text, p_strict boolean", "SETOF bigint", `DECLARE t bigint;
+BEGIN
+  -- as the plain layout's InsertLocked: bound the waits by p_lock_timeout,
+  -- and put the transaction's own value back once the record is ours
+  PERFORM set_config('idem.prev_lock_timeout', current_setting('lock_timeout'), true);
+  PERFORM set_config('lock_timeout', p_lock_timeout, true);
+  `+keyLock+`
+  `+keyInsert+`
+  ON CONFLICT DO NOTHING RETURNING token INTO t;
+  IF t IS NULL THEN
+    IF p_strict THEN`+dupKey+`
+    END IF;
+    RETURN;
+  END IF;
+  PERFORM set_config('lock_timeout', current_setting('idem.prev_lock_timeout'), true);
+  RETURN NEXT t;
+END`) + fn("keys_insert_completed", "p_tenant text, p_op text, p_key text, p_fp bytea, p_status integer, p_headers text, p_body bytea, p_omitted integer, p_rtype text, p_rid text, p_created bigint, p_completed bigint, p_expires bigint", "void", `DECLARE n integer;
+BEGIN
+  `+keyLock+`
+  INSERT INTO `+keys+` (tenant, operation, idem_key, fingerprint, state, token, status, headers, body,
+      body_omitted, resource_type, resource_id, created_at, locked_until, completed_at, expires_at)
+  SELECT p_tenant, p_op, p_key, p_fp, 'completed', 1, p_status, p_headers, p_body, p_omitted, p_rtype, p_rid,
+      p_created, 0, p_completed, p_expires`+keyAbsent+`
+  ON CONFLICT DO NOTHING;
+  GET DIAGNOSTICS n = ROW_COUNT;
+  IF n = 0 THEN`+dupKey+`
+  END IF;
+END`)
 	return &sqlset.Partitions{
 		Tables: []sqlset.PartitionedTable{
 			{Name: "inbox", Key: []string{"consumer", "message_id"}},
+			{Name: "idempotency_keys", Key: []string{"tenant", "operation", "idem_key"}},
 			{Name: "effects", Key: []string{"effect_key"}},
 		},
 		Functions: functions,
@@ -191,5 +251,18 @@ func partitionedEffects(n store.Names, base sqlset.Effects) sqlset.Effects {
 	s := `"` + n.Schema + `"`
 	base.Schedule = `SELECT ` + effectCols + ` FROM ` + s + `.effects_schedule($1::text, $2::text, $3::bytea, $4::bytea, $5::bigint, $6::bigint, $7::text, $8::text)`
 	base.Insert = `SELECT ` + effectCols + ` FROM ` + s + `.effects_insert($1::text, $2::bytea, $3::bigint, $4::bigint, $5::bytea)`
+	return base
+}
+
+// partitionedKeys replaces the idempotency keys' inserts with the
+// partitioned layout's functions (same arguments and results).
+func partitionedKeys(n store.Names, base sqlset.HTTPKeys) sqlset.HTTPKeys {
+	s := `"` + n.Schema + `"`
+	const args = `$1::text, $2::text, $3::text, $4::bytea, $5::bigint, $6::bigint, $7::bigint`
+	base.Insert = `SELECT t, '' FROM ` + s + `.keys_insert(` + args + `) AS t`
+	base.InsertLocked = `SELECT t, '' FROM ` + s + `.keys_insert_locked(` + args + `, $8::text, false) AS t`
+	base.InsertStrict = `SELECT t, '' FROM ` + s + `.keys_insert_locked(` + args + `, $8::text, true) AS t`
+	base.InsertCompleted = `SELECT ` + s + `.keys_insert_completed($1::text, $2::text, $3::text, $4::bytea, $5::integer, $6::text, $7::bytea, $8::integer,
+$9::text, $10::text, $11::bigint, $12::bigint, $13::bigint)`
 	return base
 }

@@ -28,14 +28,14 @@ func Migrations() fs.FS {
 // (n must already have its defaults; see [store.Names.WithDefaults]).
 func Statements(n store.Names) *sqlset.Set {
 	t := func(name string) string { return n.Table(store.Postgres, name) }
-	in, ef := inbox(t), effects(t)
+	in, ef, keys := inbox(t), effects(t), httpKeys(t)
 	if n.Layout == store.LayoutPartitioned {
-		in, ef = partitionedInbox(n, in), partitionedEffects(n, ef)
+		in, ef, keys = partitionedInbox(n, in), partitionedEffects(n, ef), partitionedKeys(n, keys)
 	}
 	return &sqlset.Set{
 		Partitions:  partitions(n),
 		Inbox:       in,
-		HTTPKeys:    httpKeys(t),
+		HTTPKeys:    keys,
 		Outbox:      outboxSQL(t, n),
 		Effects:     ef,
 		DeadLetters: deadLetters(t),
