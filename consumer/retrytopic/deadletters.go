@@ -51,7 +51,7 @@ import (
 //
 // From cfg, DeadLetters keeps Name, MessageID, DLQ, Logger, Metrics (the
 // failure itself is not counted again), Tracer, TracerProvider,
-// Concurrency, FetchWait, StreamMaxAge and AcceptShortRetention; the
+// Concurrency, FetchWait, Backoff, StreamMaxAge and AcceptShortRetention; the
 // handler, schema, reroute, retries, gate and hooks are not used.
 func DeadLetters[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, cfg consumer.Config[TTx], sub broker.Subscriber) (*consumer.Consumer[TTx], error) {
 	if r == nil || sub == nil {
@@ -66,6 +66,7 @@ func DeadLetters[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier,
 		TracerProvider:       cfg.TracerProvider,
 		Concurrency:          cfg.Concurrency,
 		FetchWait:            cfg.FetchWait,
+		Backoff:              cfg.Backoff, // before a redelivery when parking failed
 		StreamMaxAge:         cfg.StreamMaxAge,
 		AcceptShortRetention: cfg.AcceptShortRetention,
 		// One attempt: the record already failed for good; its recorded
