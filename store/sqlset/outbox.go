@@ -54,8 +54,10 @@ type Outbox struct {
 	// lock ($1 relay lock key, bigint) in a statement of its own, so the
 	// claim's snapshot sees every earlier row of a key settled; it bounds
 	// the statements that follow ($2 statement timeout in milliseconds, as
-	// text) and pins the claim's plan to ordered index scans. Empty on
-	// SQLite, where the relay lease (AcquireLease) serialises relays.
+	// text), pins the claim's plan to ordered index scans and may let the
+	// transaction commit without waiting for durability (a lost claim or
+	// mark only republishes events with their ids). Empty on SQLite, where
+	// the relay lease (AcquireLease) serialises relays.
 	LockClaim string
 	// AcquireLease takes or renews the single-writer relay lease: $1
 	// lease name, $2 holder (relay name), $3 lease until (micros), $4 now
