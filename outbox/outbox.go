@@ -11,7 +11,9 @@
 //   - At least once: the relay marks an event published only after the
 //     broker's durable ack. A crash between the ack and the mark publishes the
 //     event again with the same id: the broker's dedup window (JetStream
-//     Nats-Msg-Id) or the consumer's inbox absorbs the duplicate.
+//     Nats-Msg-Id) or the consumer's inbox absorbs the duplicate. So does
+//     a PostgreSQL server crash that loses the relay's last marks (its
+//     claim transactions do not wait for their WAL flush).
 //   - No skipped late commits: the relay claims rows by state ('pending'),
 //     never "everything after the last seq I saw", so a transaction that took
 //     its seq first and commits last is still published.
