@@ -217,9 +217,11 @@ func (s kafkaSubscriber) StreamHorizon(ctx context.Context) (horizon.Stream, err
 }
 
 // KafkaSessionTimeout is the consumer group session timeout on the
-// in-process cluster of [StartKafka] (which allows it): a killed member's
-// partitions move on within seconds.
-const KafkaSessionTimeout = 2 * time.Second
+// in-process cluster of [StartKafka]: a killed member's partitions move on
+// within seconds (franz-go's default is 45s). Kafka's own minimum (6s): at
+// 2s, with members killed every few hundred milliseconds on a loaded
+// machine, joins timed out and a group could stay in rebalance for good.
+const KafkaSessionTimeout = 6 * time.Second
 
 // StartKafka starts an in-process Kafka cluster (franz-go's kfake, one
 // broker listening on a free loopback port; nothing stored on disk) for
