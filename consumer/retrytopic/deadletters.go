@@ -3,6 +3,7 @@ package retrytopic
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strconv"
 	"time"
@@ -33,8 +34,10 @@ import (
 // record's own — the idem-original-*, idem-attempt and idem-error-* ones
 // included — plus the idem-origin-* coordinates of the record on the
 // dead-letter topic. The letter is parked in its own transaction, then the
-// delivery is terminated; if parking fails the delivery is redelivered,
-// so a record is never lost.
+// delivery is terminated; if parking fails, or the consumer fails before
+// the recorded failure (the database: a begin, the inbox lookup, a
+// deadlock), the delivery is naked with backoff and redelivered, so a
+// record is never lost and a letter never carries the database's error.
 //
 // A redelivered record (the process died between parking and the Term)
 // parks once: the dead-letter store's unique key (consumer, message id,
@@ -52,7 +55,7 @@ import (
 // From cfg, DeadLetters keeps Name, MessageID, DLQ, Logger, Metrics (the
 // failure itself is not counted again), Tracer, TracerProvider,
 // Concurrency, FetchWait, Backoff, StreamMaxAge and AcceptShortRetention; the
-// handler, schema, reroute, retries, gate and hooks are not used.
+// handler, schema, reroute, retries in place, gate and hooks are not used.
 func DeadLetters[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, cfg consumer.Config[TTx], sub broker.Subscriber) (*consumer.Consumer[TTx], error) {
 	if r == nil || sub == nil {
 		return nil, idem.InvalidOptionf("retrytopic: nil Retrier or subscriber")
@@ -72,6 +75,10 @@ func DeadLetters[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier,
 		// One attempt: the record already failed for good; its recorded
 		// failure is parked at once, whatever its class.
 		MaxAttempts: 1,
+		// Any other failure (the database: begin, the inbox record, a
+		// MySQL deadlock between two instances) is not the message's: it
+		// is redelivered with backoff instead of being parked.
+		Reroute: redeliverOthers{},
 		Handler: func(_ context.Context, _ TTx, msg idem.Message) error {
 			return RecordedError(msg.Headers)
 		},
@@ -107,6 +114,20 @@ func RecordedError(headers map[string]string) error {
 		e.cause = context.Canceled
 	}
 	return e
+}
+
+// redeliverOthers is the dead-letter consumer's Rerouter: the recorded
+// failure is left to the consumer, which parks it (consumer.ErrNotRerouted);
+// any other failure is refused, so the consumer naks the delivery with
+// backoff and the broker redelivers it.
+type redeliverOthers struct{}
+
+func (redeliverOthers) Reroute(_ context.Context, _ idem.Message, err error) error {
+	var re *recordedError
+	if errors.As(err, &re) {
+		return consumer.ErrNotRerouted
+	}
+	return fmt.Errorf("retrytopic: dead-letter record not parked (%w); redelivered", err)
 }
 
 // recordedError is a failure rebuilt from headers: its own text, and a

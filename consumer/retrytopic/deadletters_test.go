@@ -3,6 +3,7 @@ package retrytopic_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"sync/atomic"
@@ -11,8 +12,10 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/retrytopic"
 	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/store"
 )
 
@@ -227,3 +230,78 @@ func TestRecordedError(t *testing.T) {
 		t.Errorf("no headers: %v (%s)", err, idem.ErrorClass(err))
 	}
 }
+
+// Two consumers of the dead-letter topic (two groups, so each receives
+// every record) park two copies of each of n records concurrently: four
+// parks per message, one letter per message.
+func TestDeadLettersConcurrentCopies(t *testing.T) {
+	t.Parallel()
+	eachDriverAndBroker(t, []time.Duration{50 * time.Millisecond}, testConcurrentCopies)
+}
+
+func testConcurrentCopies(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.Retrier) {
+	const n = 8
+	ib, err := inbox.New(d, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counters [2]parkCounter
+	var cs []*consumer.Consumer[any]
+	for i, group := range []string{"billing-dlt-a", "billing-dlt-b"} {
+		c, err := retrytopic.DeadLetters(d, ib, r, consumer.Config[any]{Name: "billing", FetchWait: 200 * time.Millisecond,
+			Concurrency: 2, Metrics: &counters[i]}, rg.subscribe(t, group, r.DLT()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	var msgs []idem.Message
+	for i := range n {
+		for copyNo := range 2 {
+			id := fmt.Sprintf("poison-%d", i)
+			msgs = append(msgs, idem.Message{ID: id, Subject: r.DLT(), Key: "order-1", Payload: []byte(`{"id":"` + id + `"}`),
+				Headers: map[string]string{retrytopic.HeaderOriginalTopic: rg.topic, retrytopic.HeaderAttempt: "2",
+					retrytopic.HeaderErrorClass: "permanent", retrytopic.HeaderErrorMessage: "permanent: bad",
+					broker.HeaderRedrive: fmt.Sprintf("copy-%d", copyNo)}})
+		}
+	}
+	if err := rg.pub.Publish(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	run(t, cs...)
+	deadline := time.Now().Add(time.Minute)
+	for counters[0].parked.Load() < 2*n || counters[1].parked.Load() < 2*n {
+		if time.Now().After(deadline) {
+			t.Fatalf("parked %d and %d records, want %d each", counters[0].parked.Load(), counters[1].parked.Load(), 2*n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s, err := dlq.New(d, dlq.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	letters := waitLetters(t, s)
+	if len(letters) != n {
+		t.Errorf("%d messages with letters, want %d", len(letters), n)
+	}
+	for id, ls := range letters {
+		// Each park of a parked letter counts an attempt more (dlq's upsert).
+		if len(ls) != 1 || ls[0].Attempts < 2 || ls[0].Source != rg.topic || ls[0].ErrorClass != "permanent" || ls[0].Error != "permanent: bad" {
+			t.Errorf("%s: %+v, want one letter of source %s, permanent: bad", id, ls, rg.topic)
+		}
+	}
+}
+
+// parkCounter is a consumer.Observer counting dead letters parked.
+type parkCounter struct{ parked atomic.Int64 }
+
+func (*parkCounter) Start(string) func()                              { return func() {} }
+func (*parkCounter) Processed(string)                                 {}
+func (*parkCounter) DuplicateContext(context.Context, string, string) {}
+func (*parkCounter) FingerprintConflict(string, string)               {}
+func (*parkCounter) Failed(string, string)                            {}
+func (*parkCounter) Retry(string)                                     {}
+func (c *parkCounter) DeadLetteredContext(context.Context, string, string) {
+	c.parked.Add(1)
+}
+func (*parkCounter) Unidentified(string) {}
