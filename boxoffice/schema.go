@@ -192,6 +192,25 @@ func Migrate[TTx any](ctx context.Context, d store.Driver[TTx]) error {
 		}
 		for _, bt := range businessTables {
 			qualified := t.qualify(bt.name)
+			if isMySQL(t.dialect) {
+				// CREATE TABLE IF NOT EXISTS of an existing table still
+				// waits for an exclusive metadata lock on MySQL, behind
+				// every open transaction on the table, and every statement
+				// after it queues behind that wait: a restarting process
+				// would stall the others. An existing table is only
+				// checked.
+				var n int64
+				if err := q.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = $1`,
+					bt.name).Scan(&n); err != nil {
+					return fmt.Errorf("boxoffice: migrate %s: %w", qualified, err)
+				}
+				if n > 0 {
+					if err := checkColumns(ctx, q, t, bt); err != nil {
+						return err
+					}
+					continue
+				}
+			}
 			if _, err := q.Exec(ctx, fmt.Sprintf(bt.ddl, qualified, int64Type, keyText, text)); err != nil {
 				return fmt.Errorf("boxoffice: migrate %s: %w", qualified, err)
 			}
