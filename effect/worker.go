@@ -281,6 +281,9 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 	// every slot busy (a stale one in freed) keeps it: the next freed slot
 	// is refilled at once, not a poll interval later.
 	more := true
+	// refill: while work is due, the worker claims once this many slots
+	// are free (or CompleteDelay after the first one freed).
+	refill := max(1, w.cfg.Concurrency/4)
 	for ctx.Err() == nil {
 		wait := w.cfg.PollInterval
 		if cap(slots)-len(slots) == 0 {
@@ -353,13 +356,33 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 			start++
 		}
 		if more {
-			if cap(slots)-len(slots) > 0 {
+			if cap(slots)-len(slots) >= refill {
 				continue
 			}
-			// Every slot is busy and work is due: refill as soon as one frees.
-			select {
-			case <-ctx.Done():
-			case <-freed:
+			// Work is due but fewer than refill slots are free: wait for
+			// one to free, then at most CompleteDelay for others to join,
+			// so a fast provider is fed by claims of many rows rather than
+			// a claim per finished call (each claim is a round trip and an
+			// UPDATE of its rows).
+			if cap(slots)-len(slots) == 0 {
+				select {
+				case <-ctx.Done():
+				case <-freed:
+				}
+			}
+			if cap(slots)-len(slots) < refill {
+				cool := time.NewTimer(w.cfg.CompleteDelay)
+			gather:
+				for cap(slots)-len(slots) < refill {
+					select {
+					case <-ctx.Done():
+						break gather
+					case <-freed:
+					case <-cool.C:
+						break gather
+					}
+				}
+				cool.Stop()
 			}
 			continue
 		}
