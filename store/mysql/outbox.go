@@ -47,8 +47,16 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 		ORDER BY o.seq
 		LIMIT $4
 		FOR UPDATE SKIP LOCKED`
-	retry := `UPDATE ` + o + ` SET state = ` + pending + `, attempts = 0, next_attempt_at = 0, claimed_by = '', claim_until = 0
+	// updateSeqs is an UPDATE of the rows whose seqs the JSON array text $n
+	// lists, joined by primary key: MariaDB (before 11.1) runs a
+	// single-table UPDATE … WHERE seq IN (subquery) as a scan of the whole
+	// table, one dependent subquery per row.
+	updateSeqs := func(n int) string {
+		return `UPDATE ` + o + ` o JOIN JSON_TABLE($` + strconv.Itoa(n) + `, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j ON o.seq = j.v`
+	}
+	const retrySet = ` SET state = ` + pending + `, attempts = 0, next_attempt_at = 0, claimed_by = '', claim_until = 0
 		WHERE state = ` + failed
+	retry := `UPDATE ` + o + retrySet
 	parkedCols := outboxClaimCols + `, last_error`
 	return sqlset.Outbox{
 		// The ordering keys' rows are locked first (distinct, non-empty,
@@ -89,15 +97,15 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 		Claim: `/*idem:collect*/ ` + claimable + `;
 			UPDATE ` + o + ` SET claimed_by = $1, claim_until = $2 WHERE seq IN ($0);
 			SELECT ` + outboxClaimCols + ` FROM ` + o + ` WHERE seq IN ($0) ORDER BY seq`,
-		Complete: `UPDATE ` + o + ` SET state = ` + completed + `, published_at = $1, claimed_by = '', claim_until = 0, last_error = ''
-			WHERE ` + inSeqs("seq", 2) + ` AND state = ` + pending,
-		Release: `UPDATE ` + o + ` SET claimed_by = '', claim_until = 0
-			WHERE ` + inSeqs("seq", 2) + ` AND claimed_by = $1 AND state = ` + pending,
+		Complete: updateSeqs(2) + ` SET state = ` + completed + `, published_at = $1, claimed_by = '', claim_until = 0, last_error = ''
+			WHERE state = ` + pending,
+		Release: updateSeqs(2) + ` SET claimed_by = '', claim_until = 0
+			WHERE claimed_by = $1 AND state = ` + pending,
 		Fail: `UPDATE ` + o + ` SET state = $3, attempts = attempts + 1, last_error = $4, next_attempt_at = $5, claimed_by = '', claim_until = 0
 			WHERE seq = $2 AND claimed_by = $1 AND state = ` + pending,
 		Expire:          `DELETE FROM ` + o + ` WHERE state = ` + completed + ` AND published_at < $1 ORDER BY published_at LIMIT $2`,
 		RetryParked:     retry,
-		RetryParkedSeqs: retry + ` AND ` + inSeqs("seq", 1),
+		RetryParkedSeqs: updateSeqs(1) + retrySet,
 		ListParked:      `SELECT ` + parkedCols + ` FROM ` + o + ` WHERE state = ` + failed + ` ORDER BY ordering_key, seq LIMIT $1`,
 		CountBlocked:    `SELECT count(*) FROM ` + o + ` WHERE ordering_key = $1 AND seq > $2 AND state = ` + pending,
 		BlockedBehind:   `SELECT ` + parkedCols + ` FROM ` + o + ` WHERE ordering_key = $1 AND seq > $2 AND state = ` + pending + ` ORDER BY seq LIMIT $3`,
