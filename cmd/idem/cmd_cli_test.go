@@ -180,7 +180,7 @@ func TestBadCommandLines(t *testing.T) {
 		{"migrate", "sideways"},
 		{"migrate", "up", "status"},
 		{"migrate", "--db"},
-		{"migrate", "up", "--db", "mysql://root:hunter2@h/db"},
+		{"migrate", "up", "--db", "oracle://root:hunter2@h/db"},
 		{"migrate", "up", "--db", "sqlite://"},
 		{"migrate", "up", "--db", "hunter2"},
 		{"dlq"},
@@ -200,7 +200,7 @@ func TestBadCommandLines(t *testing.T) {
 		{"gc", "--interval", "soon"},
 		{"demo", "--webhook-secret", "nope"},
 		{"demo", "extra"},
-		{"demo", "--db", "mysql://root:hunter2@h/db"},
+		{"demo", "--db", "oracle://root:hunter2@h/db"},
 		{"webhook"},
 		{"webhook", "verify"},
 		{"webhook", "sign", "body"},
@@ -230,11 +230,11 @@ func TestBadCommandLines(t *testing.T) {
 // URL names the scheme only (item 9).
 func TestUnknownSchemeNotEchoed(t *testing.T) {
 	t.Parallel()
-	code, _, stderr := runCmd(t, map[string]string{}, "stats", "--db", "mysql://root:hunter2@db.internal:3306/shop")
-	if code != 2 || !strings.Contains(stderr, `"mysql"`) || strings.Contains(stderr, "hunter2") || strings.Contains(stderr, "db.internal") {
+	code, _, stderr := runCmd(t, map[string]string{}, "stats", "--db", "oracle://root:hunter2@db.internal:1521/shop")
+	if code != 2 || !strings.Contains(stderr, `"oracle"`) || strings.Contains(stderr, "hunter2") || strings.Contains(stderr, "db.internal") {
 		t.Fatalf("exit %d: %q", code, stderr)
 	}
-	assertOneLine(t, "stats --db mysql://…", stderr)
+	assertOneLine(t, "stats --db oracle://…", stderr)
 }
 
 // TestReadOnlyCommandsCreateNothing: the read-only commands (and the
