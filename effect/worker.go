@@ -95,14 +95,17 @@ type WorkerConfig[TTx any] struct {
 	// PollInterval is how often the worker looks for due effects when it
 	// found none. Defaults to 1 second.
 	PollInterval time.Duration
-	// CompleteBatch is the most completions recorded in one batch (one
-	// round trip on a driver that pipelines, one transaction otherwise).
-	// Defaults to, and is capped by, Concurrency; 1 records each
-	// completion on its own.
+	// CompleteBatch is the most completions recorded in one batch (on
+	// PostgreSQL one set-based UPDATE, sqlset.Effects.CompleteBatch; one
+	// transaction of fenced UPDATEs on SQLite and MySQL). Defaults to, and
+	// is capped by, Concurrency; 1 records each completion on its own.
 	CompleteBatch int
 	// CompleteDelay is the longest a completion waits for others to join
 	// its batch; a batch is recorded at once when it is full or when no
-	// other call is still running. Defaults to 2 milliseconds.
+	// other call is still running. It is also the longest the worker waits,
+	// while due work is left, for a quarter of its slots to be free before
+	// it claims again (so a fast provider is fed by claims of many rows,
+	// not a claim per finished call). Defaults to 2 milliseconds.
 	CompleteDelay time.Duration
 	// MaxAttempts is the number of claims after which a failing effect is
 	// marked failed. Defaults to 10.

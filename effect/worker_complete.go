@@ -11,10 +11,11 @@ import (
 )
 
 // completer records the completions of a Worker's calls in batches: the
-// completions of calls that finish close together cost one round trip (a
-// pipelined batch on a driver that pipelines) or one transaction (one
-// commit, on SQLite one write lock), each UPDATE still fenced by its own
-// token, so a lost lease is reported for exactly that effect.
+// completions of calls that finish close together cost one round trip (on
+// PostgreSQL one set-based UPDATE; a pipelined batch on another driver that
+// pipelines) or one transaction (one commit, on SQLite one write lock),
+// each row still fenced by its own token, so a lost lease is reported for
+// exactly that effect.
 type completer[TTx any] struct {
 	l     *Ledger[TTx]
 	in    chan completion
@@ -103,9 +104,8 @@ func (c *completer[TTx]) run(ctx context.Context) {
 	}
 }
 
-// flush records batch: one completion as a single UPDATE, more as one
-// SendBatch of fenced UPDATEs (pipelined on the pool when the driver
-// pipelines, in one transaction otherwise). If the batch fails as a whole
+// flush records batch: one completion as a single UPDATE, more with
+// completeBatch (one set-based UPDATE, or one SendBatch of fenced UPDATEs). If the batch fails as a whole
 // (a statement's error undoes it), each completion is recorded on its own
 // so that every effect gets its own answer.
 func (c *completer[TTx]) flush(ctx context.Context, batch []completion) {
