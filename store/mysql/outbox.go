@@ -36,14 +36,16 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 	// (an expired claim is taken over), and no earlier row of its ordering
 	// key blocks it: an earlier row that is failed (parked), waiting for a
 	// retry, or claimed. An earlier row that is itself claimable is claimed
-	// in the same batch (ORDER BY seq LIMIT takes a prefix).
+	// in the same batch (ORDER BY seq LIMIT takes a prefix). A row without
+	// an ordering key skips the probe (o.ordering_key = '' first: the probe
+	// would otherwise walk every earlier unkeyed row of the key index).
 	claimable := `SELECT o.seq FROM ` + o + ` o
 		WHERE o.state = ` + pending + ` AND o.next_attempt_at <= $3 AND o.claim_until <= $3
-		  AND NOT EXISTS (
+		  AND (o.ordering_key = '' OR NOT EXISTS (
 		        SELECT 1 FROM ` + o + ` b
 		        WHERE b.ordering_key = o.ordering_key AND b.seq < o.seq
-		          AND b.ordering_key <> '' AND (b.state = ` + failed + ` OR (b.state = ` + pending + ` AND (b.claim_until > 0 OR b.next_attempt_at > 0)))
-		          AND (b.state = ` + failed + ` OR b.next_attempt_at > $3 OR b.claim_until > $3))
+		          AND (b.state = ` + failed + ` OR (b.state = ` + pending + ` AND (b.claim_until > 0 OR b.next_attempt_at > 0)))
+		          AND (b.state = ` + failed + ` OR b.next_attempt_at > $3 OR b.claim_until > $3)))
 		ORDER BY o.seq
 		LIMIT $4
 		FOR UPDATE SKIP LOCKED`
