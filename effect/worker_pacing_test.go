@@ -206,3 +206,73 @@ func TestBatchedCompletionsKeepFencing(t *testing.T) {
 		}
 	})
 }
+
+// claimCounter records the limit of every claim of kind on the pool.
+type claimCounter struct {
+	store.Driver[any]
+	kind   string
+	mu     sync.Mutex
+	limits []int
+}
+
+func (c *claimCounter) Pool() store.Querier { return claimQuerier{c.Driver.Pool(), c} }
+
+type claimQuerier struct {
+	store.Querier
+	c *claimCounter
+}
+
+func (q claimQuerier) Query(ctx context.Context, sql string, args ...any) (store.Rows, error) {
+	// A claim's arguments: now, limit, lease_until, kind.
+	if k, ok := lastString(args); ok && len(args) == 4 && k == q.c.kind {
+		if n, ok := args[1].(int); ok {
+			q.c.mu.Lock()
+			q.c.limits = append(q.c.limits, n)
+			q.c.mu.Unlock()
+		}
+	}
+	return q.Querier.Query(ctx, sql, args...)
+}
+
+func lastString(args []any) (string, bool) {
+	if len(args) == 0 {
+		return "", false
+	}
+	s, ok := args[len(args)-1].(string)
+	return s, ok
+}
+
+// While a backlog is due, the worker claims only once a quarter of its
+// slots are free (CompleteDelay, here a minute, bounds that wait): a fast
+// provider is fed by claims of many rows, never a claim per finished call,
+// and the backlog still drains.
+func TestClaimsWaitForAQuarterOfTheSlots(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+		const conc, n = 16, 300
+		cd := &claimCounter{Driver: d, kind: "refill"}
+		l := newLedger(t, cd, effect.Config{Lease: time.Minute})
+		var effs []effect.Effect
+		for i := range n {
+			effs = append(effs, effect.Effect{Key: fmt.Sprintf("refill:%d", i), Kind: "refill"})
+		}
+		schedule(t, d, l, effs...)
+		w := fastWorker(t, l, effect.WorkerConfig[any]{Concurrency: conc, PollInterval: time.Minute, CompleteDelay: time.Minute})
+		_ = w.Register("refill", func(context.Context, string, []byte) ([]byte, error) { return []byte("ok"), nil })
+		stop := runWorker(t, w)
+		waitFor(t, "the backlog completed", func() bool { return counts(t, l)[effect.Completed] == n })
+		stop()
+		cd.mu.Lock()
+		limits := append([]int(nil), cd.limits...)
+		cd.mu.Unlock()
+		for _, m := range limits {
+			if m < conc/4 {
+				t.Fatalf("claim limits %v: a claim asked for %d rows; want at least a quarter of %d slots", limits, m, conc)
+			}
+		}
+		if len(limits) == 0 {
+			t.Fatal("no claim seen")
+		}
+		t.Logf("%d effects drained in %d claims", n, len(limits))
+	})
+}
