@@ -285,7 +285,12 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 		}
 		if out == outExecute {
 			if m.cfg.Mode == Transactional {
-				out, rec, err = m.attemptTx(w, r, h, req)
+				if m.serialised() {
+					out, rec, err = m.attemptSerialised(w, r, h, req)
+				}
+				if out == outExecute {
+					out, rec, err = m.attemptTx(w, r, h, req)
+				}
 			} else {
 				out, rec, err = m.attemptTwoPhase(w, r, h, req)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/store"
@@ -90,20 +91,41 @@ func (m *Middleware[TTx]) attemptReserved(w http.ResponseWriter, r *http.Request
 		}
 		return m.decideReserved(rec, req)
 	}
+	return m.runAndInsert(w, r, h, req, tx, start, nil, func(args []any) error {
+		if args == nil {
+			return m.d.EndReserved(bg, tx, false, nil, unlock)
+		}
+		return m.d.EndReserved(bg, tx, true, []store.Stmt{{SQL: m.q.InsertCompleted, Args: args}}, unlock)
+	})
+}
 
+// runAndInsert runs h on tx, a transaction in which the key has no record
+// and no other execution of it can start (it holds the key's lock, or
+// writers are serialised), and ends tx through end: end(nil) rolls it
+// back (a panic, an unrecordable response or a status not stored), end
+// with HTTPKeys.InsertCompleted's arguments inserts the completed record
+// and commits. handlerDone, when not nil, runs once the handler returned.
+// start is when the execution started (created_at).
+func (m *Middleware[TTx]) runAndInsert(w http.ResponseWriter, r *http.Request, h http.Handler, req *request, tx TTx,
+	start time.Time, handlerDone func(), end func(args []any) error) (outcome, *Record, error) {
+	ctx := r.Context()
+	bg := context.WithoutCancel(ctx)
 	finished := false
 	defer func() {
 		if !finished { // the handler panicked: roll back, release the lock
-			_ = m.d.EndReserved(bg, tx, false, nil, unlock)
+			_ = end(nil)
 		}
 	}()
 	cw := m.newCapture(w)
 	defer cw.close()
 	m.runOnTx(cw, r, h, req, tx) // a panic propagates; the deferred end runs
+	if handlerDone != nil {
+		handlerDone()
+	}
 	cw.finish()
 	if failure := cw.failure(); failure != nil || !m.cfg.StoreStatus(cw.status) {
 		finished = true
-		if err := m.d.EndReserved(bg, tx, false, nil, unlock); err != nil {
+		if err := end(nil); err != nil {
 			m.log.WarnContext(ctx, "rollback failed", "idempotency_key", req.key, "error", err)
 		}
 		if failure != nil {
@@ -117,13 +139,13 @@ func (m *Middleware[TTx]) attemptReserved(w http.ResponseWriter, r *http.Request
 	res, err := m.storedResponse(req, cw)
 	if err != nil {
 		finished = true
-		_ = m.d.EndReserved(bg, tx, false, nil, unlock)
+		_ = end(nil)
 		return outStoreFailed, nil, err
 	}
 	args := req.args(req.fp.Bytes(), res.status, res.headers, res.body, res.omitted, res.resourceType, res.resourceID,
 		store.Micros(start), store.Micros(m.cfg.Now()), store.Micros(start.Add(m.retention(req.operation))))
 	finished = true
-	err = m.d.EndReserved(bg, tx, true, []store.Stmt{{SQL: m.q.InsertCompleted, Args: args}}, unlock)
+	err = end(args)
 	if errors.Is(err, store.ErrUniqueViolation) {
 		// Nothing committed. If a writer that does not take the lock
 		// recorded the key meanwhile, its record answers; otherwise the
