@@ -2,7 +2,6 @@ package idemhttp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -110,7 +109,7 @@ func scanRecord(row store.Row, rec *Record, dest ...any) error {
 	rec.BodyOmitted = omitted != 0
 	rec.Header = http.Header{}
 	if headers != "" {
-		if err := json.Unmarshal([]byte(headers), &rec.Header); err != nil {
+		if err := decodeHeaders(headers, rec.Header); err != nil {
 			return fmt.Errorf("idemhttp: stored headers of %s: %w", s, err)
 		}
 	}
