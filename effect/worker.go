@@ -423,12 +423,16 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 			c.calling.Add(-1)
 		}
 	}()
-	log := w.log.With("effect_key", e.Key, "kind", k.name, "attempt", e.Attempts, "token", e.Token)
+	// The effect's logger is built only when something is logged: With
+	// formats its attributes, a cost per effect on the success path.
+	log := func() *slog.Logger {
+		return w.log.With("effect_key", e.Key, "kind", k.name, "attempt", e.Attempts, "token", e.Token)
+	}
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer fcancel()
 	if e.Attempts > k.maxAttempts {
 		// Claimed again after the worker running it vanished too often.
-		w.failEffect(fctx, log, k, e, fmt.Errorf("effect: %d attempts exceed the maximum %d (workers lost mid-call)", e.Attempts, k.maxAttempts))
+		w.failEffect(fctx, log(), k, e, fmt.Errorf("effect: %d attempts exceed the maximum %d (workers lost mid-call)", e.Attempts, k.maxAttempts))
 		return
 	}
 	if age := w.l.now().Sub(e.FirstAttemptAt); k.keyLifetime > 0 && age > k.keyLifetime {
@@ -438,13 +442,13 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 		cause := fmt.Errorf("%w: key first sent %s ago, provider keeps keys %s; check the provider, then resolve or retry",
 			ErrKeyExpired, age.Round(time.Second), k.keyLifetime)
 		if err := w.l.hold(fctx, e.Key, e.Token, cause); err != nil {
-			w.logFinalise(fctx, log, "hold", err)
+			w.logFinalise(fctx, log(), "hold", err)
 			return
 		}
 		if w.cfg.Metrics != nil {
 			w.cfg.Metrics.EffectHeld(k.name)
 		}
-		log.WarnContext(fctx, "effect held for reconciliation: provider key lifetime exceeded", "age", age, "key_lifetime", k.keyLifetime)
+		log().WarnContext(fctx, "effect held for reconciliation: provider key lifetime exceeded", "age", age, "key_lifetime", k.keyLifetime)
 		return
 	}
 	sctx, span := w.l.startCall(obs.FromRow(ctx, e.TraceParent, e.TraceState), e)
@@ -460,23 +464,23 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 		endCall(span, outcomeCompleted, nil)
 		handed = true
 		if cerr := c.complete(fctx, e.Key, e.Token, res, queued); cerr != nil {
-			w.logFinalise(fctx, log, "complete", cerr)
+			w.logFinalise(fctx, log(), "complete", cerr)
 		}
 	case ctx.Err() != nil && !idem.IsPermanent(err):
 		// The worker is stopping: hand the effect back, attempt not counted.
 		endCall(span, outcomeReleased, err)
 		if rerr := w.l.release(fctx, e.Key, e.Token, w.l.now(), err, true); rerr != nil {
-			w.logFinalise(fctx, log, "release", rerr)
+			w.logFinalise(fctx, log(), "release", rerr)
 		}
 	case idem.IsPermanent(err) || e.Attempts >= k.maxAttempts:
 		endCall(span, outcomeFailed, err)
-		w.failEffect(fctx, log, k, e, err)
+		w.failEffect(fctx, log(), k, e, err)
 	default:
 		endCall(span, outcomeRetry, err)
 		next := w.l.now().Add(w.cfg.Backoff(e.Attempts))
-		log.DebugContext(fctx, "transient failure, retrying later", "error", err, "next", next)
+		log().DebugContext(fctx, "transient failure, retrying later", "error", err, "next", next)
 		if rerr := w.l.release(fctx, e.Key, e.Token, next, err, false); rerr != nil {
-			w.logFinalise(fctx, log, "release", rerr)
+			w.logFinalise(fctx, log(), "release", rerr)
 		}
 	}
 }
