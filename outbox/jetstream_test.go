@@ -66,7 +66,11 @@ func testJetStreamCrashAfterAck[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 	enqueueTx(t, d, o, evs...)
 	cfg := fastRelay("crashy")
-	cfg.ClaimTTL = 300 * time.Millisecond
+	// The crash hook runs after a batch publish; on a loaded machine a
+	// publish timeout would send the batch one by one instead (no hook:
+	// r1 would never crash), so the timeout is generous.
+	cfg.ClaimTTL = 2 * time.Second
+	cfg.PublishTimeout = time.Second
 	r1, _ := NewRelay(d, pub, cfg)
 	r1.afterPublish = func([]Event) bool { return true }
 	if err := r1.Run(context.Background()); err != errCrashed {
