@@ -89,32 +89,34 @@ func load(ctx context.Context, q store.Querier, k *sqlset.HTTPKeys, s scope) (*R
 // scanRecord scans the record columns of Load (after dest, the columns
 // that precede them, such as ListHeld's scope) into rec.
 func scanRecord(row store.Row, rec *Record, dest ...any) error {
-	var (
+	// One value for every scan target: they escape to the heap together
+	// (one allocation, not one each).
+	var c struct {
 		fp                                 []byte
 		state, headers                     string
 		status, omitted                    int64
 		created, locked, completed, expire int64
-	)
-	err := row.Scan(append(dest, &fp, &state, &rec.Token, &status, &headers, &rec.Body,
-		&omitted, &rec.ResourceType, &rec.ResourceID, &created, &locked, &completed, &expire)...)
+	}
+	err := row.Scan(append(dest, &c.fp, &c.state, &rec.Token, &c.status, &c.headers, &rec.Body,
+		&c.omitted, &rec.ResourceType, &rec.ResourceID, &c.created, &c.locked, &c.completed, &c.expire)...)
 	if err != nil {
 		return err
 	}
 	s := scope{rec.Tenant, rec.Operation, rec.Key}
-	if rec.Fingerprint, err = idem.FingerprintFromBytes(fp); err != nil {
+	if rec.Fingerprint, err = idem.FingerprintFromBytes(c.fp); err != nil {
 		return fmt.Errorf("idemhttp: stored fingerprint of %s: %w", s, err)
 	}
-	rec.State = State(state)
-	rec.Status = int(status)
-	rec.BodyOmitted = omitted != 0
+	rec.State = State(c.state)
+	rec.Status = int(c.status)
+	rec.BodyOmitted = c.omitted != 0
 	rec.Header = http.Header{}
-	if headers != "" {
-		if err := decodeHeaders(headers, rec.Header); err != nil {
+	if c.headers != "" {
+		if err := decodeHeaders(c.headers, rec.Header); err != nil {
 			return fmt.Errorf("idemhttp: stored headers of %s: %w", s, err)
 		}
 	}
-	rec.CreatedAt, rec.LockedUntil = store.FromMicros(created), store.FromMicros(locked)
-	rec.CompletedAt, rec.ExpiresAt = store.FromMicros(completed), store.FromMicros(expire)
+	rec.CreatedAt, rec.LockedUntil = store.FromMicros(c.created), store.FromMicros(c.locked)
+	rec.CompletedAt, rec.ExpiresAt = store.FromMicros(c.completed), store.FromMicros(c.expire)
 	return nil
 }
 
