@@ -12,8 +12,10 @@
 -- the RETURN QUERY below starts after the grant. The wait, only when the
 -- lock is held by another session, is bounded by p_lock_timeout (text,
 -- e.g. '500ms'; lock_timeout local to the caller's implicit transaction).
--- If the read fails after the lock was taken, the lock is released before
--- the error propagates, so a failed call never leaves a session lock held.
+-- If the read fails after the lock was taken (any error, a statement_timeout
+-- or a cancel included: OTHERS does not cover query_canceled, so it is
+-- named), the lock is released before the error propagates, so a failed
+-- call never leaves a session lock held.
 CREATE OR REPLACE FUNCTION {{t}}idem_http_lock_load(p_tenant text, p_operation text, p_key text, p_lock bigint, p_lock_timeout text)
 RETURNS SETOF {{t}}idempotency_keys
 LANGUAGE plpgsql VOLATILE AS $$
@@ -25,7 +27,7 @@ BEGIN
     BEGIN
         RETURN QUERY SELECT * FROM {{t}}idempotency_keys
             WHERE tenant = p_tenant AND operation = p_operation AND idem_key = p_key;
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         PERFORM pg_advisory_unlock(p_lock);
         RAISE;
     END;
