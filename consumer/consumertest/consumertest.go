@@ -413,9 +413,12 @@ func testDeadLetter(t *testing.T, s *suite) {
 		idem.Message{ID: "dl-permanent", Headers: map[string]string{"x-trace": "t-2"}})
 	good := messages("dl-ok", 0, 3)
 	s.publish(t, good...)
-	waitFor(t, "2 dead letters and 3 acks", func() bool {
+	// The letter commits before the delivery is terminated and the
+	// observer counts it: wait for all three, not just the rows.
+	waitFor(t, "2 dead letters, terminated and counted, and 3 acks", func() bool {
 		n, err := letters.CountParked(ctx)
-		return err == nil && n[consumerName] == 2 && sub.ackCount() == 3
+		return err == nil && n[consumerName] == 2 && sub.ackCount() == 3 &&
+			sub.termCount("dl-exhausted") >= 1 && sub.termCount("dl-permanent") >= 1 && obs.deadLettered.Load() >= 2
 	})
 	s.checkExactlyOnce(t, ids(good))
 	sub.check(t)
