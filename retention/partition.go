@@ -18,7 +18,8 @@ import (
 // most in a same-database inbox: every deleted row is a WAL record, a dead
 // tuple for autovacuum and index entries to clean, and a long DELETE
 // competes with the writers for I/O and locks. In the partitioned layout
-// the inbox is range-partitioned by expires_at (daily by default): a
+// the inbox, the idempotency keys and the effect ledger are
+// range-partitioned by expires_at (daily by default): a
 // partition whose upper bound has passed holds only expired rows, each by
 // its own expiry, and is removed whole with DETACH PARTITION and DROP
 // TABLE — a catalog change, whatever its size. A consumer whose retention
@@ -32,10 +33,10 @@ import (
 //
 // The dedup decision stays a database constraint in the caller's
 // transaction, with one addition: a partitioned table's unique key must
-// contain its partition key, so the inbox's key becomes (consumer,
-// message_id, expires_at). Its inserts therefore take a transaction-scoped
-// advisory lock on (consumer, message_id) and insert only when no
-// partition holds the message, in a statement of their own (see
+// contain its partition key, so each table's key gains expires_at. Their
+// deciding inserts therefore take a transaction-scoped advisory lock on the
+// record's key and insert only when no partition holds it, in a statement
+// of their own (see
 // sqlset.Partitions); concurrent deliveries of one message are serialised
 // by the lock and the second one finds the first's record. This needs the
 // consumer's transaction to run at READ COMMITTED (PostgreSQL's default,

@@ -17,7 +17,7 @@ import (
 // on (redacted), so a wrong --db is seen at once. "up" creates a missing
 // SQLite database; "status" only reads and fails on a missing one;
 // "partition" applies pending migrations and converts a PostgreSQL
-// database's inbox and effect ledger to the partitioned layout
+// database's inbox, idempotency keys and effect ledger to the partitioned layout
 // (retention.Partition), after which every process must open the database
 // with ?idem_layout=partitioned.
 func runMigrate(ctx context.Context, env *Env, args []string) error {
@@ -107,7 +107,7 @@ func migratePartition(ctx context.Context, env *Env, u string) error {
 	if err != nil {
 		return hideURL(err, u)
 	}
-	fmt.Fprintf(env.Stdout, "partitioned layout: inbox and effects range-partitioned by expires_at (%d partitions created)\n", len(rep.Created))
+	fmt.Fprintf(env.Stdout, "partitioned layout: inbox, idempotency keys and effects range-partitioned by expires_at (%d partitions created)\n", len(rep.Created))
 	fmt.Fprintf(env.Stdout, "open the database with ?%s=%s in every process from now on (idem gc then drops expired partitions)\n", dsn.LayoutParam, store.LayoutPartitioned)
 	return nil
 }

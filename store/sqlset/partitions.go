@@ -10,8 +10,9 @@ package sqlset
 // partition key, so each table's primary key gains expires_at and no
 // longer alone refuses a second record of one key with another expiry. In
 // the partitioned layout the inserts that decide a duplicate
-// (Inbox.Insert, InsertStrict, Claim, BatchInsert; Effects.Schedule,
-// Insert) therefore call functions the conversion creates: each takes a
+// (Inbox.Insert, InsertStrict, Claim, BatchInsert; HTTPKeys.Insert,
+// InsertLocked, InsertStrict, InsertCompleted; Effects.Schedule, Insert)
+// therefore call functions the conversion creates: each takes a
 // transaction-scoped advisory lock on the record's key, then inserts only
 // if no record of that key exists in any partition, in a statement of its
 // own (under READ COMMITTED it sees every record committed before the
