@@ -31,7 +31,9 @@ type Outcome struct {
 // savepoint per message. A handler may therefore run twice inside tx, the
 // first run's writes rolled back: handlers must keep their effects in tx
 // (external effects are scheduled through the effect ledger, not performed
-// inside the transaction).
+// inside the transaction). Handlers that write with Exec instead of
+// running their statements on tx themselves save the pass a round trip per
+// statement: the pass sends them all with its savepoint's release.
 //
 // The returned slice has one Outcome per message, in order. A message id
 // repeated within the batch is processed once; its later copies are
@@ -63,7 +65,8 @@ type BatchHandler[TTx any] func(ctx context.Context, tx TTx, msgs []idem.Message
 // are rolled back to a savepoint and each new message is applied through h
 // in a savepoint of its own, exactly as ProcessBatchTx does, so one poison
 // message still cannot sink the others. Both handlers must have the same
-// effect for a message.
+// effect for a message. A bh writing with Exec has its statement sent
+// together with the release of the pass's savepoint.
 func (in *Inbox[TTx]) ProcessBatchWithTx(ctx context.Context, tx TTx, consumer string, msgs []idem.Message, bh BatchHandler[TTx], h Handler[TTx]) ([]Outcome, error) {
 	if bh == nil {
 		return nil, idem.InvalidOptionf("inbox: nil batch handler")
@@ -182,30 +185,47 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 				return nil, fmt.Errorf("inbox: savepoint: %w", err)
 			}
 		}
+		// The pass's handlers queue their Exec statements (see Exec): they
+		// travel with the savepoint's release, one round trip for all.
+		pctx, qu := withQueue(ctx, tx)
 		var herr error
 		if bh != nil {
 			fresh := make([]idem.Message, len(toRun))
 			for j, i := range toRun {
 				fresh[j] = msgs[i]
 			}
-			herr = bh(ctx, tx, fresh)
+			herr = bh(pctx, tx, fresh)
 		} else {
 			for _, i := range toRun {
-				if herr = h(ctx, tx, msgs[i]); herr != nil {
+				if herr = h(pctx, tx, msgs[i]); herr != nil {
 					break
 				}
 			}
 		}
+		if herr == nil {
+			herr = qu.err // a Flush of the handlers failed
+		}
 		if errors.Is(herr, store.ErrSerialization) {
+			qu.closed = true
 			return nil, fmt.Errorf("inbox: batch: %w", herr)
 		}
 		fast = herr == nil
-		stmt := in.q.BatchSavepointRelease
-		if !fast {
-			stmt = in.q.BatchSavepointRollback
+		if fast {
+			// The queued statements, then the release: a failing statement
+			// makes the driver skip the release, so the pass is rolled back
+			// to its savepoint below like a failing handler's.
+			err := qu.flush(ctx, q, in.d.SendBatch, []store.Stmt{{SQL: in.q.BatchSavepointRelease}})
+			if errors.Is(err, store.ErrSerialization) {
+				qu.closed = true
+				return nil, fmt.Errorf("inbox: batch: %w", err)
+			}
+			fast = err == nil
 		}
-		if _, err := q.Exec(ctx, stmt); err != nil {
-			return nil, fmt.Errorf("inbox: batch savepoint: %w", err)
+		qu.closed = true
+		if !fast {
+			if _, err := q.Exec(ctx, in.q.BatchSavepointRollback); err != nil {
+				return nil, fmt.Errorf("inbox: batch savepoint: %w", err)
+			}
 		}
 		if fast {
 			for _, i := range toRun {
@@ -222,6 +242,8 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		}
 	}
 
+	// The replay runs every Exec at once, inside its message's savepoint.
+	ctx = context.WithValue(ctx, queueKey{}, (*queue)(nil))
 	sp := false // a per-message savepoint is open
 	runInSavepoint := func(fn func() error) (error, error) {
 		stmt := in.q.Savepoint
