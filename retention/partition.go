@@ -59,6 +59,12 @@ type PartitionConfig struct {
 	// (it needs the inbox briefly to itself); a detach that would wait
 	// longer gives up and is tried at the next pass. Defaults to 2s.
 	LockTimeout time.Duration
+	// OutboxRetention is how long a published outbox event is kept after
+	// its publication: an outbox partition (by created_at) is dropped once
+	// its upper bound is that far in the past and every event in it was
+	// published before then. Defaults to 7 days; the GC sets it from
+	// Config.OutboxRetention.
+	OutboxRetention time.Duration
 }
 
 func (c PartitionConfig) withDefaults() (PartitionConfig, error) {
@@ -71,8 +77,11 @@ func (c PartitionConfig) withDefaults() (PartitionConfig, error) {
 	if c.LockTimeout == 0 {
 		c.LockTimeout = 2 * time.Second
 	}
-	if c.Span < time.Minute || c.Span%time.Minute != 0 || c.Ahead < 0 || c.LockTimeout < 0 {
-		return c, idem.InvalidOptionf("retention: PartitionConfig.Span must be a whole number of minutes (at least one); Ahead and LockTimeout must not be negative")
+	if c.OutboxRetention == 0 {
+		c.OutboxRetention = 7 * 24 * time.Hour
+	}
+	if c.Span < time.Minute || c.Span%time.Minute != 0 || c.Ahead < 0 || c.LockTimeout < 0 || c.OutboxRetention < 0 {
+		return c, idem.InvalidOptionf("retention: PartitionConfig.Span must be a whole number of minutes (at least one); Ahead, LockTimeout and OutboxRetention must not be negative")
 	}
 	return c, nil
 }
@@ -93,7 +102,8 @@ type PartitionReport struct {
 	// partitions held (0 when never analysed).
 	DroppedRows int64 `json:"dropped_rows_estimate,omitempty"`
 	// Kept names expired partitions kept because Config.InboxMinAge keeps
-	// a row in them.
+	// a row in them, or (the outbox) because an event in them is still to
+	// publish, parked, or published within the retention.
 	Kept []string `json:"kept,omitempty"`
 	// Busy names partitions whose creation or detach gave up waiting for
 	// a lock a long transaction held (tried again at the next pass).
@@ -163,11 +173,11 @@ func Partition[TTx any](ctx context.Context, d store.Driver[TTx], cfg PartitionC
 			return rep, fmt.Errorf("retention: partition %s: %w", t.Name, err)
 		}
 		if !done {
-			if _, err := q.Exec(ctx, p.Convert, t.Name, t.Key); err != nil {
+			if _, err := q.Exec(ctx, p.Convert, t.Name, t.Key, t.Column); err != nil {
 				return rep, fmt.Errorf("retention: partition: convert %s: %w", t.Name, err)
 			}
 		}
-		created, busy, err := ensure(ctx, q, p, t.Name, cfg, now)
+		created, busy, err := ensure(ctx, q, p, t, cfg, now)
 		rep.Created = append(rep.Created, created...)
 		if err == nil && len(busy) > 0 {
 			err = fmt.Errorf("retention: partition: create %s: %w", busy[0], store.ErrLockTimeout)
@@ -213,12 +223,12 @@ func mod(a, b int64) int64 {
 // partition's lock (a long transaction holds it) ends the loop with that
 // partition's name in busy and no error: the partitions already ahead
 // leave room to try again at the next pass.
-func ensure(ctx context.Context, q store.Querier, p *sqlset.Partitions, table string, cfg PartitionConfig, now time.Time) (created, busy []string, err error) {
+func ensure(ctx context.Context, q store.Querier, p *sqlset.Partitions, t sqlset.PartitionedTable, cfg PartitionConfig, now time.Time) (created, busy []string, err error) {
 	lo, _ := bounds(now, cfg.Span)
 	for ; !lo.After(now.Add(cfg.Ahead)); lo = lo.Add(cfg.Span) {
-		name := partitionName(table, lo, cfg.Span)
+		name := partitionName(t.Name, lo, cfg.Span)
 		var ok bool
-		if err := q.QueryRow(ctx, p.Add, table, name, store.Micros(lo), store.Micros(lo.Add(cfg.Span)), lockTimeout(cfg)).Scan(&ok); err != nil {
+		if err := q.QueryRow(ctx, p.Add, t.Name, name, store.Micros(lo), store.Micros(lo.Add(cfg.Span)), lockTimeout(cfg), t.Column).Scan(&ok); err != nil {
 			if errors.Is(err, store.ErrLockTimeout) {
 				return created, []string{name}, nil
 			}
@@ -285,7 +295,7 @@ func MaintainPartitions[TTx any](ctx context.Context, d store.Driver[TTx], cfg P
 		cutoffs[i] = store.Micros(keep[c])
 	}
 	for _, t := range p.Tables {
-		created, busy, err := ensure(ctx, q, p, t.Name, cfg, now)
+		created, busy, err := ensure(ctx, q, p, t, cfg, now)
 		rep.Created = append(rep.Created, created...)
 		rep.Busy = append(rep.Busy, busy...)
 		if err != nil {
@@ -295,10 +305,18 @@ func MaintainPartitions[TTx any](ctx context.Context, d store.Driver[TTx], cfg P
 		if err != nil {
 			return rep, err
 		}
+		// Every row of a partition whose upper bound has passed has
+		// expired; an outbox partition (by created_at) must also be past
+		// the outbox's retention, and is dropped only if every event in
+		// it was published before that (checked under its lock).
+		horizon := now
+		if t.Name == "outbox" {
+			horizon = now.Add(-cfg.OutboxRetention)
+		}
 		var drop []string
-		var rows int64
+		estimates := map[string]int64{}
 		for _, pt := range parts {
-			if pt.isDef || pt.hi > store.Micros(now) {
+			if pt.isDef || pt.hi > store.Micros(horizon) {
 				continue
 			}
 			if t.Name == "inbox" && len(consumers) > 0 {
@@ -312,20 +330,32 @@ func MaintainPartitions[TTx any](ctx context.Context, d store.Driver[TTx], cfg P
 				}
 			}
 			drop = append(drop, pt.name)
-			rows += max(pt.estimate, 0)
+			estimates[pt.name] = max(pt.estimate, 0)
 		}
 		if len(drop) == 0 {
 			continue
 		}
-		if _, err := q.Exec(ctx, p.Drop, t.Name, drop, lockTimeout(cfg)); err != nil {
+		dropped := drop
+		if t.Name == "outbox" {
+			err = q.QueryRow(ctx, p.DropPublished, drop, store.Micros(horizon), lockTimeout(cfg)).Scan(&dropped)
+		} else {
+			_, err = q.Exec(ctx, p.Drop, t.Name, drop, lockTimeout(cfg))
+		}
+		if err != nil {
 			if errors.Is(err, store.ErrLockTimeout) {
 				rep.Busy = append(rep.Busy, drop...)
 				continue
 			}
 			return rep, fmt.Errorf("retention: drop partitions %v: %w", drop, err)
 		}
-		rep.Dropped = append(rep.Dropped, drop...)
-		rep.DroppedRows += rows
+		for _, name := range drop {
+			if !slices.Contains(dropped, name) {
+				rep.Kept = append(rep.Kept, name) // an outbox partition with events to publish or keep
+				continue
+			}
+			rep.Dropped = append(rep.Dropped, name)
+			rep.DroppedRows += estimates[name]
+		}
 	}
 	return rep, nil
 }

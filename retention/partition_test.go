@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker/memory"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/retention"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgxstore"
@@ -97,7 +99,7 @@ func TestPartitionedInboxExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []string
-	for _, table := range []string{"inbox", "idempotency_keys", "effects"} {
+	for _, table := range []string{"inbox", "idempotency_keys", "outbox", "effects"} {
 		for d := 1; d <= 5; d++ {
 			want = append(want, fmt.Sprintf("%s_p202612%02d", table, d))
 		}
@@ -362,5 +364,174 @@ func TestPartitionDropGivesUpOnLock(t *testing.T) {
 	if !slices.Contains(rep.Dropped, "inbox_p20261201") || !slices.Contains(rep.Dropped, "inbox_p20261202") ||
 		!slices.Contains(rep.Created, "inbox_p20261205") || len(rep.Busy) != 0 {
 		t.Fatalf("after the transaction ended: %+v, want both dropped", rep)
+	}
+}
+
+// The outbox's partitioned layout (by created_at): the conversion keeps
+// every event, its dedup and its seq; events of one ordering key are
+// published in order across partitions; racing enqueues of one event
+// insert it once. A pass drops an outbox partition only when every event
+// in it was published at least the retention ago: one holding an event
+// still to publish, or published within the retention, is kept, and no
+// event is lost.
+func TestPartitionedOutbox(t *testing.T) {
+	t.Parallel()
+	plain, part := partitionedStores(t)
+	ctx := context.Background()
+	enqueueAt := func(d store.Driver[any], at time.Time, evs ...outbox.Event) []outbox.Event {
+		t.Helper()
+		o, err := outbox.New(d, outbox.Config{Source: "/test", Now: func() time.Time { return at }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []outbox.Event
+		if err := store.InTx(ctx, d, func(tx any) error {
+			out, err = o.EnqueueTx(ctx, tx, evs...)
+			return err
+		}); err != nil {
+			t.Fatalf("enqueue at %s: %v", at, err)
+		}
+		return out
+	}
+	ev := func(id, key string) outbox.Event {
+		return outbox.Event{ID: id, Type: "t", Topic: "orders", Key: key, Payload: []byte(id)}
+	}
+	pre := enqueueAt(plain, day, ev("dec01-a", "k"), ev("dec01-b", ""))
+	if _, err := retention.Partition(ctx, part, retention.PartitionConfig{Ahead: 4 * 24 * time.Hour}, day); err != nil {
+		t.Fatal(err)
+	}
+	// Dedup of a copied event, and the seq continues after the copied ones.
+	if dup := enqueueAt(part, day.Add(time.Hour), ev("dec01-a", "k")); dup[0].Seq != 0 {
+		t.Fatalf("re-enqueue of a copied event got seq %d, want a duplicate", dup[0].Seq)
+	}
+	dec02 := enqueueAt(part, day.Add(24*time.Hour), ev("dec02-a", "k"), ev("dec02-b", ""))
+	if dec02[0].Seq <= pre[1].Seq {
+		t.Fatalf("seq after the conversion %d, not after the copied %d", dec02[0].Seq, pre[1].Seq)
+	}
+	enqueueAt(part, day.Add(48*time.Hour), ev("dec03", "k"))
+	// Racing enqueues of one event on the partitioned layout: one row.
+	var wg sync.WaitGroup
+	var inserted atomic.Int32
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := outbox.New(part, outbox.Config{Source: "/test", Now: func() time.Time { return day.Add(time.Duration(i) * time.Hour) }})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := store.InTx(ctx, part, func(tx any) error {
+				out, err := o.EnqueueTx(ctx, tx, ev("raced", ""))
+				if err == nil && out[0].Seq != 0 {
+					inserted.Add(1)
+				}
+				return err
+			}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := inserted.Load(); n != 1 {
+		t.Fatalf("8 racing enqueues of one event inserted it %d times, want once", n)
+	}
+
+	// Publish everything at Dec 3 00:30, in seq order per key.
+	publishedAt := day.Add(48*time.Hour + 30*time.Minute)
+	b, err := memory.New(memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var mu sync.Mutex
+	var order []string
+	r, err := outbox.NewRelay(part, b.Publisher(), outbox.RelayConfig{Name: "r", PollInterval: 20 * time.Millisecond,
+		Now: func() time.Time { return publishedAt },
+		OnPublished: func(_ context.Context, evs []outbox.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, e := range evs {
+				if e.Key == "k" {
+					order = append(order, e.ID)
+				}
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for testdb.Count(t, part, `SELECT count(*) FROM `+part.Table("outbox")+` WHERE state <> 'completed'`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the relay did not publish every event within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if want := []string{"dec01-a", "dec02-a", "dec03"}; !slices.Equal(order, want) {
+		t.Fatalf("key k published in order %v, want %v", order, want)
+	}
+	mu.Unlock()
+	// An event of Dec 2 still to publish (enqueued late, with a skewed clock).
+	enqueueAt(part, day.Add(36*time.Hour), ev("dec02-pending", ""))
+
+	ids := func() []string {
+		t.Helper()
+		rows, err := part.Pool().Query(ctx, `SELECT event_id FROM `+part.Table("outbox")+` ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	all := ids()
+	pass := func(now time.Time) *retention.PartitionReport {
+		t.Helper()
+		gc, err := retention.New(part, retention.Config{Now: func() time.Time { return now }, OutboxRetention: 7 * 24 * time.Hour,
+			Partitions: retention.PartitionConfig{Ahead: 4 * 24 * time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := gc.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Partitions
+	}
+	// Dec 10 00:15: Dec 1's and Dec 2's partitions have passed the
+	// retention, but their events were published 7 days minus 15 minutes
+	// ago: both kept, nothing deleted.
+	pr := pass(publishedAt.Add(7*24*time.Hour - 15*time.Minute))
+	for _, name := range []string{"outbox_p20261201", "outbox_p20261202"} {
+		if !slices.Contains(pr.Kept, name) || slices.Contains(pr.Dropped, name) {
+			t.Fatalf("within the retention: %+v, want %s kept", pr, name)
+		}
+	}
+	if got := ids(); !slices.Equal(got, all) {
+		t.Fatalf("within the retention: %v, want every event %v", got, all)
+	}
+	// Dec 10 01:00: Dec 1's drops; Dec 2's holds dec02-pending: kept.
+	pr = pass(publishedAt.Add(7*24*time.Hour + 30*time.Minute))
+	if !slices.Contains(pr.Dropped, "outbox_p20261201") || !slices.Contains(pr.Kept, "outbox_p20261202") || slices.Contains(pr.Dropped, "outbox_p20261202") {
+		t.Fatalf("after the retention: %+v, want Dec 1 dropped and Dec 2 kept", pr)
+	}
+	want := slices.DeleteFunc(slices.Clone(all), func(id string) bool { return id == "dec01-a" || id == "dec01-b" || id == "raced" })
+	if got := ids(); !slices.Equal(got, want) {
+		t.Fatalf("after the retention: %v, want %v (Dec 1's events gone, no other lost)", got, want)
 	}
 }

@@ -175,6 +175,9 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*GC[TTx], error) {
 	}
 	if d.Names().Layout == store.LayoutPartitioned {
 		var err error
+		if cfg.Partitions.OutboxRetention == 0 {
+			cfg.Partitions.OutboxRetention = cfg.OutboxRetention
+		}
 		if cfg.Partitions, err = cfg.Partitions.withDefaults(); err != nil {
 			return nil, err
 		}
@@ -197,18 +200,23 @@ type rule[TTx any] struct {
 // which rows have passed their horizon (pending work never has).
 func (g *GC[TTx]) rules(now time.Time) []rule[TTx] {
 	sagas := now.Add(-g.cfg.SagaRetention)
-	inboxHorizon := now
+	inboxHorizon, outboxHorizon := now, now.Add(-g.cfg.OutboxRetention)
 	if g.partitioned() {
 		// Expired rows of the partition holding now leave with it; rows
 		// before it are in inbox partitions kept for InboxMinAge, or in a
 		// default partition: those are deleted in batches (the inbox, the
-		// idempotency keys and the effect ledger alike).
+		// idempotency keys and the effect ledger alike). The outbox's
+		// partitions are by created_at: published events of the partition
+		// holding the retention's horizon leave with it, those before it
+		// (in a partition kept for an event still to publish, or in the
+		// default one) are deleted in batches.
 		inboxHorizon, _ = bounds(now, g.cfg.Partitions.Span)
+		outboxHorizon, _ = bounds(outboxHorizon, g.cfg.Partitions.Span)
 	}
 	return []rule[TTx]{
 		{"inbox", inboxHorizon, g.expireInbox},
 		{"idempotency_keys", inboxHorizon, idemhttp.Expire[TTx]},
-		{"outbox", now.Add(-g.cfg.OutboxRetention), outbox.Expire[TTx]},
+		{"outbox", outboxHorizon, outbox.Expire[TTx]},
 		{"effects", inboxHorizon, effect.Expire[TTx]},
 		{"dead_letters", now.Add(-g.cfg.DLQRetention), dlq.Expire[TTx]},
 		// Steps before their sagas: a saga whose steps remain waits.

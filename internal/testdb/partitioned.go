@@ -12,11 +12,12 @@ import (
 
 // EnvPartitioned, when set (to anything), makes [EachDriver] also run each
 // body on "pgx-partitioned": the pgx driver on a store converted to the
-// partitioned layout (store.LayoutPartitioned: the inbox and the effect
-// ledger range-partitioned by expiry, see package retention), so a
-// feature's whole suite can be run against it on demand:
+// partitioned layout (store.LayoutPartitioned: the inbox, the idempotency
+// keys and the effect ledger range-partitioned by expiry, the outbox by
+// creation; see package retention), so a feature's whole suite can be run
+// against it on demand:
 //
-//	IDEM_TEST_PARTITIONED=1 go test ./inbox/ ./effect/ ./consumer/
+//	IDEM_TEST_PARTITIONED=1 go test ./inbox/ ./effect/ ./outbox/ ./consumer/
 const EnvPartitioned = "IDEM_TEST_PARTITIONED"
 
 // partitionedRequested reports whether EnvPartitioned is set.
@@ -42,13 +43,13 @@ func PgxPartitioned(t testing.TB) *pgxstore.Driver {
 	}
 	day := time.Now().UTC().Truncate(24 * time.Hour)
 	for _, tb := range p.Tables {
-		if _, err := q.Exec(ctx, p.Convert, tb.Name, tb.Key); err != nil {
+		if _, err := q.Exec(ctx, p.Convert, tb.Name, tb.Key, tb.Column); err != nil {
 			t.Fatalf("testdb: partition %s: %v", tb.Name, err)
 		}
 		for i := -1; i <= 8; i++ {
 			lo := day.AddDate(0, 0, i)
 			var created bool
-			if err := q.QueryRow(ctx, p.Add, tb.Name, tb.Name+"_p"+lo.Format("20060102"), store.Micros(lo), store.Micros(lo.AddDate(0, 0, 1)), "10s").Scan(&created); err != nil {
+			if err := q.QueryRow(ctx, p.Add, tb.Name, tb.Name+"_p"+lo.Format("20060102"), store.Micros(lo), store.Micros(lo.AddDate(0, 0, 1)), "10s", tb.Column).Scan(&created); err != nil {
 				t.Fatalf("testdb: partition %s: %v", tb.Name, err)
 			}
 		}

@@ -15,6 +15,9 @@ const lockSeed = "7301"
 // keySeed is the same for the idempotency keys' per-record locks.
 const keySeed = "7302"
 
+// eventSeed is the same for the outbox's per-event locks.
+const eventSeed = "7303"
+
 // partitions returns the partitioned layout's statements (see
 // sqlset.Partitions). Every identifier comes from the validated names; the
 // functions build their DDL with format('%I'), so no value reaches SQL
@@ -54,8 +57,12 @@ BEGIN
   RETURN n;
 END`)
 	}
+	// indexIsKey: index x covers exactly the columns p_key, in order.
+	indexIsKey := `coalesce((SELECT array_agg(a.attname::text ORDER BY k.o)
+	     FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(n, o)
+	     JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.n) = p_key, false)`
 	effectAbsent := ` WHERE NOT EXISTS (SELECT 1 FROM ` + effects + ` e WHERE e.effect_key = p_key)`
-	functions := fn("idem_part_convert", "p_table text, p_key text[]", "void", `DECLARE defs text[]; fdefs text[]; fsigs text[];
+	functions := fn("idem_part_convert", "p_table text, p_key text[], p_column text", "void", `DECLARE defs text[]; fdefs text[]; fsigs text[]; col name;
 BEGIN
   EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', `+lit+`, p_table);
   -- functions taking or returning the table's row type (a migration's
@@ -70,20 +77,29 @@ BEGIN
   FOR i IN 1 .. coalesce(array_length(fsigs, 1), 0) LOOP
     EXECUTE 'DROP FUNCTION ' || fsigs[i];
   END LOOP;
-  -- the table's other indexes, recreated on the partitioned table below
+  -- the table's other indexes, recreated on the partitioned table below;
+  -- the primary key, and a unique index on exactly the record's key (the
+  -- outbox's (source, event_id)), become the new primary key
   SELECT coalesce(array_agg(pg_get_indexdef(x.indexrelid)), '{}') INTO defs
     FROM pg_index x
-   WHERE x.indrelid = format('%I.%I', `+lit+`, p_table)::regclass AND NOT x.indisprimary;
+   WHERE x.indrelid = format('%I.%I', `+lit+`, p_table)::regclass AND NOT x.indisprimary
+     AND NOT (x.indisunique AND `+indexIsKey+`);
   IF EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = format('%I.%I', `+lit+`, p_table)::regclass
-             AND x.indisunique AND NOT x.indisprimary) THEN
-    RAISE EXCEPTION 'idem: table %.% has a unique index besides its primary key: it cannot be partitioned by expiry', `+lit+`, p_table;
+             AND x.indisunique AND NOT x.indisprimary AND NOT `+indexIsKey+`) THEN
+    RAISE EXCEPTION 'idem: table %.% has a unique index besides its key: it cannot be partitioned', `+lit+`, p_table;
   END IF;
   EXECUTE format('ALTER TABLE %I.%I RENAME TO %I', `+lit+`, p_table, p_table || '_unpartitioned');
-  EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS, PRIMARY KEY (%s, expires_at)) PARTITION BY RANGE (expires_at)',
+  EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY, PRIMARY KEY (%s, %I)) PARTITION BY RANGE (%I)',
     `+lit+`, p_table, `+lit+`, p_table || '_unpartitioned',
-    (SELECT string_agg(format('%I', k), ', ' ORDER BY o) FROM unnest(p_key) WITH ORDINALITY AS u(k, o)));
+    (SELECT string_agg(format('%I', k), ', ' ORDER BY o) FROM unnest(p_key) WITH ORDINALITY AS u(k, o)), p_column, p_column);
   EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I DEFAULT', `+lit+`, p_table || '_pdefault', `+lit+`, p_table);
-  EXECUTE format('INSERT INTO %I.%I SELECT * FROM %I.%I', `+lit+`, p_table, `+lit+`, p_table || '_unpartitioned');
+  EXECUTE format('INSERT INTO %I.%I OVERRIDING SYSTEM VALUE SELECT * FROM %I.%I', `+lit+`, p_table, `+lit+`, p_table || '_unpartitioned');
+  -- an identity column (the outbox's seq) continues after the copied rows
+  FOR col IN SELECT a.attname FROM pg_attribute a
+              WHERE a.attrelid = format('%I.%I', `+lit+`, p_table)::regclass AND a.attidentity <> '' AND NOT a.attisdropped LOOP
+    EXECUTE format('SELECT setval(pg_get_serial_sequence(%L, %L), coalesce((SELECT max(%I) FROM %I.%I), 0) + 1, false)',
+      format('%I.%I', `+lit+`, p_table), col, col, `+lit+`, p_table);
+  END LOOP;
   EXECUTE format('DROP TABLE %I.%I', `+lit+`, p_table || '_unpartitioned');
   FOR i IN 1 .. coalesce(array_length(defs, 1), 0) LOOP
     EXECUTE defs[i]; -- "CREATE INDEX name ON schema.table …": the table's name is the partitioned one's now
@@ -91,7 +107,7 @@ BEGIN
   FOR i IN 1 .. coalesce(array_length(fdefs, 1), 0) LOOP
     EXECUTE fdefs[i];
   END LOOP;
-END`) + fn("idem_part_add", "p_table text, p_name text, p_lo bigint, p_hi bigint, p_lock_timeout text", "boolean", `BEGIN
+END`) + fn("idem_part_add", "p_table text, p_name text, p_lo bigint, p_hi bigint, p_lock_timeout text, p_column text", "boolean", `BEGIN
   IF to_regclass(format('%I.%I', `+lit+`, p_name)) IS NOT NULL THEN
     RETURN false;
   END IF;
@@ -99,11 +115,11 @@ END`) + fn("idem_part_add", "p_table text, p_name text, p_lo bigint, p_hi bigint
   -- no insert may reach the default partition while its rows of this range move
   EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', `+lit+`, p_table || '_pdefault');
   EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', `+lit+`, p_name, `+lit+`, p_table);
-  EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I CHECK (expires_at >= %s AND expires_at < %s)',
-    `+lit+`, p_name, p_name || '_range', p_lo, p_hi);
-  EXECUTE format('INSERT INTO %I.%I SELECT * FROM %I.%I WHERE expires_at >= $1 AND expires_at < $2',
-    `+lit+`, p_name, `+lit+`, p_table || '_pdefault') USING p_lo, p_hi;
-  EXECUTE format('DELETE FROM %I.%I WHERE expires_at >= $1 AND expires_at < $2', `+lit+`, p_table || '_pdefault') USING p_lo, p_hi;
+  EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I CHECK (%I >= %s AND %I < %s)',
+    `+lit+`, p_name, p_name || '_range', p_column, p_lo, p_column, p_hi);
+  EXECUTE format('INSERT INTO %I.%I SELECT * FROM %I.%I WHERE %I >= $1 AND %I < $2',
+    `+lit+`, p_name, `+lit+`, p_table || '_pdefault', p_column, p_column) USING p_lo, p_hi;
+  EXECUTE format('DELETE FROM %I.%I WHERE %I >= $1 AND %I < $2', `+lit+`, p_table || '_pdefault', p_column, p_column) USING p_lo, p_hi;
   EXECUTE format('ALTER TABLE %I.%I ATTACH PARTITION %I.%I FOR VALUES FROM (%s) TO (%s)',
     `+lit+`, p_table, `+lit+`, p_name, p_lo, p_hi);
   -- the CHECK let ATTACH skip scanning the partition; the bound now says the same
@@ -116,6 +132,25 @@ END`) + fn("idem_part_drop", "p_table text, p_names text[], p_lock_timeout text"
     EXECUTE format('ALTER TABLE %I.%I DETACH PARTITION %I.%I', `+lit+`, p_table, `+lit+`, p_names[i]);
     EXECUTE format('DROP TABLE %I.%I', `+lit+`, p_names[i]);
   END LOOP;
+END`) + fn("outbox_partition_drop", "p_names text[], p_cutoff bigint, p_lock_timeout text", "text[]", `DECLARE dropped text[] := '{}'; busy boolean;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout, true);
+  -- the outbox to ourselves first (as DETACH would take it anyway): no row
+  -- of these partitions changes between the check and the drop
+  EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', `+lit+`, 'outbox');
+  FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
+    -- a partition goes only when every event in it is published and has
+    -- been for the retention: pending and parked events are never dropped
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %1$I.%2$I WHERE state = ''pending'')
+                        OR EXISTS (SELECT 1 FROM %1$I.%2$I WHERE state = ''failed'')
+                        OR EXISTS (SELECT 1 FROM %1$I.%2$I WHERE state = ''completed'' AND published_at >= $1)',
+      `+lit+`, p_names[i]) INTO busy USING p_cutoff;
+    CONTINUE WHEN busy;
+    EXECUTE format('ALTER TABLE %I.%I DETACH PARTITION %I.%I', `+lit+`, 'outbox', `+lit+`, p_names[i]);
+    EXECUTE format('DROP TABLE %I.%I', `+lit+`, p_names[i]);
+    dropped := dropped || p_names[i];
+  END LOOP;
+  RETURN dropped;
 END`) + fn("inbox_partition_keeps", "p_name text, p_consumers text[], p_cutoffs bigint[]", "boolean", `DECLARE found boolean;
 BEGIN
   EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I p JOIN unnest($1, $2) AS k(consumer, cutoff)
@@ -200,18 +235,50 @@ BEGIN
   IF n = 0 THEN`+dupKey+`
   END IF;
 END`)
+	outbox := s + `.outbox`
+	// outbox_enqueue is sqlset.Outbox.Enqueue's body as a function, with
+	// created_at per event (so Outbox.Insert can call it too): the
+	// ordering keys' locks as in the plain layout, then a lock per distinct
+	// event (sorted, so two enqueuers never deadlock on them), the
+	// coalesced notify, and an insert of the first occurrence of each event
+	// that no partition holds, in argument order.
+	inserts += fn("outbox_enqueue", `p_source text[], p_id text[], p_type text[], p_subject text[], p_ce text[], p_time bigint[],
+  p_dct text[], p_okey text[], p_headers text[], p_payload bytea[], p_created bigint[], p_class int4, p_lock_keys boolean,
+  p_channel text, p_notify boolean, p_tp text[], p_ts text[]`, "TABLE(r_source text, r_event_id text, r_seq bigint)", `BEGIN
+  IF p_lock_keys THEN
+    PERFORM pg_advisory_xact_lock(p_class, h)
+       FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest(p_okey) AS u(k) WHERE k <> '' ORDER BY 1) l;
+  END IF;
+  PERFORM pg_advisory_xact_lock(hashtextextended(x.src || chr(1) || x.id, `+eventSeed+`))
+     FROM (SELECT DISTINCT u.src, u.id FROM unnest(p_source, p_id) AS u(src, id) ORDER BY 1, 2) x;
+  IF p_notify THEN
+    PERFORM pg_notify(p_channel, '');
+  END IF;
+  RETURN QUERY
+  INSERT INTO `+outbox+` AS t (`+outboxCols+`)
+  SELECT e.src, e.id, e.typ, e.subj, e.ce, e.tm, e.dct, e.okey, e.hdr, e.pl, e.created, e.tp, e.ts
+    FROM (SELECT DISTINCT ON (u.src, u.id) u.*
+            FROM unnest(p_source, p_id, p_type, p_subject, p_ce, p_time, p_dct, p_okey, p_headers, p_payload, p_created, p_tp, p_ts)
+                 WITH ORDINALITY AS u(src, id, typ, subj, ce, tm, dct, okey, hdr, pl, created, tp, ts, ord)
+           ORDER BY u.src, u.id, u.ord) e
+   WHERE NOT EXISTS (SELECT 1 FROM `+outbox+` o WHERE o.source = e.src AND o.event_id = e.id)
+   ORDER BY e.ord
+  ON CONFLICT DO NOTHING
+  RETURNING t.source, t.event_id, t.seq;
+END`)
 	return &sqlset.Partitions{
 		Tables: []sqlset.PartitionedTable{
-			{Name: "inbox", Key: []string{"consumer", "message_id"}},
-			{Name: "idempotency_keys", Key: []string{"tenant", "operation", "idem_key"}},
-			{Name: "effects", Key: []string{"effect_key"}},
+			{Name: "inbox", Key: []string{"consumer", "message_id"}, Column: "expires_at"},
+			{Name: "idempotency_keys", Key: []string{"tenant", "operation", "idem_key"}, Column: "expires_at"},
+			{Name: "outbox", Key: []string{"source", "event_id"}, Column: "created_at"},
+			{Name: "effects", Key: []string{"effect_key"}, Column: "expires_at"},
 		},
 		Functions: functions,
 		Inserts:   inserts,
-		Convert:   `SELECT ` + s + `.idem_part_convert($1::text, $2::text[])`,
+		Convert:   `SELECT ` + s + `.idem_part_convert($1::text, $2::text[], $3::text)`,
 		Converted: `SELECT coalesce((SELECT c.relkind = 'p' FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
 WHERE ns.nspname = ` + lit + ` AND c.relname = $1::text), false)`,
-		Add: `SELECT ` + s + `.idem_part_add($1::text, $2::text, $3::bigint, $4::bigint, $5::text)`,
+		Add: `SELECT ` + s + `.idem_part_add($1::text, $2::text, $3::bigint, $4::bigint, $5::text, $6::text)`,
 		List: `SELECT c.relname,
        coalesce((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''?(-?[0-9]+)''?\)'))[1]::bigint, 0),
        coalesce((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''?(-?[0-9]+)''?\)'))[1]::bigint, 0),
@@ -220,8 +287,9 @@ WHERE ns.nspname = ` + lit + ` AND c.relname = $1::text), false)`,
   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
  WHERE i.inhparent = format('%I.%I', ` + lit + `, $1::text)::regclass
  ORDER BY 2`,
-		Keeps: `SELECT ` + s + `.inbox_partition_keeps($1::text, $2::text[], $3::bigint[])`,
-		Drop:  `SELECT ` + s + `.idem_part_drop($1::text, $2::text[], $3::text)`,
+		Keeps:         `SELECT ` + s + `.inbox_partition_keeps($1::text, $2::text[], $3::bigint[])`,
+		Drop:          `SELECT ` + s + `.idem_part_drop($1::text, $2::text[], $3::text)`,
+		DropPublished: `SELECT ` + s + `.outbox_partition_drop($1::text[], $2::bigint, $3::text)`,
 	}
 }
 
@@ -265,4 +333,40 @@ func partitionedKeys(n store.Names, base sqlset.HTTPKeys) sqlset.HTTPKeys {
 	base.InsertCompleted = `SELECT ` + s + `.keys_insert_completed($1::text, $2::text, $3::text, $4::bytea, $5::integer, $6::text, $7::bytea, $8::integer,
 $9::text, $10::text, $11::bigint, $12::bigint, $13::bigint)`
 	return base
+}
+
+// partitionedOutbox replaces the outbox's deciding inserts with the
+// partitioned layout's outbox_enqueue (same arguments and returned
+// columns), and claims rows by seq instead of ctid: a ctid names a row
+// only within one partition, so a claim by ctid could take another
+// partition's row (one an ordering key still blocks).
+func partitionedOutbox(n store.Names, base sqlset.Outbox) sqlset.Outbox {
+	s := `"` + n.Schema + `"`
+	base.Enqueue = `SELECT r_source, r_event_id, r_seq FROM ` + s + `.outbox_enqueue($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+$6::bigint[], $7::text[], $8::text[], $9::text[], $10::bytea[], array_fill($11::bigint, ARRAY[cardinality($1::text[])]), $12::int4, $13::bool,
+$14::text, $15::bool, $16::text[], $17::text[])`
+	base.Insert = func(k int) string {
+		types := []string{"text", "text", "text", "text", "text", "bigint", "text", "text", "text", "bytea", "bigint", "text", "text"}
+		cols := make([]string, len(types))
+		for j, typ := range types {
+			elems := make([]string, k)
+			for i := range k {
+				elems[i] = "$" + strconv.Itoa(i*len(types)+j+1)
+			}
+			cols[j] = "ARRAY[" + strings.Join(elems, ",") + "]::" + typ + "[]"
+		}
+		return `SELECT r_source, r_event_id, r_seq FROM ` + s + `.outbox_enqueue(` + strings.Join(cols[:11], ", ") +
+			`, 0, false, '', false, ` + cols[11] + `, ` + cols[12] + `)`
+	}
+	base.Claim = mustReplace(mustReplace(base.Claim, "SELECT o.ctid FROM", "SELECT o.seq FROM"), "WHERE ctid = ANY(ARRAY(", "WHERE seq = ANY(ARRAY(")
+	return base
+}
+
+// mustReplace replaces the one occurrence of old in s; a statement without
+// it is a programming error caught by the first test of the layout.
+func mustReplace(s, old, new string) string {
+	if strings.Count(s, old) != 1 {
+		panic("postgres: partitioned layout: statement does not contain " + strconv.Quote(old) + " once: " + s)
+	}
+	return strings.Replace(s, old, new, 1)
 }

@@ -28,15 +28,15 @@ func Migrations() fs.FS {
 // (n must already have its defaults; see [store.Names.WithDefaults]).
 func Statements(n store.Names) *sqlset.Set {
 	t := func(name string) string { return n.Table(store.Postgres, name) }
-	in, ef, keys := inbox(t), effects(t), httpKeys(t)
+	in, ef, keys, ob := inbox(t), effects(t), httpKeys(t), outboxSQL(t, n)
 	if n.Layout == store.LayoutPartitioned {
-		in, ef, keys = partitionedInbox(n, in), partitionedEffects(n, ef), partitionedKeys(n, keys)
+		in, ef, keys, ob = partitionedInbox(n, in), partitionedEffects(n, ef), partitionedKeys(n, keys), partitionedOutbox(n, ob)
 	}
 	return &sqlset.Set{
 		Partitions:  partitions(n),
 		Inbox:       in,
 		HTTPKeys:    keys,
-		Outbox:      outboxSQL(t, n),
+		Outbox:      ob,
 		Effects:     ef,
 		DeadLetters: deadLetters(t),
 		Sagas:       sagas(t),

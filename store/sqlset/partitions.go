@@ -2,7 +2,8 @@ package sqlset
 
 // Partitions holds the statements of the partitioned layout: an opt-in
 // layout (PostgreSQL only) in which the tables of Tables are
-// range-partitioned by expires_at, so that expiry drops whole partitions
+// range-partitioned by time (expires_at; the outbox by created_at), so
+// that expiry drops whole partitions
 // instead of deleting rows one by one (package retention: Partition,
 // MaintainPartitions).
 //
@@ -11,7 +12,8 @@ package sqlset
 // longer alone refuses a second record of one key with another expiry. In
 // the partitioned layout the inserts that decide a duplicate
 // (Inbox.Insert, InsertStrict, Claim, BatchInsert; HTTPKeys.Insert,
-// InsertLocked, InsertStrict, InsertCompleted; Effects.Schedule, Insert)
+// InsertLocked, InsertStrict, InsertCompleted; Outbox.Enqueue, Insert;
+// Effects.Schedule, Insert)
 // therefore call functions the conversion creates: each takes a
 // transaction-scoped advisory lock on the record's key, then inserts only
 // if no record of that key exists in any partition, in a statement of its
@@ -37,22 +39,25 @@ type Partitions struct {
 	// layout's inserts call (they return the tables' row types, so it runs
 	// after every table is converted); no arguments.
 	Inserts string
-	// Convert converts plain table $1 (text) with primary key columns $2
-	// (text[]) into the partitioned one inside the caller's transaction: it
-	// locks and renames the table, creates the partitioned table (same
-	// columns, defaults and checks; primary key $2 + expires_at) with its
-	// default partition, copies every row into it, drops the old table and
-	// recreates its other indexes. The caller then adds the range
+	// Convert converts plain table $1 (text) with key columns $2 (text[]:
+	// its primary key, or the unique index on exactly those columns) into
+	// one partitioned by column $3 (text) inside the caller's transaction:
+	// it locks and renames the table, creates the partitioned table (same
+	// columns, defaults, checks and identity; primary key $2 + $3) with its
+	// default partition, copies every row into it (an identity column
+	// continues after them), drops the old table and recreates its other
+	// indexes. The caller then adds the range
 	// partitions (Add), which moves their rows out of the default one.
 	Convert string
 	// Converted reports whether table $1 (text) is partitioned; returns
 	// one boolean.
 	Converted string
-	// Add creates partition $2 (name, text) of table $1 for expires_at in
-	// [$3, $4) (micros, bigint) unless it exists, moving any rows of that
-	// range out of the default partition in the same transaction; returns
-	// one boolean, true when it was created. $5 is the lock timeout, as for
-	// Drop: creating a partition locks the default one.
+	// Add creates partition $2 (name, text) of table $1 for partition key
+	// $6 (text: the table's Column) in [$3, $4) (micros, bigint) unless it
+	// exists, moving any rows of that range out of the default partition in
+	// the same transaction; returns one boolean, true when it was created.
+	// $5 is the lock timeout, as for Drop: creating a partition locks the
+	// default one.
 	Add string
 	// List returns every partition of table $1: name, lower and upper
 	// bound (micros; both 0 for the default partition), is-default, and the
@@ -71,12 +76,24 @@ type Partitions struct {
 	// would wait for long-running transactions gives up instead of
 	// queueing every writer behind it.
 	Drop string
+	// DropPublished is Drop for the outbox, whose partitions (by
+	// created_at) may still hold events to publish: under the outbox's
+	// exclusive lock it detaches and drops those of partitions $1 (names,
+	// text[]) in which every event is published, at or before $2 (micros,
+	// bigint: now minus the outbox's retention), and returns their names
+	// (text[]); the others are kept. $3 is the lock timeout, as for Drop.
+	DropPublished string
 }
 
 // PartitionedTable is one table of the partitioned layout.
 type PartitionedTable struct {
 	// Name is the table's name (unqualified: "inbox").
 	Name string
-	// Key is the plain layout's primary key, the record's identity.
+	// Key is the plain layout's primary key (or, for the outbox, its
+	// unique key), the record's identity.
 	Key []string
+	// Column is the partition key: expires_at, or created_at for the
+	// outbox (whose rows get no expiry: a published event is kept for the
+	// outbox's retention after its publication).
+	Column string
 }
