@@ -3,6 +3,8 @@ package inbox_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -29,6 +31,10 @@ type benchEnv struct {
 	plain  func(ctx context.Context, id string) error
 	single func(ctx context.Context, m idem.Message) error
 	batch  func(ctx context.Context, ms []idem.Message) error
+	// batchQueued is batch with the handler writing through inbox.Exec;
+	// batchHandler hands the batch to one multi-row INSERT (also through
+	// inbox.Exec), as idem bench's inbox_batch_handler_vs_single does.
+	batchQueued, batchHandler func(ctx context.Context, ms []idem.Message) error
 }
 
 func newBenchEnv[TTx any](b *testing.B, d store.Driver[TTx]) benchEnv {
@@ -42,7 +48,43 @@ func newBenchEnv[TTx any](b *testing.B, d store.Driver[TTx]) benchEnv {
 		return err
 	}
 	h := func(ctx context.Context, tx TTx, m idem.Message) error { return insert(ctx, tx, m.ID, m.Payload) }
+	hq := func(ctx context.Context, tx TTx, m idem.Message) error {
+		return inbox.Exec(ctx, d, tx, `INSERT INTO bench_biz (id, payload) VALUES ($1, $2)`, m.ID, string(m.Payload))
+	}
+	bh := func(ctx context.Context, tx TTx, ms []idem.Message) error {
+		var sql strings.Builder
+		sql.WriteString(`INSERT INTO bench_biz (id, payload) VALUES `)
+		args := make([]any, 0, 2*len(ms))
+		for i, m := range ms {
+			if i > 0 {
+				sql.WriteByte(',')
+			}
+			sql.WriteString("($" + strconv.Itoa(2*i+1) + ", $" + strconv.Itoa(2*i+2) + ")")
+			args = append(args, m.ID, string(m.Payload))
+		}
+		return inbox.Exec(ctx, d, tx, sql.String(), args...)
+	}
+	outcomes := func(out []inbox.Outcome, err error) error {
+		for _, o := range out {
+			if o.Err != nil {
+				return o.Err
+			}
+		}
+		return err
+	}
 	return benchEnv{
+		batchQueued: func(ctx context.Context, ms []idem.Message) error {
+			return outcomes(ib.ProcessBatch(ctx, "bench", ms, hq))
+		},
+		batchHandler: func(ctx context.Context, ms []idem.Message) error {
+			var out []inbox.Outcome
+			err := store.InTx(ctx, d, func(tx TTx) error {
+				var err error
+				out, err = ib.ProcessBatchWithTx(ctx, tx, "bench", ms, bh, hq)
+				return err
+			})
+			return outcomes(out, err)
+		},
 		plain: func(ctx context.Context, id string) error {
 			return store.InTx(ctx, d, func(tx TTx) error { return insert(ctx, tx, id, []byte(`{"n":1}`)) })
 		},
@@ -95,6 +137,35 @@ func BenchmarkInboxBatch100(b *testing.B) {
 				batch[j] = idem.Message{ID: nextID("b"), Payload: []byte(`{"n":1}`)}
 			}
 			if err := e.batch(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkInboxBatch100Queued is BenchmarkInboxBatch100 with the handler
+// writing through inbox.Exec (its INSERTs sent with the fast pass's
+// savepoint release).
+func BenchmarkInboxBatch100Queued(b *testing.B) {
+	benchBatch(b, func(e benchEnv) func(context.Context, []idem.Message) error { return e.batchQueued })
+}
+
+// BenchmarkInboxBatchHandler100 reports ns/op per message, batches of 100
+// handed to one BatchHandler call (one multi-row INSERT).
+func BenchmarkInboxBatchHandler100(b *testing.B) {
+	benchBatch(b, func(e benchEnv) func(context.Context, []idem.Message) error { return e.batchHandler })
+}
+
+func benchBatch(b *testing.B, pick func(benchEnv) func(context.Context, []idem.Message) error) {
+	benchDrivers(b, func(b *testing.B, e benchEnv) {
+		ctx := context.Background()
+		run := pick(e)
+		batch := make([]idem.Message, 100)
+		for i := 0; i < b.N; i += 100 {
+			for j := range batch {
+				batch[j] = idem.Message{ID: nextID("q"), Payload: []byte(`{"order_id":"00000000-0000-0000-0000-000000000000","amount_cents":4200,"currency":"EUR","seats":["A1","A2"],"x":"y"}`)}
+			}
+			if err := run(ctx, batch); err != nil {
 				b.Fatal(err)
 			}
 		}
