@@ -140,14 +140,19 @@ type Config[TTx any] struct {
 	// then processed once.
 	MessageID func(msg idem.Message) (string, error)
 	// Handler applies a message's effect with the transaction tx. Required.
-	// Return idem.Permanent(err) for failures a retry cannot fix.
+	// Return idem.Permanent(err) for failures a retry cannot fix. In a
+	// batch (BatchSize above 1), writes made through inbox.Exec with the
+	// handler's ctx are queued and sent together with the batch's next
+	// round trip instead of one round trip each (see inbox.Exec).
 	Handler inbox.Handler[TTx]
 	// BatchHandler, when set, applies the new messages of a fetched batch
 	// (BatchSize above 1) in one call with the batch's transaction
 	// (inbox.ProcessBatchWithTx), typically one multi-row statement instead
 	// of a round trip per message. If it fails, its writes are rolled back
 	// and each message is applied through Handler in a savepoint of its
-	// own, so both must have the same effect for a message. Optional.
+	// own, so both must have the same effect for a message. A statement
+	// written through inbox.Exec travels with the release of the batch's
+	// savepoint. Optional.
 	BatchHandler inbox.BatchHandler[TTx]
 	// Concurrency is the number of worker goroutines, each fetching and
 	// processing its own deliveries. Defaults to 1.
