@@ -9,11 +9,30 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker/memory"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
+
+// ordersFeed subscribes the consumer group "billing" to "orders" on a new
+// memory broker, and returns the subscription and a function publishing
+// the message id with the payload {"id": id} on "orders".
+func ordersFeed(t *testing.T) (*memory.Subscriber, func(id string)) {
+	b := memBroker(t)
+	sub, err := b.Subscribe("orders", "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := b.Publisher()
+	return sub, func(id string) {
+		t.Helper()
+		if err := pub.Publish(context.Background(), idem.Message{ID: id, Subject: "orders", Payload: []byte(`{"id":"` + id + `"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
 
 // Config.BatchHandler: a fetched batch's new messages are applied in one
 // call (duplicates left out), each effect once; a batch whose BatchHandler
@@ -27,18 +46,7 @@ func TestBatchHandler(t *testing.T) {
 func testBatchHandler[TTx any](t *testing.T, d store.Driver[TTx]) {
 	ctx := context.Background()
 	bizTable(t, d)
-	b := memBroker(t)
-	sub, err := b.Subscribe("orders", "billing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := b.Publisher()
-	publish := func(id string) {
-		t.Helper()
-		if err := pub.Publish(ctx, idem.Message{ID: id, Subject: "orders", Payload: []byte(`{"id":"` + id + `"}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sub, publish := ordersFeed(t)
 	for i := range 20 {
 		publish(fmt.Sprintf("m-%d", i))
 	}

@@ -27,20 +27,13 @@ func TestBatchExecQueued(t *testing.T) {
 func testBatchExecQueued[TTx any](t *testing.T, d store.Driver[TTx]) {
 	ctx := context.Background()
 	bizTable(t, d)
-	b := memBroker(t)
-	sub, err := b.Subscribe("orders", "billing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := b.Publisher()
+	sub, publish := ordersFeed(t)
 	ids := []string{"poison"}
 	for i := range 15 {
 		ids = append(ids, fmt.Sprintf("m-%d", i))
 	}
 	for _, id := range ids {
-		if err := pub.Publish(ctx, idem.Message{ID: id, Subject: "orders", Payload: []byte(`{"id":"` + id + `"}`)}); err != nil {
-			t.Fatal(err)
-		}
+		publish(id)
 	}
 	letters, _ := dlq.New(d, dlq.Config{})
 	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[TTx]{

@@ -47,6 +47,19 @@ func testExecQueued[TTx any](t *testing.T, d store.Driver[TTx]) {
 		}
 		return msgs
 	}
+	// want checks out: every message processed but poison (-1: none),
+	// which failed.
+	want := func(t *testing.T, out []inbox.Outcome, poison int) {
+		t.Helper()
+		for i, o := range out {
+			switch {
+			case i == poison && o.Err == nil:
+				t.Errorf("poison message: %+v, want its CHECK violation", o)
+			case i != poison && (o.Err != nil || o.Result != inbox.Processed):
+				t.Errorf("message %d: %+v, want processed", i, o)
+			}
+		}
+	}
 	amount := func(m idem.Message) int {
 		var a int
 		_, _ = fmt.Sscanf(string(m.Payload), `{"amount":%d}`, &a)
@@ -61,11 +74,7 @@ func testExecQueued[TTx any](t *testing.T, d store.Driver[TTx]) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, o := range out {
-			if o.Err != nil || o.Result != inbox.Processed {
-				t.Errorf("message %d: %+v, want processed", i, o)
-			}
-		}
+		want(t, out, -1)
 		if n := count("ok-"); n != 8 {
 			t.Errorf("%d business rows, want 8", n)
 		}
@@ -89,14 +98,7 @@ func testExecQueued[TTx any](t *testing.T, d store.Driver[TTx]) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, o := range out {
-			switch {
-			case i == 5 && o.Err == nil:
-				t.Errorf("poison message: %+v, want its CHECK violation", o)
-			case i != 5 && (o.Err != nil || o.Result != inbox.Processed):
-				t.Errorf("message %d: %+v, want processed", i, o)
-			}
-		}
+		want(t, out, 5)
 		if n := count("poison-"); n != 7 {
 			t.Errorf("%d business rows, want 7 (each once, the poison message's none)", n)
 		}
@@ -133,11 +135,7 @@ func testExecQueued[TTx any](t *testing.T, d store.Driver[TTx]) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, o := range out {
-			if o.Err != nil || o.Result != inbox.Processed {
-				t.Errorf("message %d: %+v, want processed", i, o)
-			}
-		}
+		want(t, out, -1)
 		for i, n := range before {
 			if n != i {
 				t.Fatalf("handlers saw %v rows before Flush, want 0, 1, 2…: Exec did not queue", before)
@@ -164,14 +162,7 @@ func testExecQueued[TTx any](t *testing.T, d store.Driver[TTx]) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, o := range out {
-			switch {
-			case i == 2 && o.Err == nil:
-				t.Errorf("poison message: %+v, want its CHECK violation", o)
-			case i != 2 && (o.Err != nil || o.Result != inbox.Processed):
-				t.Errorf("message %d: %+v, want processed", i, o)
-			}
-		}
+		want(t, out, 2)
 		if n := count("flushfail-"); n != 7 {
 			t.Errorf("%d business rows, want 7", n)
 		}
@@ -201,14 +192,7 @@ func testExecQueued[TTx any](t *testing.T, d store.Driver[TTx]) {
 		if calls != 1 {
 			t.Errorf("%d BatchHandler calls, want 1", calls)
 		}
-		for i, o := range out {
-			switch {
-			case i == 3 && o.Err == nil:
-				t.Errorf("poison message: %+v, want its CHECK violation", o)
-			case i != 3 && (o.Err != nil || o.Result != inbox.Processed):
-				t.Errorf("message %d: %+v, want processed", i, o)
-			}
-		}
+		want(t, out, 3)
 		if n := count("bh-"); n != 7 {
 			t.Errorf("%d business rows, want 7", n)
 		}
