@@ -2,11 +2,14 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
@@ -128,4 +131,87 @@ func TestCoalescedNotifyRecheck(t *testing.T) {
 	}
 	waitFor(t, "both published", func() bool { return countState(t, d, lease.Completed) == 3 })
 	checkKeyOrder(t, pub.snapshot())
+}
+
+// recordingDriver records the SQL of the statements run through Tx
+// queriers.
+type recordingDriver[TTx any] struct {
+	store.Driver[TTx]
+	sqls *[]string
+}
+
+func (c recordingDriver[TTx]) Tx(tx TTx) store.Querier {
+	return recordingQuerier{c.Driver.Tx(tx), c.sqls}
+}
+
+type recordingQuerier struct {
+	store.Querier
+	sqls *[]string
+}
+
+func (c recordingQuerier) Query(ctx context.Context, sql string, args ...any) (store.Rows, error) {
+	*c.sqls = append(*c.sqls, sql)
+	return c.Querier.Query(ctx, sql, args...)
+}
+
+func (c recordingQuerier) QueryRow(ctx context.Context, sql string, args ...any) store.Row {
+	*c.sqls = append(*c.sqls, sql)
+	return c.Querier.QueryRow(ctx, sql, args...)
+}
+
+// One keyless event with no notify due is written with the one-row INSERT
+// (no arrays to encode); a key (its lock) or a due notify takes the
+// one-statement Enqueue. Either way the dedup is the unique constraint's: a
+// retried id is accepted as a duplicate, a changed payload fails.
+func TestEnqueueSingleEventStatement(t *testing.T) {
+	t.Run("pgx", func(t *testing.T) { testEnqueueSingleEventStatement(t, testdb.Pgx(t)) })
+	t.Run("sql-postgres", func(t *testing.T) { testEnqueueSingleEventStatement(t, testdb.SQLPostgres(t)) })
+}
+
+func testEnqueueSingleEventStatement[TTx any](t *testing.T, base store.Driver[TTx]) {
+	ctx := context.Background()
+	var sqls []string
+	d := recordingDriver[TTx]{base, &sqls}
+	q := base.Statements().Outbox
+	run := func(cfg Config, e Event) ([]Event, error) {
+		sqls = sqls[:0]
+		o, _ := New[TTx](d, cfg)
+		var out []Event
+		err := store.InTx(ctx, base, func(tx TTx) error {
+			var err error
+			out, err = o.EnqueueTx(ctx, tx, e)
+			return err
+		})
+		return out, err
+	}
+	e := Event{ID: "orders:7-created", Type: "t", Topic: "x", Payload: []byte(`{"order":7}`)}
+	out, err := run(Config{DisableNotify: true}, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "keyless, no notify: statements", strings.Join(sqls, ";\n"), q.Insert(1))
+	if out[0].Seq == 0 {
+		t.Fatal("inserted event without a seq")
+	}
+	out, err = run(Config{DisableNotify: true}, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "retried: dup seq", out[0].Seq, 0)
+	mustEqual(t, "retried: insert then content comparison", strings.Join(sqls, ";\n"), q.Insert(1)+";\n"+q.Existing)
+	changed := e
+	changed.Payload = []byte(`{"order":8}`)
+	if _, err := run(Config{DisableNotify: true}, changed); !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("changed payload: err = %v, want ErrFingerprintMismatch", err)
+	}
+
+	if _, err := run(Config{DisableNotify: true}, ev("k1", 1)); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "keyed: statements", strings.Join(sqls, ";\n"), q.Enqueue)
+	if _, err := run(Config{NotifyInterval: -1}, Event{Type: "t", Topic: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "notify due: statements", strings.Join(sqls, ";\n"), q.Enqueue)
+	mustEqual(t, "rows", testdb.Count(t, base, `SELECT count(*) FROM `+base.Table("outbox")), 3)
 }

@@ -268,7 +268,15 @@ func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, events ...Event) (_
 	q := o.d.Tx(tx)
 	seqs := make(map[ident]int64, len(out))
 	if o.q.Enqueue != "" {
-		err = o.insertArrays(ctx, q, out, now, anyKey, seqs)
+		lockKeys := anyKey && !o.cfg.DisableKeyLock
+		notify := o.notifyNow()
+		if len(out) == 1 && !lockKeys && !notify {
+			// Nothing to fold in: the plain one-row INSERT (the same
+			// ON CONFLICT dedup) skips the arrays' encoding and unnest.
+			err = o.insertChunks(ctx, q, out, now, seqs)
+		} else {
+			err = o.insertArrays(ctx, q, out, now, lockKeys, notify, seqs)
+		}
 	} else {
 		err = o.insertChunks(ctx, q, out, now, seqs)
 	}
@@ -293,10 +301,10 @@ func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, events ...Event) (_
 
 type ident struct{ source, id string }
 
-// insertArrays writes out in one statement (one round trip): key locks,
-// rows and a coalesced notify (see sqlset.Outbox.Enqueue and
-// Config.NotifyInterval).
-func (o *Outbox[TTx]) insertArrays(ctx context.Context, q store.Querier, out []Event, now time.Time, anyKey bool, seqs map[ident]int64) error {
+// insertArrays writes out in one statement (one round trip): the key locks
+// when lockKeys, the rows, and the pg_notify when notify (see
+// sqlset.Outbox.Enqueue and Config.NotifyInterval).
+func (o *Outbox[TTx]) insertArrays(ctx context.Context, q store.Querier, out []Event, now time.Time, lockKeys, notify bool, seqs map[ident]int64) error {
 	n := len(out)
 	src, id, typ, topic, subj, ct, key, hdr := make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -315,15 +323,16 @@ func (o *Outbox[TTx]) insertArrays(ctx context.Context, q store.Querier, out []E
 		}
 	}
 	rows, err := q.Query(ctx, o.q.Enqueue, src, id, typ, topic, subj, tm, ct, key, hdr, payload,
-		store.Micros(now), o.keys.space, anyKey && !o.cfg.DisableKeyLock, o.keys.channel, o.notifyNow(), tp, ts)
+		store.Micros(now), o.keys.space, lockKeys, o.keys.channel, notify, tp, ts)
 	if err != nil {
 		return fmt.Errorf("outbox: insert: %w", err)
 	}
 	return scanInserted(rows, seqs)
 }
 
-// insertChunks writes out with multi-row INSERTs (where the dialect has no
-// one-statement Enqueue: SQLite).
+// insertChunks writes out with multi-row INSERTs: where the dialect has no
+// one-statement Enqueue (SQLite), and for a single event that needs no key
+// lock and no notify.
 func (o *Outbox[TTx]) insertChunks(ctx context.Context, q store.Querier, out []Event, now time.Time, seqs map[ident]int64) error {
 	for start := 0; start < len(out); start += maxRowsPerInsert {
 		chunk := out[start:min(start+maxRowsPerInsert, len(out))]
