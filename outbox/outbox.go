@@ -210,7 +210,10 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 // On PostgreSQL EnqueueTx is one statement (one round trip): it takes the
 // ordering-key locks (see Config.DisableKeyLock) before inserting, inserts
 // the rows and, at most once per Config.NotifyInterval, queues a pg_notify
-// that wakes listening relays after commit. On SQLite call [Relay.Notify]
+// that wakes listening relays after commit. A single event without a key
+// whose call sends no notify is the plain one-row INSERT (the same
+// ON CONFLICT dedup), which costs the database less than the statement
+// that folds locks and notify in. On SQLite call [Relay.Notify]
 // after commit for an immediate wake-up, otherwise the relay polls.
 //
 // Tracing: Enqueue runs in an idem.outbox.enqueue span (a child of the
