@@ -44,6 +44,11 @@ type Driver struct {
 	// mode is the pool's query exec mode, read once: the fast paths of
 	// BeginInsert and ExecCommit depend on it.
 	mode pgx.QueryExecMode
+	// traced: the pool's connections may have a pgx tracer (one in its
+	// ConnConfig, or a BeforeConnect that could set one), which sees the
+	// statements of a pgx.Batch but not those of a pgconn batch: the
+	// reserved path then sends pgx batches (see sendPrepared).
+	traced bool
 	// prepared holds the statements the fast paths prepare by name on
 	// each connection (at most maxPrepared, counted by preparedN).
 	prepared   sync.Map
@@ -63,7 +68,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{pool: pool, names: names, mode: pool.Config().ConnConfig.DefaultQueryExecMode, stmts: postgres.Statements(names)}, nil
+	pc := pool.Config()
+	return &Driver{pool: pool, names: names, mode: pc.ConnConfig.DefaultQueryExecMode,
+		traced: pc.ConnConfig.Tracer != nil || pc.BeforeConnect != nil, stmts: postgres.Statements(names)}, nil
 }
 
 // Open connects a new pool to connString ("postgres://…") and returns a

@@ -92,10 +92,14 @@ func (d *Driver) BeginReserved(ctx context.Context, stmts []store.Stmt) (pgx.Tx,
 		return nil, false, translate(err)
 	}
 	if len(stmts) > 0 {
-		b := &pgx.Batch{}
 		ran := 0
-		queueStmts(b, stmts, &ran)
-		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		sent, _, err := d.sendPrepared(ctx, conn, stmts, -1, &ran)
+		if !sent && err == nil {
+			b := &pgx.Batch{}
+			queueStmts(b, stmts, &ran)
+			err = conn.SendBatch(ctx, b).Close()
+		}
+		if err != nil {
 			if ran > 0 || conn.PgConn().TxStatus() != 'I' {
 				_ = conn.Close(context.WithoutCancel(ctx))
 			} else {
@@ -140,31 +144,42 @@ func (d *Driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 	case commit && open && conn.PgConn().TxStatus() != 'T':
 		return discard(fmt.Errorf("pgxstore: the transaction was aborted by an earlier failed statement, rolled back: %w", pgx.ErrTxCommitRollback))
 	}
-	b := &pgx.Batch{}
-	var tag pgconn.CommandTag
+	// The whole list, in the order it is sent: [BEGIN,] before, COMMIT |
+	// ROLLBACK, after.
+	var room [maxPreparedList]store.Stmt
+	list, commitAt := room[:0], -1
 	committing := commit && (open || len(before) > 0)
 	switch {
 	case committing:
 		if !open {
-			b.Queue(beginSQL)
+			list = append(list, store.Stmt{SQL: beginSQL})
 		}
-		queueStmts(b, before, nil)
-		b.Queue(commitSQL).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+		list = append(list, before...)
+		commitAt = len(list)
+		list = append(list, store.Stmt{SQL: commitSQL})
 	case open:
-		b.Queue(rollbackSQL)
+		list = append(list, store.Stmt{SQL: rollbackSQL})
 	}
-	queueStmts(b, after, nil)
-	if b.Len() == 0 {
+	list = append(list, after...)
+	if len(list) == 0 {
 		t.c.Release()
 		return nil
 	}
-	if err := d.prepare(ctx, conn, beginSQL, commitSQL, rollbackSQL); err != nil {
+	if err := d.prepareStmts(ctx, conn, list); err != nil {
 		return discard(translate(err))
 	}
-	if err := d.prepareStmts(ctx, conn, before, after); err != nil {
-		return discard(translate(err))
+	sent, tag, err := d.sendPrepared(ctx, conn, list, commitAt, nil)
+	if !sent && err == nil {
+		b := &pgx.Batch{}
+		for i := range list {
+			if i == commitAt {
+				b.Queue(commitSQL).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+				continue
+			}
+			queueStmts(b, list[i:i+1], nil)
+		}
+		err = conn.SendBatch(ctx, b).Close()
 	}
-	err := conn.SendBatch(ctx, b).Close()
 	if err == nil && committing && tag.String() != "COMMIT" {
 		err = fmt.Errorf("pgxstore: COMMIT answered %q: %w", tag.String(), pgx.ErrTxCommitRollback)
 	}
