@@ -22,7 +22,11 @@ import (
 // range-partitioned by expires_at (daily by default): a
 // partition whose upper bound has passed holds only expired rows, each by
 // its own expiry, and is removed whole with DETACH PARTITION and DROP
-// TABLE — a catalog change, whatever its size. A consumer whose retention
+// TABLE — a catalog change, whatever its size. (The outbox is partitioned
+// by created_at: its events have no expiry of their own, and one of its
+// partitions is dropped only when every event in it was published
+// PartitionConfig.OutboxRetention ago, checked under the outbox's lock.)
+// A consumer whose retention
 // is longer than the span simply writes into a later partition; a
 // consumer kept longer with Config.InboxMinAge keeps its partitions until
 // they hold no row it keeps (their expired rows are then deleted in
@@ -139,7 +143,7 @@ func Partitioned[TTx any](ctx context.Context, d store.Driver[TTx]) (bool, error
 	return true, nil
 }
 
-// Partition converts d's inbox, idempotency keys and effect ledger
+// Partition converts d's inbox, idempotency keys, outbox and effect ledger
 // (migrated by package migrate) to the partitioned layout, in one transaction: each table is
 // locked, renamed, recreated partitioned with every row copied, and the
 // partitions from now to now+Ahead are created. Run it with the

@@ -191,8 +191,9 @@ type Names struct {
 	// Ignored on PostgreSQL.
 	Prefix string
 	// Layout is the shape of idem's tables: LayoutPlain (the default) or
-	// LayoutPartitioned (PostgreSQL only: the inbox range-partitioned by
-	// expiry, see package retention's Partition). It must match the
+	// LayoutPartitioned (PostgreSQL only: the inbox, idempotency keys and
+	// effect ledger range-partitioned by expiry, the outbox by creation;
+	// see package retention's Partition). It must match the
 	// database: a store converted with retention.Partition is opened with
 	// LayoutPartitioned by every process; a mismatch fails every inbox
 	// insert loudly (no unique constraint matches, or no such function),
@@ -207,7 +208,8 @@ const (
 	// LayoutPlain is the default layout: one table per record kind,
 	// expired rows deleted in bounded batches.
 	LayoutPlain Layout = ""
-	// LayoutPartitioned range-partitions the inbox by expires_at on
+	// LayoutPartitioned range-partitions the inbox, idempotency keys and
+	// effect ledger by expires_at and the outbox by created_at on
 	// PostgreSQL, so expiry drops whole partitions.
 	LayoutPartitioned Layout = "partitioned"
 )

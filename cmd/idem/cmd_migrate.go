@@ -77,8 +77,9 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 }
 
 // migratePartition is "idem migrate partition": pending migrations, then
-// the conversion to the partitioned layout (one transaction; the inbox and
-// effects tables are locked while their rows are copied).
+// the conversion to the partitioned layout (one transaction; the inbox,
+// idempotency keys, outbox and effects tables are locked while their rows
+// are copied).
 func migratePartition(ctx context.Context, env *Env, u string) error {
 	t, err := parseDatabaseURL(u)
 	if err != nil {
@@ -107,7 +108,7 @@ func migratePartition(ctx context.Context, env *Env, u string) error {
 	if err != nil {
 		return hideURL(err, u)
 	}
-	fmt.Fprintf(env.Stdout, "partitioned layout: inbox, idempotency keys and effects range-partitioned by expires_at (%d partitions created)\n", len(rep.Created))
+	fmt.Fprintf(env.Stdout, "partitioned layout: inbox, idempotency keys and effects range-partitioned by expires_at, the outbox by created_at (%d partitions created)\n", len(rep.Created))
 	fmt.Fprintf(env.Stdout, "open the database with ?%s=%s in every process from now on (idem gc then drops expired partitions)\n", dsn.LayoutParam, store.LayoutPartitioned)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/migrate"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/retention"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgxstore"
@@ -190,26 +191,13 @@ func inboxPartitionedVsPlain(e *Env) Pair {
 	}
 	var seq atomic.Int64
 	p.Setup = func(ctx context.Context) error {
-		for i, layout := range []store.Layout{store.LayoutPartitioned, store.LayoutPlain} {
-			schema := e.name(e.schema)
-			e.extraSchemas = append(e.extraSchemas, schema)
-			d, err := pgxstore.New(e.pg.PgxPool(), pgxstore.Config{Names: store.Names{Schema: schema, Layout: layout}})
-			if err != nil {
-				return err
-			}
-			if err := migrate.Up(ctx, d); err != nil {
-				return err
-			}
-			if layout == store.LayoutPartitioned {
-				if _, err := retention.Partition(ctx, d, retention.PartitionConfig{}, time.Now()); err != nil {
-					return err
-				}
-			}
-			sides[i].biz = `"` + schema + `".bench_business`
-			if _, err := d.Pool().Exec(ctx, `CREATE TABLE `+sides[i].biz+` (id text PRIMARY KEY, payload bytea NOT NULL)`); err != nil {
-				return err
-			}
-			if sides[i].in, err = inbox.New(store.Erase(d), inbox.Config{}); err != nil {
+		ds, biz, err := layoutStores(ctx, e)
+		if err != nil {
+			return err
+		}
+		for i, d := range ds {
+			sides[i].biz = biz[i]
+			if sides[i].in, err = inbox.New(d, inbox.Config{}); err != nil {
 				return err
 			}
 		}
@@ -226,6 +214,140 @@ func inboxPartitionedVsPlain(e *Env) Pair {
 				})
 				return 1, err
 			})
+		}}
+	}
+	p.A = side("partitioned", 0)
+	p.B = side("plain", 1)
+	return p
+}
+
+// layoutStores returns two migrated pgx stores on schemas of their own,
+// [0] converted to the partitioned layout and [1] plain, each with a
+// business table (its qualified name in biz).
+func layoutStores(ctx context.Context, e *Env) (ds [2]store.Driver[any], biz [2]string, err error) {
+	for i, layout := range []store.Layout{store.LayoutPartitioned, store.LayoutPlain} {
+		schema := e.name(e.schema)
+		e.extraSchemas = append(e.extraSchemas, schema)
+		d, err := pgxstore.New(e.pg.PgxPool(), pgxstore.Config{Names: store.Names{Schema: schema, Layout: layout}})
+		if err != nil {
+			return ds, biz, err
+		}
+		if err := migrate.Up(ctx, d); err != nil {
+			return ds, biz, err
+		}
+		if layout == store.LayoutPartitioned {
+			if _, err := retention.Partition(ctx, d, retention.PartitionConfig{}, time.Now()); err != nil {
+				return ds, biz, err
+			}
+		}
+		biz[i] = `"` + schema + `".bench_business`
+		if _, err := d.Pool().Exec(ctx, `CREATE TABLE `+biz[i]+` (id text PRIMARY KEY, payload bytea NOT NULL)`); err != nil {
+			return ds, biz, err
+		}
+		ds[i] = store.Erase(d)
+	}
+	return ds, biz, nil
+}
+
+// outboxPartitionedVsPlain: A enqueues events through outbox.EnqueueTx on
+// the partitioned layout (a lock per event and a not-exists insert
+// through the layout's function), B the same on the plain layout (one
+// insert against the (source, event_id) unique key), 8 producers each,
+// every transaction a business row and one event with its own ordering
+// key — what the layout costs a producer.
+func outboxPartitionedVsPlain(e *Env) Pair {
+	p := Pair{Name: "outbox_partitioned_vs_plain_postgres"}
+	var sides [2]struct {
+		d   store.Driver[any]
+		ob  *outbox.Outbox[any]
+		biz string
+	}
+	var seq atomic.Int64
+	p.Setup = func(ctx context.Context) error {
+		ds, biz, err := layoutStores(ctx, e)
+		if err != nil {
+			return err
+		}
+		for i, d := range ds {
+			sides[i].d, sides[i].biz = d, biz[i]
+			if sides[i].ob, err = outbox.New(d, outbox.Config{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	side := func(label string, i int) Side {
+		return Side{Label: label, Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
+			s := &sides[i]
+			return throughput(ctx, budget, partitionedWorkers, func(ctx context.Context, _ int) (int, error) {
+				id := fmt.Sprintf("order-%d", seq.Add(1))
+				return 1, store.InTx(ctx, s.d, func(tx any) error {
+					if _, err := s.d.Tx(tx).Exec(ctx, `INSERT INTO `+s.biz+` (id, payload) VALUES ($1, $2)`, id, payload); err != nil {
+						return err
+					}
+					_, err := s.ob.EnqueueTx(ctx, tx, outbox.Event{Type: "bench.order.created", Topic: "orders", Key: id, Payload: payload})
+					return err
+				})
+			})
+		}}
+	}
+	p.A = side("partitioned", 0)
+	p.B = side("plain", 1)
+	return p
+}
+
+// outboxRelayPartitionedVsPlain: A drains N committed events through the
+// relay to JetStream on the partitioned layout (claims and marks by seq,
+// one probe per partition), B the same on the plain layout (claims by
+// ctid), timed from the relay's start until the last event is marked
+// published.
+func outboxRelayPartitionedVsPlain(e *Env) Pair {
+	p := Pair{Name: "outbox_relay_partitioned_vs_plain_postgres"}
+	var sides [2]struct {
+		d   store.Driver[any]
+		ob  *outbox.Outbox[any]
+		est float64
+	}
+	p.Setup = func(ctx context.Context) error {
+		ds, _, err := layoutStores(ctx, e)
+		if err != nil {
+			return err
+		}
+		for i, d := range ds {
+			sides[i].d, sides[i].est = d, 10000
+			if sides[i].ob, err = outbox.New(d, outbox.Config{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	side := func(label string, i int) Side {
+		return Side{Label: label, Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
+			s := &sides[i]
+			topic, err := e.stream(ctx, "relay-layout")
+			if err != nil {
+				return Sample{}, err
+			}
+			pub, err := e.publisher()
+			if err != nil {
+				return Sample{}, err
+			}
+			n := max(1000, int(s.est*budget.Seconds()*0.8))
+			if err := enqueueN(ctx, s.d, s.ob, topic, n); err != nil {
+				return Sample{}, err
+			}
+			start := time.Now()
+			rr, err := startRelay(ctx, s.d, pub)
+			if err != nil {
+				return Sample{}, err
+			}
+			defer rr.stop()
+			if err := rr.waitPublished(ctx, int64(n)); err != nil {
+				return Sample{}, err
+			}
+			sm := Sample{Ops: n, Elapsed: time.Since(start)}
+			s.est = sm.PerSecond()
+			return sm, nil
 		}}
 	}
 	p.A = side("partitioned", 0)
