@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"mime"
 	"strings"
 )
@@ -40,16 +41,53 @@ func FingerprintFromBytes(b []byte) (Fingerprint, error) {
 // FingerprintOf hashes parts with SHA-256. Each part is length-prefixed, so
 // ("ab","c") and ("a","bc") have different fingerprints.
 func FingerprintOf(parts ...[]byte) Fingerprint {
-	h := sha256.New()
-	var n [8]byte
+	f := NewFingerprinter()
 	for _, p := range parts {
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-		h.Write(n[:])
-		h.Write(p)
+		f.Add(p)
 	}
-	var f Fingerprint
-	h.Sum(f[:0])
-	return f
+	return f.Sum()
+}
+
+// Fingerprinter computes [FingerprintOf] one part at a time: Add (or
+// AddString) each part in order, then Sum, which equals FingerprintOf of
+// the same parts. Strings are hashed without being copied to byte slices
+// first (a request's method, operation and path cost no allocation). A
+// Fingerprinter is not safe for concurrent use.
+type Fingerprinter struct {
+	h hash.Hash
+	// scratch holds length prefixes and short strings on their way to h.
+	scratch [64]byte
+}
+
+// NewFingerprinter returns an empty Fingerprinter.
+func NewFingerprinter() *Fingerprinter { return &Fingerprinter{h: sha256.New()} }
+
+// Add hashes p as the next part.
+func (f *Fingerprinter) Add(p []byte) {
+	f.prefix(len(p))
+	f.h.Write(p)
+}
+
+// AddString hashes s as the next part, exactly as Add([]byte(s)).
+func (f *Fingerprinter) AddString(s string) {
+	f.prefix(len(s))
+	for len(s) > 0 {
+		n := copy(f.scratch[:], s)
+		f.h.Write(f.scratch[:n])
+		s = s[n:]
+	}
+}
+
+func (f *Fingerprinter) prefix(n int) {
+	binary.BigEndian.PutUint64(f.scratch[:8], uint64(n))
+	f.h.Write(f.scratch[:8])
+}
+
+// Sum returns the fingerprint of the parts added so far.
+func (f *Fingerprinter) Sum() Fingerprint {
+	var fp Fingerprint
+	f.h.Sum(fp[:0])
+	return fp
 }
 
 // PayloadFingerprint fingerprints a message payload: the SHA-256 of its

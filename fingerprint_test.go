@@ -2,6 +2,8 @@ package idem_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -328,5 +330,31 @@ func TestValidateID(t *testing.T) {
 		if err := idem.ValidateID(id); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("%q accepted", id)
 		}
+	}
+}
+
+// FingerprintOf and the Fingerprinter are SHA-256 over each part's length
+// (8 bytes, big-endian) and bytes, computed here independently: stored
+// fingerprints depend on that form.
+func TestFingerprintOfForm(t *testing.T) {
+	long := strings.Repeat("0123456789", 20) // longer than the scratch buffer
+	parts := [][]byte{[]byte("POST"), {}, []byte(long), []byte("json"), []byte(`{"a":1}`)}
+	var flat []byte
+	for _, p := range parts {
+		flat = binary.BigEndian.AppendUint64(flat, uint64(len(p)))
+		flat = append(flat, p...)
+	}
+	want := idem.Fingerprint(sha256.Sum256(flat))
+	if got := idem.FingerprintOf(parts...); got != want {
+		t.Fatalf("FingerprintOf %s, want %s", got, want)
+	}
+	f := idem.NewFingerprinter()
+	f.AddString("POST")
+	f.Add(nil)
+	f.AddString(long)
+	f.Add([]byte("json"))
+	f.AddString(`{"a":1}`)
+	if got := f.Sum(); got != want {
+		t.Fatalf("Fingerprinter %s, want %s", got, want)
 	}
 }

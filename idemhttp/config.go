@@ -326,7 +326,11 @@ func DefaultOperation(r *http.Request) string {
 		return r.Method + " " + r.URL.Path
 	}
 	if i := strings.IndexAny(p, " \t"); i > 0 && p[:i] == strings.ToUpper(p[:i]) && !strings.ContainsAny(p[:i], "/.") {
-		return r.Method + " " + strings.TrimLeft(p[i:], " \t")
+		rest := strings.TrimLeft(p[i:], " \t")
+		if p[:i] == r.Method && p[i] == ' ' && len(rest) == len(p)-i-1 {
+			return p // already "METHOD /path": no new string per request
+		}
+		return r.Method + " " + rest
 	}
 	return r.Method + " " + p
 }

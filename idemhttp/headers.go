@@ -3,9 +3,93 @@ package idemhttp
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
+
+// encodeHeaders returns what json.Marshal writes for the http.Header of
+// the names (sorted, without duplicates) that h holds, skipping those skip
+// reports: the stored headers of a record. Names and values of printable
+// ASCII that JSON writes unescaped (the usual case) are written directly,
+// with no map and no reflection; anything else goes to json.Marshal, so
+// the result is always what it gives.
+func encodeHeaders(h http.Header, names []string, skip func(string) bool) string {
+	n, plain := 2, true
+	for _, k := range names {
+		vs, ok := h[k]
+		if !ok || skip(k) {
+			continue
+		}
+		if vs == nil || !plainJSON(k) {
+			plain = false
+			break
+		}
+		n += len(k) + 6
+		for _, v := range vs {
+			if !plainJSON(v) {
+				plain = false
+				break
+			}
+			n += len(v) + 3
+		}
+	}
+	if !plain {
+		stored := http.Header{}
+		for _, k := range names {
+			if vs, ok := h[k]; ok && !skip(k) {
+				stored[k] = vs
+			}
+		}
+		b, _ := json.Marshal(stored)
+		return string(b)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	for _, k := range names {
+		vs, ok := h[k]
+		if !ok || skip(k) {
+			continue
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, k...)
+		b = append(b, `":[`...)
+		for i, v := range vs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, v...)
+			b = append(b, '"')
+		}
+		b = append(b, ']')
+	}
+	return string(append(b, '}'))
+}
+
+// plainJSON reports whether json.Marshal writes s as is between quotes:
+// printable ASCII other than the quote, the backslash and the characters
+// it escapes for HTML (<, >, &).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
+}
+
+// sortedNames returns names sorted and without duplicates, the order
+// json.Marshal writes a map's keys in.
+func sortedNames(names []string) []string {
+	s := slices.Clone(names)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
 
 // decodeHeaders decodes a record's stored headers (the JSON that
 // json.Marshal writes for an http.Header) into h, which must be empty. The

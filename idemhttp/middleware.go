@@ -109,7 +109,6 @@ package idemhttp
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -138,6 +137,8 @@ type Middleware[TTx any] struct {
 	log    *slog.Logger
 	tr     trace.Tracer
 	lockTO string // lockTimeout(cfg.LockTimeout), rendered once
+	// replayNames is cfg.ReplayHeaders sorted, without duplicates.
+	replayNames []string
 }
 
 // New returns a Middleware storing its records through d (migration 0002
@@ -157,6 +158,8 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
 		log:    obs.Component(cfg.Logger, "idemhttp", "mode", cfg.Mode.String()),
 		tr:     obs.Tracer(cfg.TracerProvider),
 		lockTO: lockTimeout(cfg.LockTimeout),
+
+		replayNames: sortedNames(cfg.ReplayHeaders),
 	}, nil
 }
 
@@ -171,6 +174,15 @@ type request struct {
 	scope
 	fp    idem.Fingerprint
 	state *reqState
+	boxed [3]any // tenant, operation, key as statement arguments
+}
+
+// args is scope.args with the scope boxed once per request: every
+// statement of a request starts with it.
+func (r *request) args(more ...any) []any {
+	a := make([]any, 0, 3+len(more))
+	a = append(a, r.boxed[:]...)
+	return append(a, more...)
 }
 
 // outcome is the decision of one attempt that did not execute the handler.
@@ -258,7 +270,7 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 	if info := infoFrom(r.Context()); info != nil {
 		info.Key, info.Tenant, info.Operation = key, tenant, op
 	}
-	req := &request{scope: scope{tenant, op, key}}
+	req := &request{scope: scope{tenant, op, key}, boxed: [3]any{tenant, op, key}}
 	req.state = &reqState{tenant: tenant, operation: op, key: key}
 	req.fp = m.fingerprint(r, op, body)
 	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, req.state))
@@ -365,21 +377,30 @@ func (m *Middleware[TTx]) readBody(w http.ResponseWriter, r *http.Request) ([]by
 // fingerprint hashes method, operation, request target (escaped path and
 // canonical query), body and the configured headers.
 func (m *Middleware[TTx]) fingerprint(r *http.Request, op string, body []byte) idem.Fingerprint {
-	parts := make([][]byte, 0, 8+2*len(m.cfg.FingerprintHeaders))
-	parts = append(parts, []byte(r.Method), []byte(op))
+	// The parts of idem.FingerprintOf, in this order: stored fingerprints
+	// depend on it.
+	f := idem.NewFingerprinter()
+	f.AddString(r.Method)
+	f.AddString(op)
 	if r.URL != nil {
 		qtag, q := canonicalQuery(r.URL.RawQuery, m.cfg.ExcludeQuery)
-		parts = append(parts, []byte("path"), []byte(r.URL.EscapedPath()), []byte(qtag), []byte(q))
+		f.AddString("path")
+		f.AddString(r.URL.EscapedPath())
+		f.AddString(qtag)
+		f.AddString(q)
 	}
 	if c, err := canonicalBody(r.Header.Get("Content-Type"), body, m.cfg.ExcludeFields); err == nil {
-		parts = append(parts, []byte("json"), c)
+		f.AddString("json")
+		f.Add(c)
 	} else {
-		parts = append(parts, []byte("raw"), body)
+		f.AddString("raw")
+		f.Add(body)
 	}
 	for _, h := range m.cfg.FingerprintHeaders {
-		parts = append(parts, []byte(h), []byte(strings.Join(r.Header.Values(h), "\x00")))
+		f.AddString(h)
+		f.AddString(strings.Join(r.Header.Values(h), "\x00"))
 	}
-	return idem.FingerprintOf(parts...)
+	return f.Sum()
 }
 
 // canonicalQuery returns the query in canonical form: parameters decoded,
@@ -771,31 +792,29 @@ type response struct {
 
 // storedResponse is what is recorded of cw's response.
 func (m *Middleware[TTx]) storedResponse(req *request, cw *capture) (response, error) {
-	stored := http.Header{}
-	for _, k := range m.cfg.ReplayHeaders {
-		if v, ok := cw.header[k]; ok {
-			stored[k] = v
-		}
-	}
 	body, ok, err := cw.body(m.cfg.MaxStoredBody)
 	if err != nil {
 		return response{}, err
 	}
 	omitted := 0
+	skip := keepAll
 	if !ok {
 		body, omitted = []byte{}, 1
-		stored.Del("Content-Type")
-		stored.Del("Content-Length")
+		skip = bodyHeader // they describe the body that is not stored
 	}
 	if body == nil {
 		body = []byte{}
 	}
-	hj, _ := json.Marshal(stored)
+	hj := encodeHeaders(cw.header, m.replayNames, skip)
 	req.state.mu.Lock()
 	rt, rid := req.state.resourceType, req.state.resourceID
 	req.state.mu.Unlock()
-	return response{cw.status, string(hj), body, omitted, rt, rid}, nil
+	return response{cw.status, hj, body, omitted, rt, rid}, nil
 }
+
+func keepAll(string) bool { return false }
+
+func bodyHeader(k string) bool { return k == "Content-Type" || k == "Content-Length" }
 
 func (m *Middleware[TTx]) completeArgs(req *request, token int64, cw *capture, now time.Time) ([]any, error) {
 	res, err := m.storedResponse(req, cw)

@@ -84,13 +84,13 @@ func (m *Middleware[TTx]) attemptReserved(w http.ResponseWriter, r *http.Request
 	if !ok {
 		return outExecute, nil, nil
 	}
-	unlock := []store.Stmt{{SQL: m.q.Unlock, Args: []any{lk}}}
 	if rec != nil { // the statement released the lock with the record
 		if err := m.d.EndReserved(bg, tx, false, nil, nil); err != nil {
 			return outStoreFailed, nil, err
 		}
 		return m.decideReserved(rec, req)
 	}
+	unlock := []store.Stmt{{SQL: m.q.Unlock, Args: []any{lk}}}
 	return m.runAndInsert(w, r, h, req, tx, start, nil, func(args []any) error {
 		if args == nil {
 			return m.d.EndReserved(bg, tx, false, nil, unlock)
