@@ -142,3 +142,61 @@ func (s *System[TTx]) providerStats(ctx context.Context) (calls, unique int64, e
 	}
 	return v.Calls, v.UniqueEffects, nil
 }
+
+// OrderTimes is when one order passed each stage of its path through the
+// system, in microseconds since the Unix epoch by the system's clock
+// (Config.Now); 0 means the order has not reached the stage yet.
+type OrderTimes struct {
+	OrderID string
+	// Accepted is the order's created_at (its transaction, which also
+	// enqueued the OrderConfirmed event, committed shortly after).
+	Accepted int64
+	// Published is when the relay marked the event published (after the
+	// broker's ack).
+	Published int64
+	// Notified is when the notification consumer recorded the event in
+	// its inbox (the transaction that also scheduled the e-mail).
+	Notified int64
+	// Scheduled is the e-mail effect's created_at in the ledger.
+	Scheduled int64
+	// Sent is when the effect worker recorded the e-mail completed (after
+	// the provider's answer).
+	Sent int64
+	// Invoiced is the invoice's created_at.
+	Invoiced int64
+}
+
+// OrderTimeline returns the stage times of every order whose
+// OrderConfirmed event is still in the outbox (published events are kept
+// until pruned), for instrumentation: where the confirmation e-mails wait
+// (bench --soak reports the lags between stages). It reads the database
+// only; nothing is changed.
+func (s *System[TTx]) OrderTimeline(ctx context.Context) ([]OrderTimes, error) {
+	d, n := s.db.Dialect(), s.db.Names()
+	q := `SELECT o.order_id, o.created_at, x.published_at, COALESCE(i.processed_at, 0), COALESCE(e.created_at, 0),
+		CASE WHEN e.state = 'completed' THEN e.completed_at ELSE 0 END, COALESCE(v.created_at, 0)
+	FROM ` + n.Table(d, "outbox") + ` x
+	JOIN ` + s.t.orders + ` o ON o.order_id = x.ce_subject
+	LEFT JOIN ` + n.Table(d, "inbox") + ` i ON i.consumer = $1 AND i.message_id = x.event_id AND i.state = 'completed'
+	LEFT JOIN ` + s.t.emails + ` m ON m.order_id = o.order_id AND m.kind = $2
+	LEFT JOIN ` + n.Table(d, "effects") + ` e ON e.effect_key = m.effect_key
+	LEFT JOIN ` + s.t.invoices + ` v ON v.order_id = o.order_id
+	WHERE x.type = $3`
+	rows, err := s.db.Pool().Query(ctx, q, ConsumerNotification, EmailKindConfirmation, EventTypeOrderConfirmed)
+	if err != nil {
+		return nil, fmt.Errorf("boxoffice: order timeline: %w", err)
+	}
+	defer rows.Close()
+	var out []OrderTimes
+	for rows.Next() {
+		var t OrderTimes
+		if err := rows.Scan(&t.OrderID, &t.Accepted, &t.Published, &t.Notified, &t.Scheduled, &t.Sent, &t.Invoiced); err != nil {
+			return nil, fmt.Errorf("boxoffice: order timeline: %w", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("boxoffice: order timeline: %w", err)
+	}
+	return out, nil
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/store"
 )
 
 // soakClients is the number of concurrent HTTP clients of a soak.
@@ -51,7 +53,11 @@ type SoakResult struct {
 	// EmailsSent is the number of unique e-mails the provider received.
 	EmailsSent int64 `json:"emails_sent"`
 	// EmailBacklog is the number of accepted orders not yet e-mailed when
-	// the clients stopped (how far the effect worker fell behind).
+	// the clients stopped (how far the e-mails fell behind). It and the
+	// other *AtEnd counts are taken from the orders' stage times
+	// (boxoffice.System.OrderTimeline) once the soak is over, so they are
+	// one consistent picture of that moment: an order's e-mail counts as
+	// sent once its completion is recorded.
 	EmailBacklog int64 `json:"email_backlog"`
 	// UnscheduledAtEnd is the number of accepted orders whose e-mail
 	// effect was not yet scheduled (by the notification consumer) when the
@@ -71,6 +77,37 @@ type SoakResult struct {
 	// TargetMet reports DrainS ≤ SoakMaxDrain with no 5xx and every order
 	// invoiced and e-mailed.
 	TargetMet bool `json:"target_met"`
+	// UnpublishedAtEnd is the number of accepted orders whose
+	// OrderConfirmed event the relay had not yet marked published when the
+	// clients stopped (the relay marks a batch in the round trip after its
+	// ack, so a consumer may have an event before it is marked).
+	UnpublishedAtEnd int64 `json:"unpublished_at_end"`
+	// UninvoicedAtEnd is the number of accepted orders not yet invoiced
+	// when the clients stopped.
+	UninvoicedAtEnd int64 `json:"uninvoiced_at_end"`
+	// Stages are the lags of each hop of an order's confirmation e-mail
+	// (and of its invoice), measured per order from the database's
+	// timestamps once everything was sent: where the e-mails waited.
+	Stages []SoakStage `json:"stages"`
+}
+
+// SoakStage is one hop of the orders' path in a soak, from the time each
+// order reached stage From to the time it reached stage To (the stages of
+// boxoffice.OrderTimes: accepted, published, notified, scheduled, sent,
+// invoiced).
+type SoakStage struct {
+	// From and To name the hop's stages.
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Orders is the number of orders that passed both stages.
+	Orders int `json:"orders"`
+	// P50S, P99S and MaxS are the hop's lag over those orders, in seconds.
+	P50S float64 `json:"p50_s"`
+	P99S float64 `json:"p99_s"`
+	MaxS float64 `json:"max_s"`
+	// DoneAfterS is the time from the last accepted order until the last
+	// order reached To, in seconds: when this stage caught up.
+	DoneAfterS float64 `json:"done_after_s"`
 }
 
 // SoakReport is the --soak output: one result per database.
@@ -199,7 +236,11 @@ func (e *Env) soak(ctx context.Context, storeName string, opt SoakOptions) (Soak
 		for {
 			select {
 			case <-tick.C:
-				opt.Progress(fmt.Sprintf("soak %s: %.0fs, %d orders accepted, %d 5xx", storeName, time.Since(start).Seconds(), accepted.Load(), fivexx.Load()))
+				line := fmt.Sprintf("soak %s: %.0fs, %d orders accepted, %d 5xx", storeName, time.Since(start).Seconds(), accepted.Load(), fivexx.Load())
+				if st, err := sys.Stats(ctx); err == nil {
+					line += fmt.Sprintf("; %d published, %d notified, %d e-mails sent, %d invoiced", st.EventsPublished, st.Notifications, st.EmailsSent, st.Invoices)
+				}
+				opt.Progress(line)
 			case <-ctx.Done():
 				return
 			}
@@ -217,14 +258,17 @@ func (e *Env) soak(ctx context.Context, storeName string, opt SoakOptions) (Soak
 	res.DurationS = elapsed.Seconds()
 	res.OrdersAccepted, res.Status5xx, res.OtherFailures = accepted.Load(), fivexx.Load(), other.Load()
 	res.OrdersPerS = float64(res.OrdersAccepted) / elapsed.Seconds()
-	if st, err := sys.Stats(ctx); err == nil {
-		res.EmailBacklog = res.OrdersAccepted - st.EmailsSent
-		res.UnscheduledAtEnd = res.OrdersAccepted - st.EmailsScheduled
-	} else {
+	// The backlogs at the end are counted from the orders' stage times
+	// once the soak is over (one consistent picture); the progress line
+	// shows the counts of the moment.
+	endMicros := store.Micros(time.Now())
+	st, err := sys.Stats(ctx)
+	if err != nil {
 		return res, err
 	}
-	opt.Progress(fmt.Sprintf("soak %s: clients done, %d orders accepted (%.0f/s), %d not yet e-mailed (%d not yet scheduled); waiting for invoices and e-mails",
-		storeName, res.OrdersAccepted, res.OrdersPerS, res.EmailBacklog, res.UnscheduledAtEnd))
+	sentAtEnd := st.EmailsSent
+	opt.Progress(fmt.Sprintf("soak %s: clients done, %d orders accepted (%.0f/s), %d e-mails sent, %d scheduled, %d published, %d invoiced; waiting for invoices and e-mails",
+		storeName, res.OrdersAccepted, res.OrdersPerS, st.EmailsSent, st.EmailsScheduled, st.EventsPublished, st.Invoices))
 	waitStart := time.Now()
 	until := waitStart.Add(opt.Wait)
 	for {
@@ -241,7 +285,7 @@ func (e *Env) soak(ctx context.Context, storeName string, opt SoakOptions) (Soak
 			res.DrainS = now.Sub(last).Seconds()
 		}
 		if (res.InvoicedAfterS >= 0 && res.DrainS >= 0) || now.After(until) {
-			if sent := res.EmailBacklog - (res.OrdersAccepted - st.EmailsSent); sent > 0 {
+			if sent := st.EmailsSent - sentAtEnd; sent > 0 {
 				res.EmailsPerSAfter = float64(sent) / now.Sub(waitStart).Seconds()
 			}
 			break
@@ -254,10 +298,110 @@ func (e *Env) soak(ctx context.Context, storeName string, opt SoakOptions) (Soak
 	}
 	res.TargetMet = res.Status5xx == 0 && res.DrainS >= 0 && res.DrainS <= SoakMaxDrain.Seconds() &&
 		res.OrdersInvoiced == res.OrdersAccepted && res.EmailsSent == res.OrdersAccepted
+	tl, err := soakTimeline(ctx, sys, res.EmailsSent >= res.OrdersAccepted && res.OrdersInvoiced >= res.OrdersAccepted)
+	if err != nil {
+		return res, err
+	}
+	res.Stages = soakStages(tl)
+	for _, t := range tl {
+		after := func(at int64) int64 {
+			if at == 0 || at > endMicros {
+				return 1
+			}
+			return 0
+		}
+		res.EmailBacklog += after(t.Sent)
+		res.UnscheduledAtEnd += after(t.Scheduled)
+		res.UnpublishedAtEnd += after(t.Published)
+		res.UninvoicedAtEnd += after(t.Invoiced)
+	}
+	opt.Progress(fmt.Sprintf("soak %s: when the clients stopped, %d orders were not yet e-mailed (%d not yet scheduled, %d not yet published), %d not yet invoiced",
+		storeName, res.EmailBacklog, res.UnscheduledAtEnd, res.UnpublishedAtEnd, res.UninvoicedAtEnd))
+	for _, sg := range res.Stages {
+		opt.Progress(fmt.Sprintf("soak %s: %s -> %s: p50 %.2fs, p99 %.2fs, max %.2fs, caught up %.1fs after the last order (%d orders)",
+			storeName, sg.From, sg.To, sg.P50S, sg.P99S, sg.MaxS, sg.DoneAfterS, sg.Orders))
+	}
 	if err := sys.Close(); err != nil {
 		return res, fmt.Errorf("close the system: %w", err)
 	}
 	return res, nil
+}
+
+// soakTimeline reads the orders' stage times. When every order was
+// e-mailed and invoiced it waits (briefly) for the last completions to be
+// recorded too: the provider counts an e-mail when it receives the call,
+// the worker records the completion just after.
+func soakTimeline(ctx context.Context, sys *boxoffice.System[any], done bool) ([]boxoffice.OrderTimes, error) {
+	until := time.Now().Add(10 * time.Second)
+	for {
+		tl, err := sys.OrderTimeline(ctx)
+		if err != nil || !done || time.Now().After(until) {
+			return tl, err
+		}
+		complete := true
+		for _, t := range tl {
+			if t.Sent == 0 || t.Invoiced == 0 {
+				complete = false
+				break
+			}
+		}
+		if complete {
+			return tl, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// soakHops are the hops SoakResult.Stages reports, in path order: the
+// e-mail's (accepted -> published -> notified -> scheduled -> sent), the
+// whole of it, and the invoice's.
+var soakHops = []struct {
+	from, to string
+	at       func(boxoffice.OrderTimes) (from, to int64)
+}{
+	{"accepted", "published", func(t boxoffice.OrderTimes) (int64, int64) { return t.Accepted, t.Published }},
+	{"published", "notified", func(t boxoffice.OrderTimes) (int64, int64) { return t.Published, t.Notified }},
+	{"notified", "scheduled", func(t boxoffice.OrderTimes) (int64, int64) { return t.Notified, t.Scheduled }},
+	{"scheduled", "sent", func(t boxoffice.OrderTimes) (int64, int64) { return t.Scheduled, t.Sent }},
+	{"accepted", "sent", func(t boxoffice.OrderTimes) (int64, int64) { return t.Accepted, t.Sent }},
+	{"published", "invoiced", func(t boxoffice.OrderTimes) (int64, int64) { return t.Published, t.Invoiced }},
+}
+
+// soakStages computes the lag of every hop of soakHops over the orders of
+// tl that passed both of its stages. published -> notified can be slightly
+// negative for some orders, and is reported as measured: the relay marks a
+// batch published in the round trip after the broker's ack, by which time
+// a consumer may have recorded the event.
+func soakStages(tl []boxoffice.OrderTimes) []SoakStage {
+	var last int64
+	for _, t := range tl {
+		last = max(last, t.Accepted)
+	}
+	out := make([]SoakStage, 0, len(soakHops))
+	for _, h := range soakHops {
+		sg := SoakStage{From: h.from, To: h.to}
+		lags := make([]float64, 0, len(tl))
+		var done int64
+		for _, t := range tl {
+			from, to := h.at(t)
+			if from == 0 || to == 0 {
+				continue
+			}
+			lags = append(lags, float64(to-from)/1e6)
+			done = max(done, to)
+		}
+		sg.Orders = len(lags)
+		if len(lags) > 0 {
+			sg.P50S, sg.P99S, sg.MaxS = Percentile(lags, 50), Percentile(lags, 99), slices.Max(lags)
+			sg.DoneAfterS = float64(done-last) / 1e6
+		}
+		out = append(out, sg)
+	}
+	return out
 }
 
 // postOrder posts one order with Idempotency-Key key for event soak-<event>

@@ -61,6 +61,21 @@ func TestRunSoak(t *testing.T) {
 		if r.OrdersPerS <= 0 {
 			t.Errorf("%s: %v orders/s", r.Store, r.OrdersPerS)
 		}
+		if r.UnpublishedAtEnd < 0 || r.UnpublishedAtEnd > r.OrdersAccepted || r.UninvoicedAtEnd < 0 || r.UninvoicedAtEnd > r.OrdersAccepted {
+			t.Errorf("%s: %d unpublished, %d unscheduled, %d uninvoiced at the end", r.Store, r.UnpublishedAtEnd, r.UnscheduledAtEnd, r.UninvoicedAtEnd)
+		}
+		// Every order was e-mailed and invoiced: each passed every stage.
+		if len(r.Stages) != len(soakHops) {
+			t.Fatalf("%s: %d stages, want %d", r.Store, len(r.Stages), len(soakHops))
+		}
+		for _, sg := range r.Stages {
+			if int64(sg.Orders) != r.OrdersAccepted || sg.P50S > sg.P99S || sg.P99S > sg.MaxS {
+				t.Errorf("%s: stage %+v, want all %d orders and p50 <= p99 <= max", r.Store, sg, r.OrdersAccepted)
+			}
+			if sg.From == "accepted" && (sg.P50S <= 0 || sg.DoneAfterS < 0) {
+				t.Errorf("%s: stage %+v: an order reached %s before it was accepted", r.Store, sg, sg.To)
+			}
+		}
 	}
 	var table, js bytes.Buffer
 	if err := WriteSoakTable(&table, rep); err != nil {
@@ -80,7 +95,8 @@ func TestRunSoak(t *testing.T) {
 		t.Fatalf("JSON %s: %v", js.String(), err)
 	}
 	for _, k := range []string{"store", "clients", "duration_s", "orders_accepted", "orders_per_s", "status_5xx", "other_failures",
-		"orders_invoiced", "emails_sent", "email_backlog", "unscheduled_at_end", "emails_per_s_after", "invoiced_after_s", "drain_s", "target_met"} {
+		"orders_invoiced", "emails_sent", "email_backlog", "unscheduled_at_end", "emails_per_s_after", "invoiced_after_s", "drain_s", "target_met",
+		"unpublished_at_end", "uninvoiced_at_end", "stages"} {
 		if _, ok := fields.Results[0][k]; !ok {
 			t.Errorf("JSON field %q missing: %s", k, js.String())
 		}
