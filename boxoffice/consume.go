@@ -37,8 +37,15 @@ func (s *System[TTx]) consumerConfig(name string, h inbox.Handler[TTx]) consumer
 		Logger:         s.log,
 		TracerProvider: s.cfg.TracerProvider,
 	}
-	if name == ConsumerBilling {
+	switch name {
+	case ConsumerBilling:
 		cfg.MessageID = billingID
+	case ConsumerNotification:
+		// Two round trips per batch instead of two per message: under the
+		// soak's load, message by message the notification consumer
+		// scheduled about half as many e-mails per second as orders came
+		// in (published -> notified p50 18.6 s on PostgreSQL).
+		cfg.BatchHandler = s.hs.NotificationBatch
 	}
 	return cfg
 }

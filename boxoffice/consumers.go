@@ -10,7 +10,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/versionguard"
@@ -97,12 +99,54 @@ func (h *Handlers[TTx]) Notification(ctx context.Context, tx TTx, msg idem.Messa
 	if err != nil {
 		return err
 	}
+	e, err := h.recordEmail(ctx, tx, oc)
+	if err != nil {
+		return err
+	}
+	if _, _, err := h.ledger.ScheduleTx(ctx, tx, e); err != nil {
+		return fmt.Errorf("notification: %w", err)
+	}
+	return nil
+}
+
+// NotificationBatch is [Handlers.Notification] for the new messages of a
+// fetched batch (consumer.Config.BatchHandler): the e-mail rows are queued
+// with the batch's savepoint release (inbox.Exec) and the effects are
+// scheduled in one pipelined round trip (effect.Ledger.ScheduleBatchTx),
+// instead of two round trips per message. Each effect is traced to its own
+// message's delivery. Any failure (an invalid event, a fault, a database
+// error) fails the whole call; the consumer then applies each message
+// through Notification on its own, so the same rows and effects result.
+func (h *Handlers[TTx]) NotificationBatch(ctx context.Context, tx TTx, msgs []idem.Message) error {
+	es := make([]effect.Effect, 0, len(msgs))
+	for _, msg := range msgs {
+		oc, err := h.decode(ConsumerNotification, msg)
+		if err != nil {
+			return err
+		}
+		e, err := h.recordEmail(ctx, tx, oc)
+		if err != nil {
+			return err
+		}
+		e.TraceParent, e.TraceState = effect.TraceContext(consumer.MessageContext(ctx, msg))
+		es = append(es, e)
+	}
+	if _, err := h.ledger.ScheduleBatchTx(ctx, tx, es); err != nil {
+		return fmt.Errorf("notification: %w", err)
+	}
+	return nil
+}
+
+// recordEmail writes the outgoing_emails row of oc's confirmation e-mail
+// (skipped when it exists) through inbox.Exec, so in a batch's fast pass
+// it travels with the savepoint's release, and returns the e-mail effect
+// to schedule.
+func (h *Handlers[TTx]) recordEmail(ctx context.Context, tx TTx, oc OrderConfirmed) (effect.Effect, error) {
 	key := ConfirmationEmailKey(oc.OrderID)
-	q := h.db.Tx(tx)
-	if _, err := q.Exec(ctx, insertOrSkip(h.db.Dialect(), `INSERT INTO `+h.t.emails+` (order_id, kind, effect_key, recipient, created_at)
+	if err := inbox.Exec(ctx, h.db, tx, insertOrSkip(h.db.Dialect(), `INSERT INTO `+h.t.emails+` (order_id, kind, effect_key, recipient, created_at)
 		VALUES ($1, $2, $3, $4, $5)`, `(order_id, kind)`),
 		oc.OrderID, EmailKindConfirmation, key, oc.CustomerEmail, store.Micros(h.now())); err != nil {
-		return fmt.Errorf("notification: %w", err)
+		return effect.Effect{}, fmt.Errorf("notification: %w", err)
 	}
 	body, _ := json.Marshal(map[string]any{
 		"to":       oc.CustomerEmail,
@@ -111,20 +155,18 @@ func (h *Handlers[TTx]) Notification(ctx context.Context, tx TTx, msg idem.Messa
 		"event_id": oc.EventID,
 		"seats":    oc.Seats,
 	})
-	if _, _, err := h.ledger.ScheduleTx(ctx, tx, effect.Effect{Key: key, Kind: EffectKindEmail, Payload: body}); err != nil {
-		return fmt.Errorf("notification: %w", err)
-	}
-	return nil
+	return effect.Effect{Key: key, Kind: EffectKindEmail, Payload: body}, nil
 }
 
 // Billing creates the order's one invoice (UNIQUE order_id, key
-// InvoiceKey).
+// InvoiceKey). The insert goes through inbox.Exec: in a batch's fast pass
+// the invoices of the batch travel together with its savepoint release.
 func (h *Handlers[TTx]) Billing(ctx context.Context, tx TTx, msg idem.Message) error {
 	oc, err := h.decode(ConsumerBilling, msg)
 	if err != nil {
 		return err
 	}
-	if _, err := h.db.Tx(tx).Exec(ctx, insertOrSkip(h.db.Dialect(), `INSERT INTO `+h.t.invoices+` (invoice_key, order_id, tenant, amount_cents, currency, message_id, created_at)
+	if err := inbox.Exec(ctx, h.db, tx, insertOrSkip(h.db.Dialect(), `INSERT INTO `+h.t.invoices+` (invoice_key, order_id, tenant, amount_cents, currency, message_id, created_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)`, ``),
 		InvoiceKey(oc.OrderID), oc.OrderID, oc.Tenant, oc.TotalCents, oc.Currency, msg.ID, store.Micros(h.now())); err != nil {
 		return fmt.Errorf("billing: %w", err)

@@ -83,6 +83,16 @@ func withBatch(ctx context.Context, msgs []idem.Message, ctxs []context.Context)
 	return context.WithValue(ctx, batchKey{}, m)
 }
 
+// MessageContext returns the context the Handler of msg receives: ctx with
+// the span of msg's delivery (its idem.consume span; in a batch, looked up
+// by msg's id) and msg's id as causation. A BatchHandler receives the
+// batch's context; it uses MessageContext for what it records per message,
+// e.g. the trace context of an effect it schedules for msg
+// (effect.TraceContext).
+func MessageContext(ctx context.Context, msg idem.Message) context.Context {
+	return handlerContext(ctx, msg)
+}
+
 // handlerContext is the context the handler of msg runs with: the span of
 // its delivery (in a batch, looked up by id) and msg's id as causation.
 func handlerContext(ctx context.Context, msg idem.Message) context.Context {

@@ -38,6 +38,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -262,29 +264,20 @@ func checkFingerprint(e Effect, fp idem.Fingerprint) error {
 // [idem.ErrFingerprintMismatch]; nothing is written. A key used by [Ledger.Do]
 // cannot be scheduled (mismatch too).
 //
+// Trace context: the effect stores the span of ctx (the worker's
+// idem.effect.call span is its child), unless e.TraceParent is set: then
+// e.TraceParent and e.TraceState are stored (see [TraceContext]).
+//
 // Concurrency: two transactions scheduling one key serialise on the primary
 // key; the second waits for the first to finish and then returns its row.
 func (l *Ledger[TTx]) ScheduleTx(ctx context.Context, tx TTx, e Effect) (Effect, bool, error) {
-	if err := idem.ValidateID(e.Key); err != nil {
-		return Effect{}, false, fmt.Errorf("effect: key: %w", err)
-	}
-	if e.Kind == "" {
-		return Effect{}, false, fmt.Errorf("effect: %w: empty kind for %q", idem.ErrInvalidInput, e.Key)
-	}
-	payload := e.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	fp := scheduledFingerprint(e.Kind, payload)
-	now := l.now()
-	due := now
-	if e.NotBefore.After(now) {
-		due = e.NotBefore
+	args, fp, err := l.scheduleArgs(ctx, e, l.now())
+	if err != nil {
+		return Effect{}, false, err
 	}
 	q := l.d.Tx(tx)
-	tp, ts := obs.Current(ctx)
 	for range 10 {
-		got, err := scanEffect(q.QueryRow(ctx, l.q.Schedule, e.Key, e.Kind, payload, fp.Bytes(), store.Micros(due), store.Micros(now), tp, ts))
+		got, err := scanEffect(q.QueryRow(ctx, l.q.Schedule, args...))
 		if err == nil {
 			return got, true, nil
 		}
@@ -307,6 +300,116 @@ func (l *Ledger[TTx]) ScheduleTx(ctx context.Context, tx TTx, e Effect) (Effect,
 	}
 	return Effect{}, false, fmt.Errorf("effect: schedule %q: row keeps vanishing", e.Key)
 }
+
+// scheduleArgs validates e and returns the arguments of the Schedule
+// statement for it at now, and its fingerprint.
+func (l *Ledger[TTx]) scheduleArgs(ctx context.Context, e Effect, now time.Time) ([]any, idem.Fingerprint, error) {
+	if err := idem.ValidateID(e.Key); err != nil {
+		return nil, idem.Fingerprint{}, fmt.Errorf("effect: key: %w", err)
+	}
+	if e.Kind == "" {
+		return nil, idem.Fingerprint{}, fmt.Errorf("effect: %w: empty kind for %q", idem.ErrInvalidInput, e.Key)
+	}
+	payload := e.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	fp := scheduledFingerprint(e.Kind, payload)
+	due := now
+	if e.NotBefore.After(now) {
+		due = e.NotBefore
+	}
+	tp, ts := e.TraceParent, e.TraceState
+	if tp == "" {
+		tp, ts = obs.Current(ctx)
+	}
+	return []any{e.Key, e.Kind, payload, fp.Bytes(), store.Micros(due), store.Micros(now), tp, ts}, fp, nil
+}
+
+// Scheduled is the outcome of one effect of [Ledger.ScheduleBatchTx]: the
+// stored effect and whether the call created it.
+type Scheduled struct {
+	Effect  Effect
+	Created bool
+}
+
+// ScheduleBatchTx is [Ledger.ScheduleTx] for many effects in the caller's
+// transaction tx, with the same dedup and the same checks for each (the
+// primary key decides; a key that exists with another kind or payload
+// fails): with a driver that pipelines (pgx) the inserts travel in one
+// round trip instead of one each, which is what a consumer's
+// BatchHandler needs. It returns one outcome per effect, in order. Each
+// effect's trace context is its TraceParent and TraceState when set
+// (a batch handler sets them from each message's context with
+// [TraceContext]), otherwise the span of ctx.
+//
+// The inserts run in key order, so two batches sharing keys lock them in
+// the same order. An error (an invalid effect, a mismatch, a database
+// error) names the key; effects of the batch may then have been written in
+// tx, so roll tx (or its savepoint) back, as a failing BatchHandler's
+// caller does.
+func (l *Ledger[TTx]) ScheduleBatchTx(ctx context.Context, tx TTx, es []Effect) ([]Scheduled, error) {
+	out := make([]Scheduled, len(es))
+	order := make([]int, len(es))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(es[a].Key, es[b].Key) })
+	if !l.d.SupportsPipeline() || len(es) < 2 {
+		// Nothing to save: one statement at a time, in key order too.
+		for _, i := range order {
+			got, created, err := l.ScheduleTx(ctx, tx, es[i])
+			if err != nil {
+				return nil, err
+			}
+			out[i] = Scheduled{Effect: got, Created: created}
+		}
+		return out, nil
+	}
+	now := l.now()
+	created := make([]bool, len(es))
+	stmts := make([]store.Stmt, 0, len(es))
+	for _, i := range order {
+		args, _, err := l.scheduleArgs(ctx, es[i], now)
+		if err != nil {
+			return nil, err
+		}
+		stmts = append(stmts, store.Stmt{SQL: l.q.Schedule, Args: args, Rows: func(rows store.Rows) error {
+			if !rows.Next() {
+				return rows.Err() // the key exists: read below
+			}
+			got, err := scanEffect(rows)
+			if err != nil {
+				return err
+			}
+			out[i], created[i] = Scheduled{Effect: got, Created: true}, true
+			return nil
+		}})
+	}
+	if err := l.d.SendBatch(ctx, l.d.Tx(tx), stmts); err != nil {
+		return nil, fmt.Errorf("effect: schedule a batch of %d: %w", len(es), err)
+	}
+	// The keys that existed (or repeat within the batch): ScheduleTx reads
+	// each and checks its fingerprint.
+	for _, i := range order {
+		if created[i] {
+			continue
+		}
+		got, c, err := l.ScheduleTx(ctx, tx, es[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Scheduled{Effect: got, Created: c}
+	}
+	return out, nil
+}
+
+// TraceContext returns the W3C trace context (traceparent, tracestate) of
+// the span in ctx, empty without one: what [Ledger.ScheduleTx] stores for
+// an effect scheduled under ctx, and what a caller of
+// [Ledger.ScheduleBatchTx] sets as each effect's TraceParent and
+// TraceState to trace it to its own message.
+func TraceContext(ctx context.Context) (traceparent, tracestate string) { return obs.Current(ctx) }
 
 // Get returns the effect stored under key, or an error wrapping
 // [idem.ErrNotFound].
