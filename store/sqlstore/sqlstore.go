@@ -66,6 +66,9 @@ type Driver struct {
 	tr      func(error) error
 	names   store.Names
 	owned   bool
+	// prepared are statements run on every request of the HTTP key path
+	// on SQLite, prepared once (see prepared.go).
+	prepared *preparedSet
 }
 
 var _ store.Driver[*sql.Tx] = (*Driver)(nil)
@@ -98,6 +101,9 @@ func New(db *sql.DB, cfg Config) (*Driver, error) {
 		d.stmts = sqlitesql.Statements(names)
 	default:
 		return nil, fmt.Errorf("sqlstore: unknown dialect %q (a dialect of its own package comes with Config.SQL)", cfg.Dialect)
+	}
+	if d.dialect == store.SQLite {
+		d.prepared = newPreparedSet(db, d.stmts.HTTPKeys.Load, d.stmts.HTTPKeys.InsertCompleted)
 	}
 	return d, nil
 }
@@ -285,13 +291,14 @@ func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
 }
 
 // Tx wraps tx as a store.Querier.
-func (d *Driver) Tx(tx *sql.Tx) store.Querier { return querier{tx, d.tr} }
+func (d *Driver) Tx(tx *sql.Tx) store.Querier { return querier{tx, d.tr, d.prepared, tx} }
 
 // Pool returns a store.Querier on the *sql.DB.
-func (d *Driver) Pool() store.Querier { return querier{d.db, d.tr} }
+func (d *Driver) Pool() store.Querier { return querier{d.db, d.tr, d.prepared, nil} }
 
 // Close closes the *sql.DB if this package opened it.
 func (d *Driver) Close() error {
+	d.prepared.close()
 	if d.owned {
 		return d.db.Close()
 	}
@@ -307,10 +314,25 @@ type conn interface {
 type querier struct {
 	c  conn
 	tr func(error) error
+	// p and tx: a statement of p runs prepared, on tx when not nil.
+	p  *preparedSet
+	tx *sql.Tx
+}
+
+// on returns the connection that runs query: its prepared statement when
+// it has one, else q.c.
+func (q querier) on(ctx context.Context, query string) conn {
+	if st := q.p.get(ctx, query); st != nil {
+		if q.tx != nil {
+			return preparedConn{q.tx.StmtContext(ctx, st)}
+		}
+		return preparedConn{st}
+	}
+	return q.c
 }
 
 func (q querier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := q.c.ExecContext(ctx, query, args...)
+	res, err := q.on(ctx, query).ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, q.tr(err)
 	}
@@ -319,7 +341,7 @@ func (q querier) Exec(ctx context.Context, query string, args ...any) (int64, er
 }
 
 func (q querier) Query(ctx context.Context, query string, args ...any) (store.Rows, error) {
-	rows, err := q.c.QueryContext(ctx, query, args...)
+	rows, err := q.on(ctx, query).QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, q.tr(err)
 	}
@@ -327,7 +349,7 @@ func (q querier) Query(ctx context.Context, query string, args ...any) (store.Ro
 }
 
 func (q querier) QueryRow(ctx context.Context, query string, args ...any) store.Row {
-	return sqlRow{q.c.QueryRowContext(ctx, query, args...), q.tr}
+	return sqlRow{q.on(ctx, query).QueryRowContext(ctx, query, args...), q.tr}
 }
 
 type sqlRows struct {
