@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -166,6 +167,9 @@ func (c recordingQuerier) QueryRow(ctx context.Context, sql string, args ...any)
 func TestEnqueueSingleEventStatement(t *testing.T) {
 	t.Run("pgx", func(t *testing.T) { testEnqueueSingleEventStatement(t, testdb.Pgx(t)) })
 	t.Run("sql-postgres", func(t *testing.T) { testEnqueueSingleEventStatement(t, testdb.SQLPostgres(t)) })
+	if os.Getenv(testdb.EnvPartitioned) != "" {
+		t.Run("pgx-partitioned", func(t *testing.T) { testEnqueueSingleEventStatement(t, testdb.PgxPartitioned(t)) })
+	}
 }
 
 func testEnqueueSingleEventStatement[TTx any](t *testing.T, base store.Driver[TTx]) {
