@@ -34,14 +34,7 @@ func sqliteBenchSetup(b *testing.B) (*sqlstore.Driver, http.Handler) {
 				return err
 			})
 		}
-		if err != nil {
-			http.Error(w, err.Error(), 500)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Location", "/orders/1")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte(`{"id":1,"item":"ticket","qty":2}`))
+		writeOrder(w, err)
 	})
 }
 
