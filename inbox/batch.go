@@ -105,30 +105,62 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 	// The inserts and, when the fast pass below will likely run (more than
 	// one message, or a BatchHandler), the opening of its savepoint go in
 	// one batch: with a driver that pipelines (pgx) that is one round trip.
-	var stmts []store.Stmt
-	for chunk := range slices.Chunk(ids, maxBatch) {
-		args := make([]any, 0, 3+2*len(chunk))
-		args = append(args, consumer, store.Micros(now), store.Micros(now.Add(in.retention(consumer))))
-		for _, id := range chunk {
-			args = append(args, id, fps[first[id]][:])
-		}
-		stmts = append(stmts, store.Stmt{SQL: in.q.BatchInsert(len(chunk)), Args: args, Rows: func(rows store.Rows) error {
-			for rows.Next() {
-				var id string
-				if err := rows.Scan(&id); err != nil {
-					return err
-				}
-				inserted[id] = true
-			}
-			return rows.Err()
-		}})
-	}
+	//
+	// With a driver that pipelines, the inserts first go without ON
+	// CONFLICT under a savepoint of their own: an all-new batch (the
+	// common case) is then recorded without the speculative insertion ON
+	// CONFLICT pays per row. A batch holding a recorded message fails with
+	// a unique violation, is rolled back to that savepoint and sent again
+	// with ON CONFLICT: two more round trips, for redeliveries only. The
+	// unique key decides either way.
 	spOpen := len(ids) > 1 || (bh != nil && len(ids) == 1)
-	if spOpen {
-		stmts = append(stmts, store.Stmt{SQL: in.q.BatchSavepoint})
+	build := func(strict bool) []store.Stmt {
+		var stmts []store.Stmt
+		if strict {
+			stmts = append(stmts, store.Stmt{SQL: in.q.BatchStrictSavepoint})
+		}
+		for chunk := range slices.Chunk(ids, maxBatch) {
+			args := make([]any, 0, 3+2*len(chunk))
+			args = append(args, consumer, store.Micros(now), store.Micros(now.Add(in.retention(consumer))))
+			for _, id := range chunk {
+				args = append(args, id, fps[first[id]][:])
+			}
+			sql := in.q.BatchInsert
+			if strict {
+				sql = in.q.BatchInsertStrict
+			}
+			stmts = append(stmts, store.Stmt{SQL: sql(len(chunk)), Args: args, Rows: func(rows store.Rows) error {
+				for rows.Next() {
+					var id string
+					if err := rows.Scan(&id); err != nil {
+						return err
+					}
+					inserted[id] = true
+				}
+				return rows.Err()
+			}})
+		}
+		if strict {
+			stmts = append(stmts, store.Stmt{SQL: in.q.BatchStrictRelease})
+		}
+		if spOpen {
+			stmts = append(stmts, store.Stmt{SQL: in.q.BatchSavepoint})
+		}
+		return stmts
 	}
-	if len(stmts) > 0 {
-		if err := in.d.SendBatch(ctx, q, stmts); err != nil {
+	strict := len(ids) > 0 && in.q.BatchInsertStrict != nil && in.d.SupportsPipeline()
+	if stmts := build(strict); len(stmts) > 0 {
+		err := in.d.SendBatch(ctx, q, stmts)
+		if strict && errors.Is(err, store.ErrUniqueViolation) {
+			// The rollback goes first on its own: a driver may prepare a
+			// batch's statements before running any, which the aborted
+			// transaction would refuse.
+			clear(inserted)
+			if _, err = q.Exec(ctx, in.q.BatchStrictRollback); err == nil {
+				err = in.d.SendBatch(ctx, q, append([]store.Stmt{{SQL: in.q.BatchStrictRelease}}, build(false)...))
+			}
+		}
+		if err != nil {
 			return nil, fmt.Errorf("inbox: batch insert: %w", err)
 		}
 	}

@@ -318,6 +318,10 @@ func partitionedInbox(n store.Names, base sqlset.Inbox) sqlset.Inbox {
 		return `SELECT m FROM ` + s + `.inbox_batch_insert($1::text, $2::bigint, $3::bigint, ARRAY[` +
 			strings.Join(ids, ",") + `]::text[], ARRAY[` + strings.Join(fps, ",") + `]::bytea[]) AS m`
 	}
+	// A strict insert on the partitioned table would not refuse a message
+	// recorded with another expiry: the layout's function decides.
+	base.BatchInsertStrict = nil
+	base.BatchStrictSavepoint, base.BatchStrictRelease, base.BatchStrictRollback = "", "", ""
 	return base
 }
 
@@ -354,7 +358,7 @@ func partitionedOutbox(n store.Names, base sqlset.Outbox) sqlset.Outbox {
 $6::bigint[], $7::text[], $8::text[], $9::text[], $10::bytea[], $11::bigint, $12::int4, $13::bool,
 $14::text, $15::bool, $16::text[], $17::text[])`
 	// The rows of one Insert share their created_at (outbox.Outbox passes
-	// one time for a call): the first row's is every row's.
+	// one time for a call): the call takes the least of them.
 	base.Insert = func(k int) string {
 		types := []string{"text", "text", "text", "text", "text", "bigint", "text", "text", "text", "bytea", "bigint", "text", "text"}
 		cols := make([]string, len(types))
@@ -365,8 +369,12 @@ $14::text, $15::bool, $16::text[], $17::text[])`
 			}
 			cols[j] = "ARRAY[" + strings.Join(elems, ",") + "]::" + typ + "[]"
 		}
+		created := make([]string, k)
+		for i := range k {
+			created[i] = "$" + strconv.Itoa(i*len(types)+11) + "::bigint"
+		}
 		return `SELECT r_source, r_event_id, r_seq FROM ` + s + `.outbox_enqueue(` + strings.Join(cols[:10], ", ") +
-			`, $11::bigint, 0, false, '', false, ` + cols[11] + `, ` + cols[12] + `)`
+			`, least(` + strings.Join(created, ", ") + `), 0, false, '', false, ` + cols[11] + `, ` + cols[12] + `)`
 	}
 	base.Claim = mustReplace(mustReplace(base.Claim, "SELECT o.ctid FROM", "SELECT o.seq FROM"), "WHERE ctid = ANY(ARRAY(", "WHERE seq = ANY(ARRAY(")
 	// The claim transaction's statements (mark, claim) plan against every

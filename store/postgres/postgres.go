@@ -43,9 +43,21 @@ func Statements(n store.Names) *sqlset.Set {
 		Meta:        meta(t, n),
 		Audit:       audit(t),
 		SQLMeta:     sqlMeta(),
-		NotNeeded: map[string]string{
-			"Outbox.AcquireLease": "relays run concurrently on PostgreSQL, serialised per claim by the advisory locks (Outbox.LockClaim, Outbox.LockShared)",
-			"Outbox.ReleaseLease": "no relay lease on PostgreSQL (see Outbox.AcquireLease)",
-		},
+		NotNeeded:   notNeeded(n.Layout),
 	}
+}
+
+// notNeeded is the Set's NotNeeded for layout.
+func notNeeded(layout store.Layout) map[string]string {
+	m := map[string]string{
+		"Outbox.AcquireLease": "relays run concurrently on PostgreSQL, serialised per claim by the advisory locks (Outbox.LockClaim, Outbox.LockShared)",
+		"Outbox.ReleaseLease": "no relay lease on PostgreSQL (see Outbox.AcquireLease)",
+	}
+	if layout == store.LayoutPartitioned {
+		const why = "the partitioned layout's inbox_batch_insert decides duplicates (a strict insert on the partitioned table would not refuse one with another expiry)"
+		for _, f := range []string{"Inbox.BatchInsertStrict", "Inbox.BatchStrictSavepoint", "Inbox.BatchStrictRelease", "Inbox.BatchStrictRollback"} {
+			m[f] = why
+		}
+	}
+	return m
 }

@@ -60,6 +60,18 @@ type Inbox struct {
 	// $3 expires_at, then for message i (0-based) $(4+2i) message_id and
 	// $(5+2i) fingerprint.
 	BatchInsert func(n int) string
+	// BatchInsertStrict is BatchInsert without ON CONFLICT, for drivers
+	// that pipeline: an all-new batch (the common case) is recorded without
+	// the speculative insertion ON CONFLICT pays per row (an index probe
+	// and one more WAL record), and a batch holding a recorded message
+	// fails with a unique violation, rolled back to BatchStrictSavepoint
+	// and sent again as BatchInsert. Same arguments and result.
+	BatchInsertStrict func(n int) string
+	// BatchStrictSavepoint opens the savepoint BatchInsertStrict runs
+	// under; BatchStrictRelease releases it; BatchStrictRollback rolls
+	// back to it after a unique violation (then BatchStrictRelease). One
+	// statement each, sent in a pipeline; no arguments.
+	BatchStrictSavepoint, BatchStrictRelease, BatchStrictRollback string
 	// BatchSelect reads the records of n messages of one consumer:
 	// message_id, fingerprint, state. $1 consumer, then $2…$(n+1)
 	// message_id.
