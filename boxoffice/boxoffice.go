@@ -160,6 +160,11 @@ type Config struct {
 	EffectLease time.Duration
 	// EffectCallTimeout bounds one provider call. Defaults to EffectLease/2.
 	EffectCallTimeout time.Duration
+	// EffectConcurrency is the e-mail worker's most provider calls in
+	// flight, and so the most e-mails one claim leases and one batch of
+	// completions records. Defaults to 128 (see the effect worker's
+	// comment in effects.go for why so many).
+	EffectConcurrency int
 	// RelayClaimTTL is the relay's claim lease. Defaults to 10s.
 	RelayClaimTTL time.Duration
 	// KeyRetention is how long an Idempotency-Key answers for itself.
@@ -251,6 +256,7 @@ func New[TTx any](ctx context.Context, db store.Driver[TTx], cfg Config) (*Syste
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 100*time.Millisecond)
 	cfg.EffectLease = cmp.Or(cfg.EffectLease, 10*time.Second)
 	cfg.EffectCallTimeout = cmp.Or(cfg.EffectCallTimeout, cfg.EffectLease/2)
+	cfg.EffectConcurrency = cmp.Or(cfg.EffectConcurrency, defaultEffectConcurrency)
 	cfg.RelayClaimTTL = cmp.Or(cfg.RelayClaimTTL, 10*time.Second)
 	cfg.KeyRetention = cmp.Or(cfg.KeyRetention, 24*time.Hour)
 	cfg.InboxRetention = cmp.Or(cfg.InboxRetention, 7*24*time.Hour)
@@ -264,8 +270,8 @@ func New[TTx any](ctx context.Context, db store.Driver[TTx], cfg Config) (*Syste
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	switch {
-	case cfg.Seats < 0 || cfg.Relays < 0 || cfg.ConsumerInstances < 0 || cfg.Batch < 0 || cfg.MaxAttempts < 0:
-		return nil, idem.InvalidOptionf("boxoffice: negative Seats, Relays, ConsumerInstances, Batch or MaxAttempts")
+	case cfg.Seats < 0 || cfg.Relays < 0 || cfg.ConsumerInstances < 0 || cfg.Batch < 0 || cfg.MaxAttempts < 0 || cfg.EffectConcurrency < 0:
+		return nil, idem.InvalidOptionf("boxoffice: negative Seats, Relays, ConsumerInstances, Batch, MaxAttempts or EffectConcurrency")
 	case cfg.Broker == nil && (roles[RoleRelay] || roles[RoleNotification] || roles[RoleBilling] || roles[RoleSearch]):
 		return nil, idem.InvalidOptionf("boxoffice: Config.Broker is required for the relay and the consumers")
 	case cfg.ProviderURL == "" && roles[RoleEffects]:
