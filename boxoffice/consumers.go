@@ -95,11 +95,7 @@ type Handlers[TTx any] struct {
 // and schedules its sending as an effect keyed ConfirmationEmailKey: the
 // effect worker calls the provider with that key after the commit.
 func (h *Handlers[TTx]) Notification(ctx context.Context, tx TTx, msg idem.Message) error {
-	oc, err := h.decode(ConsumerNotification, msg)
-	if err != nil {
-		return err
-	}
-	e, err := h.recordEmail(ctx, tx, oc)
+	e, err := h.recordEmail(ctx, tx, msg)
 	if err != nil {
 		return err
 	}
@@ -120,11 +116,7 @@ func (h *Handlers[TTx]) Notification(ctx context.Context, tx TTx, msg idem.Messa
 func (h *Handlers[TTx]) NotificationBatch(ctx context.Context, tx TTx, msgs []idem.Message) error {
 	es := make([]effect.Effect, 0, len(msgs))
 	for _, msg := range msgs {
-		oc, err := h.decode(ConsumerNotification, msg)
-		if err != nil {
-			return err
-		}
-		e, err := h.recordEmail(ctx, tx, oc)
+		e, err := h.recordEmail(ctx, tx, msg)
 		if err != nil {
 			return err
 		}
@@ -137,11 +129,15 @@ func (h *Handlers[TTx]) NotificationBatch(ctx context.Context, tx TTx, msgs []id
 	return nil
 }
 
-// recordEmail writes the outgoing_emails row of oc's confirmation e-mail
-// (skipped when it exists) through inbox.Exec, so in a batch's fast pass
-// it travels with the savepoint's release, and returns the e-mail effect
-// to schedule.
-func (h *Handlers[TTx]) recordEmail(ctx context.Context, tx TTx, oc OrderConfirmed) (effect.Effect, error) {
+// recordEmail decodes msg's OrderConfirmed event, writes the
+// outgoing_emails row of its confirmation e-mail (skipped when it exists)
+// through inbox.Exec, so in a batch's fast pass it travels with the
+// savepoint's release, and returns the e-mail effect to schedule.
+func (h *Handlers[TTx]) recordEmail(ctx context.Context, tx TTx, msg idem.Message) (effect.Effect, error) {
+	oc, err := h.decode(ConsumerNotification, msg)
+	if err != nil {
+		return effect.Effect{}, err
+	}
 	key := ConfirmationEmailKey(oc.OrderID)
 	if err := inbox.Exec(ctx, h.db, tx, insertOrSkip(h.db.Dialect(), `INSERT INTO `+h.t.emails+` (order_id, kind, effect_key, recipient, created_at)
 		VALUES ($1, $2, $3, $4, $5)`, `(order_id, kind)`),
