@@ -61,7 +61,7 @@ func (d *Driver) sendPrepared(ctx context.Context, conn *pgx.Conn, stmts []store
 		if err != nil {
 			return false, tag, err
 		}
-		if sd == nil || !lazyArgs(s.Args) {
+		if sd == nil || !lazyArgs(s.Args) || rewrites(s.Args) {
 			return false, tag, nil
 		}
 		sds = append(sds, sd)
@@ -128,4 +128,14 @@ func (d *Driver) sendPrepared(ctx context.Context, conn *pgx.Conn, stmts []store
 		first = err
 	}
 	return true, tag, first
+}
+
+// rewrites reports whether args start with a pgx.QueryRewriter (such as
+// pgx.NamedArgs), which only a pgx.Batch applies.
+func rewrites(args []any) bool {
+	if len(args) == 0 {
+		return false
+	}
+	_, ok := args[0].(pgx.QueryRewriter)
+	return ok
 }
