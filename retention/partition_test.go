@@ -59,7 +59,13 @@ func nop[TTx any](context.Context, TTx, idem.Message) error { return nil }
 
 func inboxIDs[TTx any](t *testing.T, d store.Driver[TTx]) []string {
 	t.Helper()
-	rows, err := d.Pool().Query(context.Background(), `SELECT consumer || '/' || message_id FROM `+d.Table("inbox")+` ORDER BY 1`)
+	return texts(t, d, `SELECT consumer || '/' || message_id FROM `+d.Table("inbox")+` ORDER BY 1`)
+}
+
+// texts runs query and returns its one text column.
+func texts[TTx any](t *testing.T, d store.Driver[TTx], query string) []string {
+	t.Helper()
+	rows, err := d.Pool().Query(context.Background(), query)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,19 +308,7 @@ func TestPartitionedEffects(t *testing.T) {
 	if _, err := gc.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := part.Pool().Query(ctx, `SELECT effect_key FROM `+part.Table("effects")+` ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var keys []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, k)
-	}
+	keys := texts(t, part, `SELECT effect_key FROM `+part.Table("effects")+` ORDER BY 1`)
 	if want := []string{"dec04", "pending-1"}; !slices.Equal(keys, want) {
 		t.Fatalf("effects after the pass: %v, want %v (dec02 and pre-dec02 expired; dec04 not yet; pending-1 pending)", keys, want)
 	}
@@ -484,20 +478,7 @@ func TestPartitionedOutbox(t *testing.T) {
 
 	ids := func() []string {
 		t.Helper()
-		rows, err := part.Pool().Query(ctx, `SELECT event_id FROM `+part.Table("outbox")+` ORDER BY 1`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var s string
-			if err := rows.Scan(&s); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, s)
-		}
-		return out
+		return texts(t, part, `SELECT event_id FROM `+part.Table("outbox")+` ORDER BY 1`)
 	}
 	all := ids()
 	pass := func(now time.Time) *retention.PartitionReport {

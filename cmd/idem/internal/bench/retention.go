@@ -184,37 +184,46 @@ const partitionedWorkers = 8
 // per message in the same transaction — what the layout costs the hot
 // path of every consumer.
 func inboxPartitionedVsPlain(e *Env) Pair {
-	p := Pair{Name: "inbox_partitioned_vs_plain_postgres"}
-	var sides [2]struct {
+	var seq atomic.Int64
+	type side struct {
 		in  *inbox.Inbox[any]
 		biz string
 	}
-	var seq atomic.Int64
+	return layoutPair(e, "inbox_partitioned_vs_plain_postgres", func(d store.Driver[any], biz string) (*side, error) {
+		in, err := inbox.New(d, inbox.Config{})
+		return &side{in: in, biz: biz}, err
+	}, func(ctx context.Context, s *side, budget time.Duration) (Sample, error) {
+		return throughput(ctx, budget, partitionedWorkers, func(ctx context.Context, _ int) (int, error) {
+			msg := idem.Message{ID: fmt.Sprintf("m-%d", seq.Add(1)), Payload: []byte(`{"order":1}`)}
+			_, err := s.in.Process(ctx, "bench", msg, func(ctx context.Context, tx any, m idem.Message) error {
+				_, err := s.in.Driver().Tx(tx).Exec(ctx, `INSERT INTO `+s.biz+` (id, payload) VALUES ($1, $2)`, m.ID, m.Payload)
+				return err
+			})
+			return 1, err
+		})
+	})
+}
+
+// layoutPair is a pair of the partitioned layout (side A, "partitioned")
+// against the plain one (side B, "plain"): newSide prepares a side on its
+// store and business table, run runs one round of it.
+func layoutPair[S any](e *Env, name string, newSide func(d store.Driver[any], biz string) (S, error), run func(ctx context.Context, s S, budget time.Duration) (Sample, error)) Pair {
+	p := Pair{Name: name}
+	var sides [2]S
 	p.Setup = func(ctx context.Context) error {
 		ds, biz, err := layoutStores(ctx, e)
 		if err != nil {
 			return err
 		}
 		for i, d := range ds {
-			sides[i].biz = biz[i]
-			if sides[i].in, err = inbox.New(d, inbox.Config{}); err != nil {
+			if sides[i], err = newSide(d, biz[i]); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	side := func(label string, i int) Side {
-		return Side{Label: label, Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
-			s := &sides[i]
-			return throughput(ctx, budget, partitionedWorkers, func(ctx context.Context, _ int) (int, error) {
-				msg := idem.Message{ID: fmt.Sprintf("m-%d", seq.Add(1)), Payload: []byte(`{"order":1}`)}
-				_, err := s.in.Process(ctx, "bench", msg, func(ctx context.Context, tx any, m idem.Message) error {
-					_, err := s.in.Driver().Tx(tx).Exec(ctx, `INSERT INTO `+s.biz+` (id, payload) VALUES ($1, $2)`, m.ID, m.Payload)
-					return err
-				})
-				return 1, err
-			})
-		}}
+		return Side{Label: label, Run: func(ctx context.Context, budget time.Duration) (Sample, error) { return run(ctx, sides[i], budget) }}
 	}
 	p.A = side("partitioned", 0)
 	p.B = side("plain", 1)
@@ -256,44 +265,27 @@ func layoutStores(ctx context.Context, e *Env) (ds [2]store.Driver[any], biz [2]
 // every transaction a business row and one event with its own ordering
 // key — what the layout costs a producer.
 func outboxPartitionedVsPlain(e *Env) Pair {
-	p := Pair{Name: "outbox_partitioned_vs_plain_postgres"}
-	var sides [2]struct {
+	var seq atomic.Int64
+	type side struct {
 		d   store.Driver[any]
 		ob  *outbox.Outbox[any]
 		biz string
 	}
-	var seq atomic.Int64
-	p.Setup = func(ctx context.Context) error {
-		ds, biz, err := layoutStores(ctx, e)
-		if err != nil {
-			return err
-		}
-		for i, d := range ds {
-			sides[i].d, sides[i].biz = d, biz[i]
-			if sides[i].ob, err = outbox.New(d, outbox.Config{}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	side := func(label string, i int) Side {
-		return Side{Label: label, Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
-			s := &sides[i]
-			return throughput(ctx, budget, partitionedWorkers, func(ctx context.Context, _ int) (int, error) {
-				id := fmt.Sprintf("order-%d", seq.Add(1))
-				return 1, store.InTx(ctx, s.d, func(tx any) error {
-					if _, err := s.d.Tx(tx).Exec(ctx, `INSERT INTO `+s.biz+` (id, payload) VALUES ($1, $2)`, id, payload); err != nil {
-						return err
-					}
-					_, err := s.ob.EnqueueTx(ctx, tx, outbox.Event{Type: "bench.order.created", Topic: "orders", Key: id, Payload: payload})
+	return layoutPair(e, "outbox_partitioned_vs_plain_postgres", func(d store.Driver[any], biz string) (*side, error) {
+		ob, err := outbox.New(d, outbox.Config{})
+		return &side{d: d, ob: ob, biz: biz}, err
+	}, func(ctx context.Context, s *side, budget time.Duration) (Sample, error) {
+		return throughput(ctx, budget, partitionedWorkers, func(ctx context.Context, _ int) (int, error) {
+			id := fmt.Sprintf("order-%d", seq.Add(1))
+			return 1, store.InTx(ctx, s.d, func(tx any) error {
+				if _, err := s.d.Tx(tx).Exec(ctx, `INSERT INTO `+s.biz+` (id, payload) VALUES ($1, $2)`, id, payload); err != nil {
 					return err
-				})
+				}
+				_, err := s.ob.EnqueueTx(ctx, tx, outbox.Event{Type: "bench.order.created", Topic: "orders", Key: id, Payload: payload})
+				return err
 			})
-		}}
-	}
-	p.A = side("partitioned", 0)
-	p.B = side("plain", 1)
-	return p
+		})
+	})
 }
 
 // outboxRelayPartitionedVsPlain: A drains N committed events through the
@@ -302,55 +294,38 @@ func outboxPartitionedVsPlain(e *Env) Pair {
 // ctid), timed from the relay's start until the last event is marked
 // published.
 func outboxRelayPartitionedVsPlain(e *Env) Pair {
-	p := Pair{Name: "outbox_relay_partitioned_vs_plain_postgres"}
-	var sides [2]struct {
+	type side struct {
 		d   store.Driver[any]
 		ob  *outbox.Outbox[any]
 		est float64
 	}
-	p.Setup = func(ctx context.Context) error {
-		ds, _, err := layoutStores(ctx, e)
+	return layoutPair(e, "outbox_relay_partitioned_vs_plain_postgres", func(d store.Driver[any], _ string) (*side, error) {
+		ob, err := outbox.New(d, outbox.Config{})
+		return &side{d: d, ob: ob, est: 10000}, err
+	}, func(ctx context.Context, s *side, budget time.Duration) (Sample, error) {
+		topic, err := e.stream(ctx, "relay-layout")
 		if err != nil {
-			return err
+			return Sample{}, err
 		}
-		for i, d := range ds {
-			sides[i].d, sides[i].est = d, 10000
-			if sides[i].ob, err = outbox.New(d, outbox.Config{}); err != nil {
-				return err
-			}
+		pub, err := e.publisher()
+		if err != nil {
+			return Sample{}, err
 		}
-		return nil
-	}
-	side := func(label string, i int) Side {
-		return Side{Label: label, Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
-			s := &sides[i]
-			topic, err := e.stream(ctx, "relay-layout")
-			if err != nil {
-				return Sample{}, err
-			}
-			pub, err := e.publisher()
-			if err != nil {
-				return Sample{}, err
-			}
-			n := max(1000, int(s.est*budget.Seconds()*0.8))
-			if err := enqueueN(ctx, s.d, s.ob, topic, n); err != nil {
-				return Sample{}, err
-			}
-			start := time.Now()
-			rr, err := startRelay(ctx, s.d, pub)
-			if err != nil {
-				return Sample{}, err
-			}
-			defer rr.stop()
-			if err := rr.waitPublished(ctx, int64(n)); err != nil {
-				return Sample{}, err
-			}
-			sm := Sample{Ops: n, Elapsed: time.Since(start)}
-			s.est = sm.PerSecond()
-			return sm, nil
-		}}
-	}
-	p.A = side("partitioned", 0)
-	p.B = side("plain", 1)
-	return p
+		n := max(1000, int(s.est*budget.Seconds()*0.8))
+		if err := enqueueN(ctx, s.d, s.ob, topic, n); err != nil {
+			return Sample{}, err
+		}
+		start := time.Now()
+		rr, err := startRelay(ctx, s.d, pub)
+		if err != nil {
+			return Sample{}, err
+		}
+		defer rr.stop()
+		if err := rr.waitPublished(ctx, int64(n)); err != nil {
+			return Sample{}, err
+		}
+		sm := Sample{Ops: n, Elapsed: time.Since(start)}
+		s.est = sm.PerSecond()
+		return sm, nil
+	})
 }
