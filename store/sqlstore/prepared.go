@@ -37,25 +37,40 @@ func newPreparedSet(db *sql.DB, sqls ...string) *preparedSet {
 // get returns the prepared statement of query, or nil when query is not
 // one of the set or cannot be prepared now (say, before the migrations
 // created its table: it then runs unprepared, and reports its own error).
-func (p *preparedSet) get(ctx context.Context, query string) *sql.Stmt {
+//
+// Preparing takes a connection of the pool, so it is done only where the
+// caller holds none (mayPrepare: not inside a transaction), and then for
+// every statement of the set at once. Inside a transaction a statement not
+// prepared yet runs unprepared: preparing it there would wait for a second
+// connection while holding the first and SQLite's write lock, and with
+// the pool's other connections all waiting for that lock nothing would
+// move until their busy timeouts ran out.
+func (p *preparedSet) get(ctx context.Context, query string, mayPrepare bool) *sql.Stmt {
 	if p == nil {
 		return nil
 	}
 	if st, ok := p.stmts.Load(query); ok {
 		return st.(*sql.Stmt)
 	}
-	if _, ok := p.names[query]; !ok {
+	if _, ok := p.names[query]; !ok || !mayPrepare {
 		return nil
 	}
-	st, err := p.db.PrepareContext(context.WithoutCancel(ctx), query)
-	if err != nil {
-		return nil
+	for name := range p.names {
+		if _, ok := p.stmts.Load(name); ok {
+			continue
+		}
+		st, err := p.db.PrepareContext(context.WithoutCancel(ctx), name)
+		if err != nil {
+			continue
+		}
+		if _, loaded := p.stmts.LoadOrStore(name, st); loaded {
+			_ = st.Close()
+		}
 	}
-	if prev, loaded := p.stmts.LoadOrStore(query, st); loaded {
-		_ = st.Close()
-		return prev.(*sql.Stmt)
+	if st, ok := p.stmts.Load(query); ok {
+		return st.(*sql.Stmt)
 	}
-	return st
+	return nil
 }
 
 // close closes the prepared statements.

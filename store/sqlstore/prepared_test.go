@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
@@ -70,5 +71,42 @@ func TestPreparedHTTPKeyStatements(t *testing.T) {
 		if commit != (err == nil) || !commit && !errors.Is(err, store.ErrNoRows) {
 			t.Fatalf("Load on the pool after commit=%v: %v", commit, err)
 		}
+	}
+}
+
+// A statement of the set first run inside a transaction, with every
+// connection of the pool taken, runs unprepared at once: preparing it
+// would wait for a connection the transaction itself holds (before, the
+// soak's first requests stalled until SQLite's busy timeout).
+func TestPreparedNeverWaitsForAConnectionInATransaction(t *testing.T) {
+	ctx := context.Background()
+	d, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "p.db"), sqlstore.SQLiteOptions{MaxOpenConns: 1}, sqlstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := migrate.Up(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	q := d.Statements().HTTPKeys
+	tx, err := d.Begin(ctx) // the pool's only connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Tx(tx).Exec(ctx, q.InsertCompleted, "t", "POST /o", "k", make([]byte, 32), 201, `{}`, []byte(`{}`), 0, "", "", int64(1), int64(2), int64(1<<60))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first InsertCompleted in a transaction waited 10s for a second connection of a one-connection pool")
+	}
+	if err := d.Commit(ctx, tx); err != nil {
+		t.Fatal(err)
 	}
 }

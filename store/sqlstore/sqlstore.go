@@ -322,7 +322,7 @@ type querier struct {
 // on returns the connection that runs query: its prepared statement when
 // it has one, else q.c.
 func (q querier) on(ctx context.Context, query string) conn {
-	if st := q.p.get(ctx, query); st != nil {
+	if st := q.p.get(ctx, query, q.tx == nil); st != nil {
 		if q.tx != nil {
 			return preparedConn{q.tx.StmtContext(ctx, st)}
 		}
