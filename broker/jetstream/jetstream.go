@@ -353,46 +353,32 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 		max = 1
 	}
 	maxWait = max2(maxWait, time.Millisecond)
-	// The pull request expires on the server after maxWait and the client
-	// reads until the server's end-of-request status, which follows every
-	// message sent for the request. A client-side deadline (FetchContext)
-	// raced that expiry: a message sent just before it could arrive after
-	// the client stopped reading, was dropped undelivered yet counted as
-	// delivered by the server, and came back only after AckWait (30s by
-	// default), which a loaded machine hit every few thousand messages.
-	batch, err := s.cons.Fetch(max, jetstream.FetchMaxWait(maxWait))
+	fctx, cancel := context.WithTimeout(ctx, maxWait)
+	defer cancel()
+	batch, err := s.cons.Fetch(max, jetstream.FetchContext(fctx))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if fctx.Err() != nil {
+			return nil, nil
+		}
 		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
 	}
 	var out []broker.Delivery
-	msgs := batch.Messages()
-	for done := false; !done; {
-		select {
-		case m, ok := <-msgs:
-			if !ok {
-				done = true
-				break
-			}
-			d, err := newDelivery(m)
-			if err != nil {
-				s.log.WarnContext(ctx, "message without metadata", "error", err)
-				continue
-			}
-			out = append(out, d)
-		case <-ctx.Done():
-			// Shutdown: what this request still brings is redelivered after
-			// AckWait.
-			return nil, ctx.Err()
+	for m := range batch.Messages() {
+		d, err := newDelivery(m)
+		if err != nil {
+			s.log.WarnContext(ctx, "message without metadata", "error", err)
+			continue
 		}
+		out = append(out, d)
 	}
 	if err := batch.Error(); err != nil && len(out) == 0 {
 		switch {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		case fctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 			return nil, nil
 		}
 		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
