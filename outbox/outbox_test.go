@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -609,7 +610,7 @@ func TestClaimPlanWithoutStatistics(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Some blockers: a claimed head, a parked head, a retry head.
-	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET claimed_by = 'other', claim_until = 9e15 WHERE seq = 1`); err != nil {
+	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET claimed_by = 'other', claim_until = 9e15, key_claim_until = 9e15 WHERE seq = 1`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET state = 'failed' WHERE seq = 2`); err != nil {
@@ -768,4 +769,65 @@ func testFailureRecordFenced[TTx any](t *testing.T, d store.Driver[TTx]) {
 		`SELECT count(*) FROM `+d.Table("outbox")+` WHERE seq = $1 AND state = 'pending' AND attempts = 0 AND claimed_by = 'new'`, evs[0].Seq), 1)
 	mustEqual(t, "own event parked", testdb.Count(t, d,
 		`SELECT count(*) FROM `+d.Table("outbox")+` WHERE seq = $1 AND state = 'failed' AND attempts = 1`, evs[1].Seq), 1)
+}
+
+// A claim of keyless events is a heap-only (HOT) update on PostgreSQL
+// (migration 0013): it changes no column an index refers to, and the
+// table's fillfactor leaves room on each page for the claimed version, so
+// no index entry is written. A keyed event's claim is not (its lease must be
+// found by the blocking index) and still blocks the key's later events.
+// PostgreSQL's per-transaction counters tell the two kinds of update apart.
+func TestClaimIsHeapOnly(t *testing.T) {
+	d := testdb.Pgx(t)
+	ctx := context.Background()
+	o, err := New(d, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keyless, keyed = 300, 20
+	evs := make([]Event, 0, keyless+keyed)
+	for i := range keyless {
+		evs = append(evs, Event{Type: "test.event", Topic: "test.hot", Payload: []byte(strconv.Itoa(i))})
+	}
+	for i := range keyed {
+		evs = append(evs, ev("k"+strconv.Itoa(i%2), i))
+	}
+	enqueueTx(t, d, o, evs...)
+	r, err := NewRelay(d, &fakePub{}, fastRelay("hot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimed, updated, hot int
+	err = store.InTx(ctx, d, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, r.q.LockClaim, r.keys.relay, "10000"); err != nil {
+			return err
+		}
+		now := time.Now()
+		rows, err := tx.Query(ctx, r.q.Claim, "hot", store.Micros(now.Add(time.Minute)), store.Micros(now), keyless+keyed)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			claimed++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_updated($1::regclass), pg_stat_get_xact_tuples_hot_updated($1::regclass)`,
+			d.Table("outbox")).Scan(&updated, &hot)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "claimed", claimed, keyless+keyed)
+	mustEqual(t, "updated", updated, keyless+keyed)
+	mustEqual(t, "heap-only updates", hot, keyless)
+	// The keyed claims block their keys' later events for another relay.
+	enqueueTx(t, d, o, ev("k0", keyed), ev("k1", keyed+1))
+	other, _ := NewRelay(d, &fakePub{}, fastRelay("other"))
+	more, err := other.claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "claimed by another relay", len(more), 0)
 }

@@ -98,6 +98,9 @@ BEGIN
     `+lit+`, p_table, `+lit+`, p_table || '_unpartitioned',
     (SELECT string_agg(format('%I', k), ', ' ORDER BY o) FROM unnest(p_key) WITH ORDINALITY AS u(k, o)), p_column, p_column);
   EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I DEFAULT', `+lit+`, p_table || '_pdefault', `+lit+`, p_table);
+  IF p_table = 'outbox' THEN -- room for HOT claims (migration 0013)
+    EXECUTE format('ALTER TABLE %I.%I SET (fillfactor = 50)', `+lit+`, p_table || '_pdefault');
+  END IF;
   EXECUTE format('INSERT INTO %I.%I OVERRIDING SYSTEM VALUE SELECT * FROM %I.%I', `+lit+`, p_table, `+lit+`, p_table || '_unpartitioned');
   -- an identity column (the outbox's seq) continues after the copied rows
   FOR col IN SELECT a.attname FROM pg_attribute a
@@ -120,6 +123,9 @@ END`) + fn("idem_part_add", "p_table text, p_name text, p_lo bigint, p_hi bigint
   -- no insert may reach the default partition while its rows of this range move
   EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', `+lit+`, p_table || '_pdefault');
   EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', `+lit+`, p_name, `+lit+`, p_table);
+  IF p_table = 'outbox' THEN -- room for HOT claims (migration 0013)
+    EXECUTE format('ALTER TABLE %I.%I SET (fillfactor = 50)', `+lit+`, p_name);
+  END IF;
   EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I CHECK (%I >= %s AND %I < %s)',
     `+lit+`, p_name, p_name || '_range', p_column, p_lo, p_column, p_hi);
   EXECUTE format('INSERT INTO %I.%I SELECT * FROM %I.%I WHERE %I >= $1 AND %I < $2',
