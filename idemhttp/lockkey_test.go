@@ -12,12 +12,11 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-// HTTPKeys.LockKey on PostgreSQL takes the key's session lock and then
-// reads; when the read fails after the lock was taken (here it waits on
-// a table another session locked, until lock_timeout or
-// statement_timeout), the statement releases the lock before failing, so
-// a failed call leaves no session lock for the connection to carry back
-// to the pool.
+// HTTPKeys.LockKey on PostgreSQL reads, and takes the key's session lock
+// only when there is no record; when a read fails (here it waits on a
+// table another session locked, until lock_timeout or statement_timeout),
+// the call leaves no session lock for the connection to carry back to the
+// pool: it failed before taking the lock, or released it before failing.
 func TestLockKeyFailedReadReleasesLockPgx(t *testing.T) {
 	d := testdb.Pgx(t)
 	ctx := context.Background()
@@ -71,5 +70,63 @@ func TestLockKeyFailedReadReleasesLockPgx(t *testing.T) {
 		if held != 0 {
 			t.Fatalf("%s: %d advisory locks still held after the failed read", c.setting, held)
 		}
+	}
+}
+
+// A replay takes no lock (migration 0014): LockKey returns an existing
+// record without waiting for the key's advisory lock, even while another
+// session holds it, and leaves no lock held.
+func TestLockKeyReplayTakesNoLockPgx(t *testing.T) {
+	d := testdb.Pgx(t)
+	ctx := context.Background()
+	holder, err := pgx.Connect(ctx, testdb.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	conn, err := pgx.Connect(ctx, testdb.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	testdb.Exec(t, d, `INSERT INTO `+d.Table("idempotency_keys")+` (tenant, operation, idem_key, fingerprint, state, token, status, created_at, locked_until, expires_at)
+		VALUES ('acme', 'POST /orders', 'done', '\x00', 'completed', 1, 201, 0, 0, 9e15)`)
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(42)`); err != nil {
+		t.Fatal(err)
+	}
+	lockKey := d.Statements().HTTPKeys.LockKey
+	rows, err := conn.Query(ctx, lockKey, "acme", "POST /orders", "done", int64(42), "100ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatalf("replay read while the key's lock is held elsewhere: %v", err)
+	}
+	if n != 1 {
+		t.Fatalf("replay read returned %d records, want 1", n)
+	}
+	var held int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Fatalf("%d advisory locks held after a replay read", held)
+	}
+	// A key with no record still waits for the lock, and gives up at the timeout.
+	rows, err = conn.Query(ctx, lockKey, "acme", "POST /orders", "new", int64(42), "100ms")
+	if err == nil {
+		for rows.Next() {
+		}
+		rows.Close()
+		err = rows.Err()
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("new key while its lock is held elsewhere: %v, want lock_timeout (55P03)", err)
 	}
 }

@@ -36,7 +36,8 @@ RETURNING token, ''`,
 RETURNING token` + restore,
 		InsertStrict: lockedInsert + `RETURNING token` + restore,
 		Load:         `SELECT ` + cols + ` FROM ` + k + ` WHERE ` + pk,
-		// One statement: migration 0012's function takes the lock
+		// One statement: migration 0014's function (0012's, reading first)
+		// returns an existing record without locking; otherwise it takes the lock
 		// (waiting, only when contended, at most $5) and then reads the
 		// record in a query of its own, whose snapshot starts after the
 		// grant; it releases the lock when there is a record.
