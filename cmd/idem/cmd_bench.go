@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -37,11 +38,23 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	scale := fs.Bool("scale", false, "instead of the pairs: run the inbox (Process, and BatchHandler of 100) and HTTP Idempotency-Key pairs against the plain baseline at 1, 2, 4, 8, 16 and 32 concurrent workers/clients on PostgreSQL (SQLite without a postgres:// --db); --duration is each pair's budget at each level")
 	chart := fs.String("chart", "", "with --scale: also write the chart of the table as SVG to this file")
 	soak := fs.Duration("soak", 0, "instead of the pairs: run the reference system (as idem demo) with 32 clients posting orders for this long on SQLite and, with a postgres:// --db, on PostgreSQL; report orders/s, 5xx, invoices, e-mails and how long after the last order every e-mail was sent (target ≤ 10s)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (idem's side of every pair; go tool pprof reads it) to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("%w: --cpuprofile: %v", errUsage, err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	only, err := regexp.Compile(*pairRE)
 	if err != nil {
