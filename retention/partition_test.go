@@ -394,6 +394,15 @@ func TestPartitionedOutbox(t *testing.T) {
 	if _, err := retention.Partition(ctx, part, retention.PartitionConfig{Ahead: 4 * 24 * time.Hour}, day); err != nil {
 		t.Fatal(err)
 	}
+	// Every outbox partition, the default one included, has the room on its
+	// pages that makes a keyless claim a heap-only update (migration 0013).
+	if n := testdb.Count(t, part, `SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = $1::regclass AND NOT coalesce('fillfactor=50' = ANY(c.reloptions), false)`, part.Table("outbox")); n != 0 {
+		t.Fatalf("%d outbox partitions without fillfactor 50", n)
+	}
+	if n := testdb.Count(t, part, `SELECT count(*) FROM pg_inherits WHERE inhparent = $1::regclass`, part.Table("outbox")); n < 2 {
+		t.Fatalf("%d outbox partitions, want the default one and those ahead", n)
+	}
 	// Dedup of a copied event, and the seq continues after the copied ones.
 	if dup := enqueueAt(part, day.Add(time.Hour), ev("dec01-a", "k")); dup[0].Seq != 0 {
 		t.Fatalf("re-enqueue of a copied event got seq %d, want a duplicate", dup[0].Seq)
