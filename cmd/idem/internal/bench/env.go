@@ -77,6 +77,7 @@ type Env struct {
 	closeOnce   sync.Once
 	seq         atomic.Int64
 	pgConnected bool
+	walLogical  bool // the server decodes its WAL (outbox_relay_logical_vs_polling_postgres runs)
 
 	extraSchemas []string // per-pair PostgreSQL schemas, dropped at Close
 
@@ -166,6 +167,11 @@ func (e *Env) openPostgres(ctx context.Context) error {
 	if _, err := migrate.New(e.pg).Up(ctx); err != nil {
 		return fmt.Errorf("bench: migrate postgres: %w", err)
 	}
+	var level string
+	if err := e.pg.Pool().QueryRow(ctx, `SHOW wal_level`).Scan(&level); err != nil {
+		return fmt.Errorf("bench: wal_level: %w", err)
+	}
+	e.walLogical = level == "logical"
 	return nil
 }
 

@@ -38,6 +38,9 @@ func (e *Env) Pairs() []Pair {
 		ps = append(ps, outboxRelay(e, ns, "postgres"), pipeline(e, ns, "postgres"))
 		ps = append(ps, effectDrain(e, "postgres"))
 		ps = append(ps, inboxPartitionedVsPlain(e), outboxPartitionedVsPlain(e), outboxRelayPartitionedVsPlain(e))
+		if e.walLogical {
+			ps = append(ps, outboxRelayLogical(e))
+		}
 		if e.cfg.RetentionRows > 0 {
 			ps = append(ps, retentionDropVsDelete(e, e.cfg.RetentionRows))
 		}
