@@ -90,6 +90,17 @@ func (e *Env) publisher() (*jetstream.Publisher, error) {
 	return jetstream.NewPublisher(js, jetstream.PublisherConfig{})
 }
 
+// streamPublisher returns a fresh stream's subject (see stream) and a
+// publisher.
+func (e *Env) streamPublisher(ctx context.Context, prefix string) (string, *jetstream.Publisher, error) {
+	topic, err := e.stream(ctx, prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	pub, err := e.publisher()
+	return topic, pub, err
+}
+
 // sqliteNS returns an SQLite driver on the run's database whose idem
 // tables carry a fresh prefix, migrated: each broker pair gets an outbox
 // and inbox of its own, so no pair's leftovers reach another's relay.

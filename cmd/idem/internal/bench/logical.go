@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -72,11 +71,7 @@ func outboxRelayLogical(e *Env) Pair {
 	}
 	size := func(budget time.Duration) int { return max(1000, int(est*budget.Seconds()*0.6)) }
 	p.A = Side{Label: "logical", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
-		topic, err := e.stream(ctx, "logical")
-		if err != nil {
-			return Sample{}, err
-		}
-		bp, err := e.publisher()
+		topic, bp, err := e.streamPublisher(ctx, "logical")
 		if err != nil {
 			return Sample{}, err
 		}
@@ -117,28 +112,7 @@ func outboxRelayLogical(e *Env) Pair {
 		return s, nil
 	}}
 	p.B = Side{Label: "polling", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
-		topic, err := e.stream(ctx, "polling")
-		if err != nil {
-			return Sample{}, err
-		}
-		bp, err := e.publisher()
-		if err != nil {
-			return Sample{}, err
-		}
-		n := size(budget)
-		if err := enqueueN(ctx, d, ob, topic, n); err != nil {
-			return Sample{}, err
-		}
-		start := time.Now()
-		rr, err := startRelay(ctx, d, bp)
-		if err != nil {
-			return Sample{}, err
-		}
-		defer rr.stop()
-		if err := rr.waitPublished(ctx, int64(n)); err != nil {
-			return Sample{}, err
-		}
-		return Sample{Ops: n, Elapsed: time.Since(start)}, nil
+		return relayDrain(ctx, e, d, ob, "polling", size(budget))
 	}}
 	return p
 }
@@ -151,32 +125,29 @@ var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // one batch while the next transaction is decoded, and confirming the
 // slot's position after each batch's acks.
 func readOutbox(ctx context.Context, conn *pgconn.PgConn, pub broker.Publisher, n int) error {
-	type batch struct {
-		msgs []idem.Message
-		end  pglogrepl.LSN
+	var (
+		cols      map[string]int // column name → position, from the relation message
+		msgs      []idem.Message // of the transaction being decoded
+		confirmed pglogrepl.LSN  // acked and confirmed to the server
+		inflight  = make(chan error, 1)
+		flying    pglogrepl.LSN // end of the batch being published; 0: none
+		done      int
+	)
+	confirm := func(lsn pglogrepl.LSN) error {
+		return pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: lsn})
 	}
-	inflight := make(chan error, 1)
-	busy := false
-	var confirmed pglogrepl.LSN
-	wait := func() error {
-		if !busy {
+	// settle waits for the batch in flight and confirms it.
+	settle := func() error {
+		if flying == 0 {
 			return nil
 		}
-		busy = false
-		return <-inflight
-	}
-	var cols map[string]int // column name → position, from the relation message
-	var cur batch
-	var pending batch // published, not yet confirmed
-	done := 0
-	for done < n || busy {
-		if busy && done >= n {
-			if err := wait(); err != nil {
-				return err
-			}
-			confirmed = pending.end
-			break
+		if err := <-inflight; err != nil {
+			return err
 		}
+		confirmed, flying = flying, 0
+		return confirm(confirmed)
+	}
+	for done < n {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		raw, err := conn.ReceiveMessage(rctx)
 		cancel()
@@ -197,7 +168,7 @@ func readOutbox(ctx context.Context, conn *pgconn.PgConn, pub broker.Publisher, 
 				return err
 			}
 			if ka.ReplyRequested {
-				if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed}); err != nil {
+				if err := confirm(confirmed); err != nil {
 					return err
 				}
 			}
@@ -221,32 +192,21 @@ func readOutbox(ctx context.Context, conn *pgconn.PgConn, pub broker.Publisher, 
 				if err != nil {
 					return err
 				}
-				cur.msgs = append(cur.msgs, ev.Message())
+				msgs = append(msgs, ev.Message())
 			case *pglogrepl.CommitMessage:
-				cur.end = m.TransactionEndLSN
-				if len(cur.msgs) == 0 {
+				if len(msgs) == 0 {
 					continue
 				}
-				if err := wait(); err != nil {
+				if err := settle(); err != nil {
 					return err
 				}
-				if pending.end != 0 {
-					confirmed = pending.end
-					if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed}); err != nil {
-						return err
-					}
-				}
-				pending, cur = cur, batch{}
-				busy = true
-				done += len(pending.msgs)
-				go func(msgs []idem.Message) { inflight <- pub.Publish(ctx, msgs...) }(pending.msgs)
+				flying, done = m.TransactionEndLSN, done+len(msgs)
+				go func(msgs []idem.Message) { inflight <- pub.Publish(ctx, msgs...) }(msgs)
+				msgs = nil
 			}
 		}
 	}
-	if confirmed == 0 {
-		return errors.New("replication: nothing confirmed")
-	}
-	return pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed})
+	return settle()
 }
 
 // eventOfTuple builds the outbox event of a replicated row (pgoutput's text

@@ -95,6 +95,28 @@ func (rr *runningRelay[TTx]) waitPublished(ctx context.Context, n int64) error {
 	return nil
 }
 
+// relayDrain commits n events for a fresh stream named after prefix
+// (untimed), then times a relay publishing all of them.
+func relayDrain[TTx any](ctx context.Context, e *Env, d store.Driver[TTx], ob *outbox.Outbox[TTx], prefix string, n int) (Sample, error) {
+	topic, pub, err := e.streamPublisher(ctx, prefix)
+	if err != nil {
+		return Sample{}, err
+	}
+	if err := enqueueN(ctx, d, ob, topic, n); err != nil {
+		return Sample{}, err
+	}
+	start := time.Now()
+	rr, err := startRelay(ctx, d, pub)
+	if err != nil {
+		return Sample{}, err
+	}
+	defer rr.stop()
+	if err := rr.waitPublished(ctx, int64(n)); err != nil {
+		return Sample{}, err
+	}
+	return Sample{Ops: n, Elapsed: time.Since(start)}, nil
+}
+
 // outboxRelay: A publishes N committed outbox events to JetStream through
 // the relay (timed from the relay's start until the last event is acked
 // and marked published), then measures commit-to-publish latency at a
@@ -116,11 +138,7 @@ func outboxRelay[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], e
 		return err
 	}
 	p.A = Side{Label: "relay", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
-		topic, err := e.stream(ctx, "relay")
-		if err != nil {
-			return Sample{}, err
-		}
-		pub, err := e.publisher()
+		topic, pub, err := e.streamPublisher(ctx, "relay")
 		if err != nil {
 			return Sample{}, err
 		}
@@ -192,11 +210,7 @@ func outboxRelay[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], e
 		return s, nil
 	}}
 	p.B = Side{Label: "jetstream-direct", Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
-		topic, err := e.stream(ctx, "direct")
-		if err != nil {
-			return Sample{}, err
-		}
-		pub, err := e.publisher()
+		topic, pub, err := e.streamPublisher(ctx, "direct")
 		if err != nil {
 			return Sample{}, err
 		}

@@ -303,29 +303,10 @@ func outboxRelayPartitionedVsPlain(e *Env) Pair {
 		ob, err := outbox.New(d, outbox.Config{})
 		return &side{d: d, ob: ob, est: 10000}, err
 	}, func(ctx context.Context, s *side, budget time.Duration) (Sample, error) {
-		topic, err := e.stream(ctx, "relay-layout")
-		if err != nil {
-			return Sample{}, err
+		sm, err := relayDrain(ctx, e, s.d, s.ob, "relay-layout", max(1000, int(s.est*budget.Seconds()*0.8)))
+		if err == nil {
+			s.est = sm.PerSecond()
 		}
-		pub, err := e.publisher()
-		if err != nil {
-			return Sample{}, err
-		}
-		n := max(1000, int(s.est*budget.Seconds()*0.8))
-		if err := enqueueN(ctx, s.d, s.ob, topic, n); err != nil {
-			return Sample{}, err
-		}
-		start := time.Now()
-		rr, err := startRelay(ctx, s.d, pub)
-		if err != nil {
-			return Sample{}, err
-		}
-		defer rr.stop()
-		if err := rr.waitPublished(ctx, int64(n)); err != nil {
-			return Sample{}, err
-		}
-		sm := Sample{Ops: n, Elapsed: time.Since(start)}
-		s.est = sm.PerSecond()
-		return sm, nil
+		return sm, err
 	})
 }
