@@ -228,10 +228,18 @@ const KafkaSessionTimeout = 6 * time.Second
 // the zero set-up default of --broker kafka. Close it after the systems
 // using it. Its ListenAddrs are the seed brokers, reachable by other
 // processes of the machine.
-func StartKafka() (*kfake.Cluster, error) {
+//
+// The cluster expires consumer group members that stopped heartbeating,
+// as a real broker does; see [KafkaCluster].
+func StartKafka() (*KafkaCluster, error) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(KafkaSessionTimeout/2))
 	if err != nil {
 		return nil, fmt.Errorf("boxoffice: start in-process Kafka: %w", err)
 	}
-	return c, nil
+	kc, err := startReaper(c)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("boxoffice: start in-process Kafka: %w", err)
+	}
+	return kc, nil
 }

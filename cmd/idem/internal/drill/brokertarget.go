@@ -11,7 +11,6 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem"
@@ -106,7 +105,7 @@ func checkAMQP(raw string) error {
 // use and closed with the runner.
 type kafkaCluster struct {
 	once sync.Once
-	c    *kfake.Cluster
+	c    *boxoffice.KafkaCluster
 	err  error
 }
 
