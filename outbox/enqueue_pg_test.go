@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/lease"
@@ -209,13 +212,62 @@ func testEnqueueSingleEventStatement[TTx any](t *testing.T, base store.Driver[TT
 		t.Fatalf("changed payload: err = %v, want ErrFingerprintMismatch", err)
 	}
 
+	// One event with a key or a due notify: EnqueueOne (the partitioned
+	// layout has none and takes Enqueue); several: Enqueue.
+	one := cmp.Or(q.EnqueueOne, q.Enqueue)
 	if _, err := run(Config{DisableNotify: true}, ev("k1", 1)); err != nil {
 		t.Fatal(err)
 	}
-	mustEqual(t, "keyed: statements", strings.Join(sqls, ";\n"), q.Enqueue)
+	mustEqual(t, "keyed: statements", strings.Join(sqls, ";\n"), one)
 	if _, err := run(Config{NotifyInterval: -1}, Event{Type: "t", Topic: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	mustEqual(t, "notify due: statements", strings.Join(sqls, ";\n"), q.Enqueue)
-	mustEqual(t, "rows", testdb.Count(t, base, `SELECT count(*) FROM `+base.Table("outbox")), 3)
+	mustEqual(t, "notify due: statements", strings.Join(sqls, ";\n"), one)
+	sqls = sqls[:0]
+	o, _ := New[TTx](d, Config{DisableNotify: true})
+	if err := store.InTx(ctx, base, func(tx TTx) error { _, err := o.EnqueueTx(ctx, tx, ev("k2", 1), ev("k2", 2)); return err }); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "two keyed events: statements", strings.Join(sqls, ";\n"), q.Enqueue)
+	mustEqual(t, "rows", testdb.Count(t, base, `SELECT count(*) FROM `+base.Table("outbox")), 5)
+}
+
+// EnqueueOne takes the event's key lock in the caller's transaction: the
+// transaction-scoped advisory lock (namespace, hashtext(key)) is held
+// until it ends, and none is taken for a keyless event.
+func TestEnqueueOneHoldsTheKeyLock(t *testing.T) {
+	d := testdb.Pgx(t)
+	if d.Statements().Outbox.EnqueueOne == "" {
+		t.Fatal("the plain PostgreSQL layout has no Outbox.EnqueueOne")
+	}
+	ctx := context.Background()
+	o, _ := New(d, Config{DisableNotify: true})
+	held := func(tx pgx.Tx, key string) int {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 2
+			  AND classid::int4 = $1::int4 AND objid::int8 = (hashtext($2) & 4294967295)`, o.keys.space, key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	err := store.InTx(ctx, d, func(tx pgx.Tx) error {
+		if _, err := o.EnqueueTx(ctx, tx, Event{Type: "t", Topic: "x"}); err != nil {
+			return err
+		}
+		var all int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&all); err != nil {
+			return err
+		}
+		mustEqual(t, "advisory locks after a keyless event", all, 0)
+		if _, err := o.EnqueueTx(ctx, tx, ev("order-9", 0)); err != nil {
+			return err
+		}
+		mustEqual(t, "key lock of order-9", held(tx, "order-9"), 1)
+		mustEqual(t, "key lock of another key", held(tx, "order-10"), 0)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

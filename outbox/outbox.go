@@ -273,11 +273,15 @@ func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, events ...Event) (_
 	if o.q.Enqueue != "" {
 		lockKeys := anyKey && !o.cfg.DisableKeyLock
 		notify := o.notifyNow()
-		if len(out) == 1 && !lockKeys && !notify {
+		switch {
+		case len(out) == 1 && !lockKeys && !notify:
 			// Nothing to fold in: the plain one-row INSERT (the same
 			// ON CONFLICT dedup) skips the arrays' encoding and unnest.
 			err = o.insertChunks(ctx, q, out, now, seqs)
-		} else {
+		case len(out) == 1 && o.q.EnqueueOne != "":
+			// The key lock or the notify folded into a one-row INSERT.
+			err = o.insertOne(ctx, q, out[0], now, lockKeys, notify, seqs)
+		default:
 			err = o.insertArrays(ctx, q, out, now, lockKeys, notify, seqs)
 		}
 	} else {
@@ -303,6 +307,20 @@ func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, events ...Event) (_
 }
 
 type ident struct{ source, id string }
+
+// insertOne writes one event with sqlset.Outbox.EnqueueOne: its key lock
+// when lockKeys, the row, and the pg_notify when notify.
+func (o *Outbox[TTx]) insertOne(ctx context.Context, q store.Querier, e Event, now time.Time, lockKeys, notify bool, seqs map[ident]int64) error {
+	args, err := rowArgs(make([]any, 0, insertArgs+4), e, now)
+	if err != nil {
+		return err
+	}
+	rows, err := q.Query(ctx, o.q.EnqueueOne, append(args, o.keys.space, lockKeys, o.keys.channel, notify)...)
+	if err != nil {
+		return fmt.Errorf("outbox: insert: %w", err)
+	}
+	return scanInserted(rows, seqs)
+}
 
 // insertArrays writes out in one statement (one round trip): the key locks
 // when lockKeys, the rows, and the pg_notify when notify (see
@@ -341,16 +359,10 @@ func (o *Outbox[TTx]) insertChunks(ctx context.Context, q store.Querier, out []E
 		chunk := out[start:min(start+maxRowsPerInsert, len(out))]
 		args := make([]any, 0, len(chunk)*insertArgs)
 		for _, e := range chunk {
-			h, err := headersJSON(e)
-			if err != nil {
+			var err error
+			if args, err = rowArgs(args, e, now); err != nil {
 				return err
 			}
-			payload := e.Payload
-			if payload == nil {
-				payload = []byte{}
-			}
-			args = append(args, e.Source, e.ID, e.Type, e.Topic, e.Subject, store.Micros(e.Time),
-				e.DataContentType, e.Key, h, payload, store.Micros(now), e.TraceParent, e.TraceState)
 		}
 		rows, err := q.Query(ctx, o.q.Insert(len(chunk)), args...)
 		if err != nil {
@@ -361,6 +373,21 @@ func (o *Outbox[TTx]) insertChunks(ctx context.Context, q store.Querier, out []E
 		}
 	}
 	return nil
+}
+
+// rowArgs appends the insertArgs arguments of e's row (sqlset.Outbox.Insert's
+// order) to args.
+func rowArgs(args []any, e Event, now time.Time) ([]any, error) {
+	h, err := headersJSON(e)
+	if err != nil {
+		return nil, err
+	}
+	payload := e.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	return append(args, e.Source, e.ID, e.Type, e.Topic, e.Subject, store.Micros(e.Time),
+		e.DataContentType, e.Key, h, payload, store.Micros(now), e.TraceParent, e.TraceState), nil
 }
 
 func scanInserted(rows store.Rows, seqs map[ident]int64) error {

@@ -16,8 +16,15 @@ import (
 // transaction one business row plus one event with a header. idem:
 // EnqueueTx; plain: the INSERT of Watermill's SQL publisher into its own
 // table layout (PRIMARY KEY (transaction_id, offset), JSON payload and
-// metadata).
+// metadata). The keyed variant gives each event an ordering key of its
+// own (its lock is taken, never waited for), the common shape of an
+// order's event.
 func BenchmarkEnqueueSQL(b *testing.B) {
+	b.Run("keyless", func(b *testing.B) { benchmarkEnqueueSQL(b, false) })
+	b.Run("keyed", func(b *testing.B) { benchmarkEnqueueSQL(b, true) })
+}
+
+func benchmarkEnqueueSQL(b *testing.B, keyed bool) {
 	d := testdb.SQLPostgres(b)
 	ctx := context.Background()
 	biz := d.Table("bench_biz")
@@ -45,8 +52,11 @@ func BenchmarkEnqueueSQL(b *testing.B) {
 					"u-"+id, payload, `{"order_id":"`+id+`"}`)
 				return err
 			}
-			_, err := o.EnqueueTx(ctx, tx, Event{Type: "bench.order.created", Topic: "orders", Payload: payload,
-				Headers: map[string]string{"order_id": id}})
+			e := Event{Type: "bench.order.created", Topic: "orders", Payload: payload, Headers: map[string]string{"order_id": id}}
+			if keyed {
+				e.Key = id
+			}
+			_, err := o.EnqueueTx(ctx, tx, e)
 			return err
 		})
 	})

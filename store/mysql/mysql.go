@@ -122,6 +122,7 @@ func Statements(n store.Names) *sqlset.Set {
 			"HTTPKeys.LockKey":           "the session advisory lock of the pipelined PostgreSQL path (store.Driver.BeginReserved), which database/sql cannot take: the transactional path claims the key with HTTPKeys.Insert",
 			"HTTPKeys.Unlock":            "there is no HTTPKeys.LockKey on MySQL",
 			"Outbox.Enqueue":             "no arrays nor notifications: the events are inserted with Outbox.Insert, which locks their ordering keys first",
+			"Outbox.EnqueueOne":          "there is no Outbox.Enqueue on this dialect: one event is inserted with Outbox.Insert too",
 			"Outbox.LockShared":          "relays take turns through the relay lease (Outbox.AcquireLease); settling writes are fenced by claimed_by and row locks",
 			"Outbox.LockClaim":           "relays take turns through the relay lease (Outbox.AcquireLease); the claim locks its rows with FOR UPDATE SKIP LOCKED",
 			"Meta.CreateSchema":          "idem's tables live in the connection's database, named by the prefix",

@@ -78,7 +78,8 @@ func outboxSQL(t func(string) string, _ store.Names) sqlset.Outbox {
 		WHERE state = ` + failed
 	parkedCols := outboxClaimCols + `, last_error`
 	return sqlset.Outbox{
-		Enqueue: outboxEnqueue(o),
+		Enqueue:    outboxEnqueue(o),
+		EnqueueOne: outboxEnqueueOne(o),
 		Insert: func(n int) string {
 			var b strings.Builder
 			b.WriteString(`INSERT INTO ` + o + ` (` + outboxCols + `) VALUES `)
@@ -175,6 +176,19 @@ func outboxEnqueue(o string) string {
 		          WHERE k <> '' AND $13::bool ORDER BY 1 OFFSET 0) s) l) >= 0
 		  AND (SELECT count(*) FROM (SELECT pg_notify($14::text, '') WHERE $15::bool) n) >= 0
 		ORDER BY e.ord
+		ON CONFLICT (source, event_id) DO NOTHING
+		RETURNING source, event_id, seq`
+}
+
+// outboxEnqueueOne is sqlset.Outbox.EnqueueOne: outboxEnqueue for one
+// event, its values as scalar parameters. The key lock and the
+// notification are one-time filters (InitPlans) like outboxEnqueue's, so
+// both happen before the row gets its seq.
+func outboxEnqueueOne(o string) string {
+	return `INSERT INTO ` + o + ` (` + outboxCols + `)
+		SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint, $7::text, $8::text, $9::text, $10::bytea, $11::bigint, $12::text, $13::text
+		WHERE (SELECT count(*) FROM (SELECT pg_advisory_xact_lock($14::int4, hashtext($8::text)) WHERE $8::text <> '' AND $15::bool) l) >= 0
+		  AND (SELECT count(*) FROM (SELECT pg_notify($16::text, '') WHERE $17::bool) n) >= 0
 		ON CONFLICT (source, event_id) DO NOTHING
 		RETURNING source, event_id, seq`
 }

@@ -360,6 +360,7 @@ $9::text, $10::text, $11::bigint, $12::bigint, $13::bigint)`
 // partition's row (one an ordering key still blocks).
 func partitionedOutbox(n store.Names, base sqlset.Outbox) sqlset.Outbox {
 	s := `"` + n.Schema + `"`
+	base.EnqueueOne = "" // its dedup is outbox_enqueue's
 	base.Enqueue = `SELECT r_source, r_event_id, r_seq FROM ` + s + `.outbox_enqueue($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
 $6::bigint[], $7::text[], $8::text[], $9::text[], $10::bytea[], $11::bigint, $12::int4, $13::bool,
 $14::text, $15::bool, $16::text[], $17::text[])`

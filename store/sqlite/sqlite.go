@@ -50,6 +50,7 @@ func Statements(n store.Names) *sqlset.Set {
 			"HTTPKeys.LockKey":           "no advisory locks: BEGIN IMMEDIATE serialises writers, so the transaction itself is the key's lock",
 			"HTTPKeys.Unlock":            "there is no HTTPKeys.LockKey on SQLite",
 			"Outbox.Enqueue":             "SQLite serialises writers: no ordering-key locks nor notifications to fold into one statement, the events are inserted with Outbox.Insert",
+			"Outbox.EnqueueOne":          "there is no Outbox.Enqueue on this dialect: one event is inserted with Outbox.Insert too",
 			"Outbox.LockShared":          "SQLite serialises writers itself; no advisory locks",
 			"Outbox.LockClaim":           "SQLite serialises writers itself, and the relay lease (Outbox.AcquireLease) serialises relays",
 			"SQLMeta.EstimateRows":       "SQLite keeps no row estimate: the rows are counted",

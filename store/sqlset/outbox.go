@@ -34,6 +34,17 @@ type Outbox struct {
 	// dialect inserts with Insert (SQLite: writers are serialised, no key
 	// locks nor notifications).
 	Enqueue string
+	// EnqueueOne is Enqueue for one event, without arrays: $1…$13 the row
+	// as in Insert, $14 key-lock namespace (int4), $15 take the event's
+	// key lock (bool), $16 notification channel, $17 notify (bool). It
+	// takes the lock (when $15 and the key is not empty) and queues the
+	// notification before the row gets its seq, skips an existing
+	// (source, event_id) and returns source, event_id, seq of the row it
+	// inserted. The array encoding and unnest of Enqueue were most of the
+	// client's and the server's CPU for a one-event transaction. Empty
+	// where the dialect has no Enqueue, or decides duplicates elsewhere
+	// (then Enqueue is used).
+	EnqueueOne string
 	// Insert returns the multi-row INSERT of n events, 13 arguments per
 	// event in this order: source, event_id, type, subject (broker topic),
 	// ce_subject, time (micros), datacontenttype, ordering_key, headers
