@@ -154,6 +154,7 @@ func (kc *KafkaCluster) reapOnce(ctx context.Context) {
 	now := time.Now()
 	var gone []memberKey
 	kc.mu.Lock()
+	kc.forgetLocked(resp)
 	for _, g := range resp.Groups {
 		if g.ErrorCode != 0 || g.State != "Stable" {
 			delete(kc.stable, g.Group)
@@ -188,6 +189,31 @@ func (kc *KafkaCluster) reapOnce(ctx context.Context) {
 		resp, err := leave.RequestWith(ctx, kc.admin)
 		if err == nil && resp.ErrorCode == 0 && len(resp.Members) == 1 && resp.Members[0].ErrorCode == 0 {
 			kc.evicted.Add(1)
+		}
+	}
+}
+
+// forgetLocked drops what the reaper keeps of groups no longer listed and
+// of members no longer in their group (expired by kfake itself, or left),
+// so a long run with many restarts does not accumulate them. A member
+// that comes back is seen again at its next request.
+func (kc *KafkaCluster) forgetLocked(resp *kmsg.DescribeGroupsResponse) {
+	current := make(map[memberKey]bool)
+	groups := make(map[string]bool, len(resp.Groups))
+	for _, g := range resp.Groups {
+		groups[g.Group] = true
+		for _, m := range g.Members {
+			current[memberKey{g.Group, m.MemberID}] = true
+		}
+	}
+	for k := range kc.members {
+		if !current[k] {
+			delete(kc.members, k)
+		}
+	}
+	for g := range kc.stable {
+		if !groups[g] {
+			delete(kc.stable, g)
 		}
 	}
 }
