@@ -2,6 +2,7 @@ package embedded_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
 	idemjs "github.com/idemkit/idem/broker/jetstream"
 	"github.com/idemkit/idem/broker/jetstream/embedded"
 )
@@ -85,6 +87,14 @@ func TestClusterLeaderKill(t *testing.T) {
 	seen := map[string]bool{}
 	for len(seen) < 300 {
 		ds, err := sub.Fetch(ctx, 100, time.Second)
+		if errors.Is(err, broker.ErrUnavailable) && ctx.Err() == nil {
+			// The new durable is replicated too: until its own leader
+			// is elected a fetch finds no responder. The consumer
+			// retries such a fetch (consumer.Consumer), and so does
+			// this loop, within the test's deadline.
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			t.Fatalf("fetch after %d: %v", len(seen), err)
 		}
