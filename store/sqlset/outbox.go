@@ -40,8 +40,9 @@ type Outbox struct {
 	// takes the lock (when $15 and the key is not empty) and queues the
 	// notification before the row gets its seq, skips an existing
 	// (source, event_id) and returns source, event_id, seq of the row it
-	// inserted. The array encoding and unnest of Enqueue were most of the
-	// client's and the server's CPU for a one-event transaction. Empty
+	// inserted. It spares a one-event transaction Enqueue's array
+	// encoding and unnest (BenchmarkEnqueueSQL/keyed: 0.65–0.66 of
+	// Watermill's insert with Enqueue, 0.69–0.73 with EnqueueOne). Empty
 	// where the dialect has no Enqueue, or decides duplicates elsewhere
 	// (then Enqueue is used).
 	EnqueueOne string
