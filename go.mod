@@ -1,9 +1,10 @@
 module github.com/idemkit/idem
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/go-chi/chi/v5 v5.5.0
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
@@ -29,7 +30,6 @@ require (
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
-	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/jackc/pgio v1.0.0 // indirect
 )
 
