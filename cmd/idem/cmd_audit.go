@@ -42,6 +42,9 @@ func runAudit(ctx context.Context, env *Env, args []string) error {
 	if f.Since, err = dlqParseWhen(*since, time.Now()); err != nil {
 		return fmt.Errorf("%w: --since: %v", errUsage, err)
 	}
+	if env.CheckOnly {
+		return nil
+	}
 	d, err := openSQL(ctx, databaseURL(env, *dbURL), mustExist)
 	if err != nil {
 		return err

@@ -81,6 +81,9 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	if *duration < time.Second {
 		return fmt.Errorf("%w: --duration %v is too short (at least 1s)", errUsage, *duration)
 	}
+	if env.CheckOnly {
+		return nil
+	}
 	cfg := bench.Config{Peers: peers, NATS: *natsURL, RetentionRows: *retentionRows}
 	if cfg.NATS == "" {
 		cfg.NATS = env.Getenv("IDEM_NATS_URL")

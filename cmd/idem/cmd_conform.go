@@ -86,6 +86,9 @@ func runConform(ctx context.Context, env *Env, args []string) error {
 		}
 		cfg.Body = b
 	}
+	if env.CheckOnly {
+		return nil
+	}
 	rep, err := conform.Run(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

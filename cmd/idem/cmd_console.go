@@ -51,6 +51,9 @@ func runConsole(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 
+	if env.CheckOnly {
+		return nil
+	}
 	u := databaseURL(env, *dbURL)
 	d, err := openSQL(ctx, u, mustExist)
 	if err != nil {

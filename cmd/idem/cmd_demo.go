@@ -71,6 +71,9 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 			return err
 		}
 	}
+	if env.CheckOnly {
+		return nil
+	}
 	if *db == "" || (bt.name == boxoffice.BrokerNATS && bt.nats == "") {
 		// The embedded default's files (customer e-mails, stored responses,
 		// payloads) are for this user only.

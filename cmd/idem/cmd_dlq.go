@@ -103,6 +103,9 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	if f.by == "" {
 		f.by = dlqOr(env.Getenv("USER"), "idem-cli")
 	}
+	if env.CheckOnly {
+		return nil
+	}
 
 	d, err := openSQL(ctx, databaseURL(env, f.db), mustExist)
 	if err != nil {

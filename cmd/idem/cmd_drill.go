@@ -66,6 +66,12 @@ func runDrill(ctx context.Context, env *Env, args []string) error {
 	if *scenario != "" && *scenario != "all" {
 		cfg.Scenarios = strings.Split(*scenario, ",")
 	}
+	if env.CheckOnly {
+		if err := drill.CheckOptions(cfg); err != nil {
+			return drillConfigError(err)
+		}
+		return nil
+	}
 	// Options and targets first: a bad one is one line, before the banner.
 	if err := drill.Check(ctx, cfg); err != nil {
 		return drillConfigError(err)

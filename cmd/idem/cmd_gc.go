@@ -35,6 +35,9 @@ func runGC(ctx context.Context, env *Env, args []string) error {
 	if *batch <= 0 || *interval <= 0 || *outboxRet <= 0 || *dlqRet <= 0 || *sagaRet <= 0 {
 		return fmt.Errorf("%w: --batch, --interval and retentions must be positive", errUsage)
 	}
+	if env.CheckOnly {
+		return nil
+	}
 	u := databaseURL(env, *dbURL)
 	d, err := openSQL(ctx, u, mustExist)
 	if err != nil {

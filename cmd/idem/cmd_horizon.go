@@ -31,6 +31,9 @@ func runHorizon(ctx context.Context, env *Env, args []string) error {
 	if *clientRetry < 0 || *redrive < 0 {
 		return fmt.Errorf("%w: --client-retry and --redrive-window must not be negative", errUsage)
 	}
+	if env.CheckOnly {
+		return nil
+	}
 	h, err := referenceHorizons(ctx, *natsURL)
 	if err != nil {
 		return hideURL(err, *natsURL)

@@ -43,6 +43,9 @@ func runKeys(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	if env.CheckOnly {
+		return nil
+	}
 	d, err := openSQL(ctx, databaseURL(env, *dbURL), mustExist)
 	if err != nil {
 		return err

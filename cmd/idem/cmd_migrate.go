@@ -36,6 +36,9 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	if fs.NArg() > 1 {
 		return fmt.Errorf("%w: unexpected argument %q after %s", errUsage, fs.Arg(1), action)
 	}
+	if env.CheckOnly {
+		return nil
+	}
 	u := databaseURL(env, *dbURL)
 	if action == "partition" {
 		return migratePartition(ctx, env, u)

@@ -108,6 +108,9 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if env.CheckOnly {
+		return nil
+	}
 
 	log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cfg.Logger = log

@@ -50,6 +50,9 @@ func runSaga(ctx context.Context, env *Env, args []string) error {
 	default:
 		return fmt.Errorf("%w: unknown action %q (want list or show)", errUsage, action)
 	}
+	if env.CheckOnly {
+		return nil
+	}
 
 	d, err := openSQL(ctx, databaseURL(env, *dbURL), mustExist)
 	if err != nil {

@@ -21,6 +21,9 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
+	if env.CheckOnly {
+		return nil
+	}
 	d, err := openSQL(ctx, databaseURL(env, *dbURL), mustExist)
 	if err != nil {
 		return err

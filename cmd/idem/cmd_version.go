@@ -19,6 +19,9 @@ func runVersion(_ context.Context, env *Env, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
+	if env.CheckOnly {
+		return nil
+	}
 	v := version
 	if v == "" {
 		v = "(devel)"

@@ -103,6 +103,9 @@ func runWebhook(_ context.Context, env *Env, args []string) error {
 			return fmt.Errorf("%w: --content-type has control characters", errUsage)
 		}
 	}
+	if env.CheckOnly {
+		return nil
+	}
 	dataGiven := false
 	fs.Visit(func(f *flag.Flag) { dataGiven = dataGiven || f.Name == "data" })
 	body, file, err := signBody(env, *data, dataGiven)

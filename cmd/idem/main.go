@@ -32,6 +32,10 @@ type Env struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	Getenv func(string) string
+	// CheckOnly makes a command stop, with no error, once its command line
+	// is parsed and validated, before it opens, reaches or starts anything
+	// (the README test checks every documented command line with it).
+	CheckOnly bool
 }
 
 func commands() []command {

@@ -52,10 +52,7 @@ const checkTimeout = 10 * time.Second
 // (matching idem.ErrInvalidOption, and ErrTarget for the targets) are one
 // line and never show a password or token of the URLs.
 func Check(ctx context.Context, cfg Config) error {
-	if err := cfg.defaults(); err != nil {
-		return err
-	}
-	if _, err := cfg.chosen(); err != nil {
+	if err := CheckOptions(cfg); err != nil {
 		return err
 	}
 	if cfg.DatabaseURL != "" {
@@ -64,6 +61,16 @@ func Check(ctx context.Context, cfg Config) error {
 		}
 	}
 	return checkBroker(ctx, cfg)
+}
+
+// CheckOptions validates cfg's options and scenario names without
+// reaching any server: the part of [Check] a command line alone decides.
+func CheckOptions(cfg Config) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	_, err := cfg.chosen()
+	return err
 }
 
 func checkPostgres(ctx context.Context, raw string) error {
