@@ -7,7 +7,7 @@
 // recorded in the database and handed to the provider as its idempotency
 // key, so a call repeated after a crash is deduplicated by the provider:
 //
-//   - Scheduled effects (the usual path): [Ledger.Schedule] records the intent
+//   - Scheduled effects (the usual path): [Ledger.ScheduleTx] records the intent
 //     inside the business transaction: an external effect is scheduled, not
 //     performed, inside the transaction, so a rollback leaves no call behind. A [Worker] claims due effects with a lease,
 //     calls the [Performer] registered for the kind with the effect key,
@@ -64,7 +64,7 @@ const (
 )
 
 // Effect is one external side effect. Key, Kind, Payload and NotBefore are
-// set by the caller of [Ledger.Schedule]; the other fields are read back
+// set by the caller of [Ledger.ScheduleTx]; the other fields are read back
 // from the ledger.
 type Effect struct {
 	// Key names the intent ("order-confirmed-email:<orderId>") and is passed

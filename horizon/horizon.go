@@ -107,7 +107,7 @@ type Consumer struct {
 type WebhookSource struct {
 	Name string `json:"name"`
 	// SenderRetry is how long the sender retries (or lets an operator
-	// replay) one event; see [SenderRetrySpans].
+	// replay) one event; see [WebhookSenderRetry].
 	SenderRetry time.Duration `json:"sender_retry_ns"`
 	// Retention is how long the receiver remembers a webhook id.
 	Retention time.Duration `json:"retention_ns"`

@@ -55,7 +55,7 @@ func (m Mode) String() string {
 //     the same key available through [Key] for propagation downstream. The
 //     previous owner's late finalisation is rejected by the fencing token.
 //   - idem.Hold marks the record failed and answers 409 "needs
-//     reconciliation" ([ErrNeedsReconciliation]) for that key until an
+//     reconciliation" ([idem.ErrNeedsReconciliation]) for that key until an
 //     operator resolves it (for example with [Forget]) or the record's
 //     retention passes.
 type ExpiredPolicy = idem.ExpiredLease

@@ -5,7 +5,7 @@
 //
 // # Guarantees
 //
-//   - Atomic with the business change: [Outbox.Enqueue] inserts into the
+//   - Atomic with the business change: [Outbox.EnqueueTx] inserts into the
 //     caller's transaction. Roll it back and the events never existed; no
 //     event of a rolled-back transaction is ever published.
 //   - At least once: the relay marks an event published only after the

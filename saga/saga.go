@@ -24,7 +24,7 @@
 //     time-out) and then those of the completed steps run, in reverse order.
 //     A compensation that fails permanently or exhausts its attempts holds
 //     the saga (state held, the effect failed in the ledger and, with
-//     [WorkerConfig.OnFailed], dead-lettered) for reconciliation; redriving
+//     [effect.WorkerConfig.OnFailed], dead-lettered) for reconciliation; redriving
 //     the effect ([effect.Ledger.Retry]) resumes it.
 //
 // The barrier (table {{t}}saga_steps, migration 0008_sagas): before an

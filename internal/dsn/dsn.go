@@ -204,7 +204,7 @@ func (b Broker) String() string { return redact.URL(b.URL) }
 // ParseBroker parses a broker URL: nats://host:4222, tls://host:4222,
 // ws://host or wss://host (NATS JetStream, over TCP, TLS or WebSocket;
 // several servers comma-separated, each with one of those schemes), amqp:// or amqps:// (AMQP 0-9-1), kafka://host:port[,host:port…]
-// (Kafka seed brokers; the port defaults to 9092), memory://[name] (the
+// (Kafka seed brokers; the port defaults to 9092), memory://NAME (the
 // in-process broker).
 func ParseBroker(s string) (Broker, error) {
 	sc := redact.Scheme(s)
