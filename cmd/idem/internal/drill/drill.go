@@ -202,6 +202,10 @@ type Result struct {
 	Pass                 bool          `json:"pass"`
 	Duration             time.Duration `json:"-"`
 	DurationMS           int64         `json:"duration_ms"`
+	// Orders is how many orders the scenario placed when it is not
+	// --orders: all but the load scenarios use a tenth of it, at least 20
+	// and at most 200 (0 when the scenario places --orders or none).
+	Orders int `json:"orders,omitempty"`
 	// Error explains a scenario that could not run to its check.
 	Error string `json:"error,omitempty"`
 }
@@ -346,6 +350,9 @@ func (rep Report) WriteTable(w io.Writer) {
 	for _, s := range rep.Scenarios {
 		fmt.Fprintln(w)
 		writeWrapped(w, "", "  ", s.Name+" ("+s.verdict()+"): "+s.Invariant)
+		if s.Orders > 0 {
+			writeWrapped(w, "  orders:   ", "            ", fmt.Sprintf("%d (a focused scenario places a tenth of --orders, at least 20, at most 200)", s.Orders))
+		}
 		writeWrapped(w, "  expected: ", "            ", s.Expected)
 		writeWrapped(w, "  observed: ", "            ", s.Observed)
 		if s.Error != "" && s.Observed != "error: "+s.Error {

@@ -42,6 +42,17 @@ func TestDrillEmbedded(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(t, rep, len(drill.Names())-1)
+	// A focused scenario says how many orders it placed, and why not --orders.
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	for _, s := range rep.Scenarios {
+		if s.Name == "webhook-replay" && s.Orders != 20 {
+			t.Errorf("webhook-replay placed %d orders by its report, want 20 (a tenth of 120, at least 20)", s.Orders)
+		}
+	}
+	if !strings.Contains(table.String(), "  orders:   20 (a focused scenario places a tenth of --orders") {
+		t.Errorf("the report does not say why a focused scenario placed 20 orders:\n%s", table.String())
+	}
 	// The JSON shape is an interface.
 	var buf bytes.Buffer
 	if err := rep.WriteJSON(&buf); err != nil {

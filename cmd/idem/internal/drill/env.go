@@ -57,8 +57,13 @@ func (r *runner) close() {
 	}
 }
 
-// small is the size of the focused scenarios.
-func (r *runner) small() int { return min(max(r.cfg.Orders/10, 20), 200) }
+// small is the size of the focused scenarios, recorded in res.Orders so
+// the report says why a scenario placed fewer orders than --orders.
+func (r *runner) small(res *Result) int {
+	m := min(max(r.cfg.Orders/10, 20), 200)
+	res.Orders = m
+	return m
+}
 
 func randHex(n int) string {
 	b := make([]byte, n)

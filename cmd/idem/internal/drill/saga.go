@@ -263,7 +263,7 @@ func sagaCrashAfterStep(ctx context.Context, r *runner, res *Result) error {
 	if r.cfg.Processes {
 		return sagaCrashProcess(ctx, r, res)
 	}
-	m := r.small()
+	m := r.small(res)
 	// Each crash holds a worker slot for a lease: a few are enough.
 	maxCrashes := int64(min(m/2, 10))
 	g := newRNG(r.cfg.Seed, 14)
@@ -306,7 +306,7 @@ func sagaCrashAfterStep(ctx context.Context, r *runner, res *Result) error {
 // some at once (their compensation usually overtakes the reservation: a
 // null compensation, and the late action is refused), the rest not at all.
 func sagaCompensationRace(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	e, err := r.newEnv(ctx, "saga-compensation-race", true, nil)
 	if err != nil {
 		return err
@@ -362,7 +362,7 @@ func sagaCompensationRace(ctx context.Context, r *runner, res *Result) error {
 // timing out exhausts its attempts and the saga compensates; the refunds
 // are made and then time out too, and are retried with their keys.
 func sagaCompensationTimeout(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	// Short provider calls: each time-out costs a call timeout.
 	e, err := r.newEnv(ctx, "saga-compensation-timeout", true, func(o *boxoffice.Options) {
 		o.Config.MaxAttempts, o.Config.EffectCallTimeout = 1, 400*time.Millisecond
@@ -398,7 +398,7 @@ func sagaCompensationTimeout(ctx context.Context, r *runner, res *Result) error 
 // clients with the same Idempotency-Key (one saga id): one answer 201, the
 // others 200 with the same order; the key with another body is 422.
 func sagaDuplicateStart(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	const racers = 4
 	e, err := r.newEnv(ctx, "saga-duplicate-start", true, nil)
 	if err != nil {
@@ -471,7 +471,7 @@ func sagaDuplicateStart(ctx context.Context, r *runner, res *Result) error {
 // recording it, for real. The restarted child claims the step once the
 // lease ran out and re-sends the same key.
 func sagaCrashProcess(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	kills := min(m, max(r.cfg.Kills/4, 3))
 	dir := filepath.Join(r.tmp, "saga-crash-process")
 	pa, err := r.newParent(ctx, "saga-crash-after-step", dir)

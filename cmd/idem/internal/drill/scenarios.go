@@ -155,7 +155,7 @@ func lostResponse(ctx context.Context, r *runner, res *Result) error {
 }
 
 func racingDuplicates(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	const racers = 4
 	e, err := r.newEnv(ctx, "racing-duplicates", true, nil)
 	if err != nil {
@@ -215,7 +215,7 @@ func racingDuplicates(ctx context.Context, r *runner, res *Result) error {
 }
 
 func keyReuse(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	e, err := r.newEnv(ctx, "key-reuse", true, nil)
 	if err != nil {
 		return err
@@ -313,7 +313,7 @@ func crashBeforeAck(ctx context.Context, r *runner, res *Result) error {
 }
 
 func webhookReplay(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	e, err := r.newEnv(ctx, "webhook-replay", true, nil)
 	if err != nil {
 		return err
@@ -408,7 +408,8 @@ func (f *faultyPublisher) Publish(ctx context.Context, msgs ...idem.Message) err
 }
 
 func relayDoublePublish(ctx context.Context, r *runner, res *Result) error {
-	m := r.small() * 2
+	m := r.small(res) * 2
+	res.Orders = m
 	fp := &faultyPublisher{g: newRNG(r.cfg.Seed, 6), p: max(r.cfg.Crash, 0.05)}
 	if r.brokerDedups() {
 		// JetStream drops the relay's republish inside its duplicate
@@ -453,7 +454,7 @@ func relayDoublePublish(ctx context.Context, r *runner, res *Result) error {
 }
 
 func workerCrash(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	g := newRNG(r.cfg.Seed, 7)
 	var crashed atomic.Int64
 	seen := sync.Map{}
@@ -490,7 +491,7 @@ func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c
 func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 func expiryLateRetry(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	c := &clock{}
 	rec := &recordingPublisher{}
 	e, err := r.newEnv(ctx, "expiry-late-retry", true, func(o *boxoffice.Options) {
@@ -588,7 +589,7 @@ func expiryLateRetry(ctx context.Context, r *runner, res *Result) error {
 }
 
 func concurrentDelivery(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	e, err := r.newEnv(ctx, "concurrent-delivery", true, func(o *boxoffice.Options) { o.DurableSuffix = "-a" })
 	if err != nil {
 		return err
@@ -623,7 +624,7 @@ func concurrentDelivery(ctx context.Context, r *runner, res *Result) error {
 }
 
 func transientPermanentDLQ(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	const poison = 5
 	var bug atomic.Bool
 	bug.Store(true)
@@ -737,7 +738,7 @@ func (p reversingPublisher) Publish(ctx context.Context, msgs ...idem.Message) e
 }
 
 func outOfOrder(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	e, err := r.newEnv(ctx, "out-of-order", true, func(o *boxoffice.Options) {
 		o.Roles = []boxoffice.Role{boxoffice.RoleAPI, boxoffice.RoleNotification, boxoffice.RoleBilling, boxoffice.RoleSearch, boxoffice.RoleEffects}
 	})
@@ -775,7 +776,7 @@ func outOfOrder(ctx context.Context, r *runner, res *Result) error {
 }
 
 func providerTimeout(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	k := min(max(3, int(float64(m)*r.cfg.Crash)), 20)
 	e, err := r.newEnv(ctx, "provider-timeout", true, func(o *boxoffice.Options) {
 		o.EffectCallTimeout = 500 * time.Millisecond
@@ -794,7 +795,7 @@ func providerTimeout(ctx context.Context, r *runner, res *Result) error {
 }
 
 func replayEquivalence(ctx context.Context, r *runner, res *Result) error {
-	m := r.small()
+	m := r.small(res)
 	e, err := r.newEnv(ctx, "replay-equivalence", true, nil)
 	if err != nil {
 		return err
