@@ -3,6 +3,8 @@ package idemhttp
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 )
@@ -15,6 +17,7 @@ type reqState struct {
 	tenant, operation, key string
 	tx                     any // the request transaction (transactional mode)
 	hasTx                  bool
+	txType                 reflect.Type // the driver's TTx, named when Tx is asked for another
 	replayed               bool
 	executed               bool        // the handler ran (for the span's decision)
 	keepPending            atomic.Bool // see KeepPending (keeppending.go)
@@ -33,9 +36,13 @@ func stateFrom(ctx context.Context) *reqState {
 // must run its mutations on it and must not commit or roll it back: the
 // middleware commits it together with the key record and the stored
 // response, or rolls it back (5xx, panic, a status that is not stored). ok
-// is false outside the middleware, in two-phase mode, or when TTx is not
-// the driver's transaction type (pgx.Tx for the pgxstore driver, *sql.Tx
-// for sqlstore).
+// is false outside the middleware and in two-phase mode.
+//
+// TTx must be the driver's transaction type: pgx.Tx for the pgxstore
+// driver, *sql.Tx for sqlstore and the MySQL driver. Asking for another
+// type is a wiring mistake that no request can recover from, so Tx panics
+// with a message that names the driver's type (a recovered panic in the
+// handler rolls the transaction back).
 func Tx[TTx any](ctx context.Context) (TTx, bool) {
 	var zero TTx
 	s := stateFrom(ctx)
@@ -43,7 +50,10 @@ func Tx[TTx any](ctx context.Context) (TTx, bool) {
 		return zero, false
 	}
 	tx, ok := s.tx.(TTx)
-	return tx, ok
+	if !ok {
+		panic(fmt.Sprintf("idemhttp.Tx[%v]: the store driver's transaction type is %v: call idemhttp.Tx[%v]", reflect.TypeFor[TTx](), s.txType, s.txType))
+	}
+	return tx, true
 }
 
 // SQLTx is Tx[*sql.Tx], for the sqlstore driver (SQLite or PostgreSQL).

@@ -115,6 +115,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"time"
 
@@ -670,7 +671,7 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 // runOnTx runs h, its response captured by cw, with tx as the request's
 // transaction (Tx) for its duration.
 func (m *Middleware[TTx]) runOnTx(cw *capture, r *http.Request, h http.Handler, req *request, tx TTx) {
-	req.state.tx, req.state.hasTx = tx, true
+	req.state.tx, req.state.hasTx, req.state.txType = tx, true, reflect.TypeFor[TTx]()
 	req.state.executed = true
 	markExecuted(r.Context())
 	h.ServeHTTP(cw, r)
