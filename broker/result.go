@@ -34,6 +34,15 @@ type ResultPublisher interface {
 // the same messages later; their ids make the retry safe.
 var ErrUnavailable = errors.New("broker: unavailable")
 
+// ErrNoRoute reports a message that the broker is reachable for but that
+// nothing on it takes: no JetStream stream covers its subject, no Kafka
+// topic has its name, no RabbitMQ queue is bound to its routing key. It is
+// a configuration mistake, not an outage: the adapters name the subject and
+// mark the error permanent ([idem.Permanent]), so a relay parks the event
+// with that reason instead of pausing as if the broker were down. Once the
+// stream, topic or queue exists, retry the parked events.
+var ErrNoRoute = errors.New("broker: no stream, topic or queue takes the subject")
+
 // ErrClosed reports an operation on a closed publisher or subscriber.
 var ErrClosed = errors.New("broker: closed")
 

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,4 +117,28 @@ func TestJetStreamBrokerDown(t *testing.T) {
 	waitFor(t, "100 published", func() bool { return countState(t, d, lease.Completed) == 100 })
 	mustEqual(t, "parked", countState(t, d, lease.Failed), 0)
 	mustEqual(t, "stored once each", streamMsgs(t, stream), 100)
+}
+
+// An event whose topic no stream covers is a configuration mistake: the
+// relay parks it at once with a reason that names the subject, and goes on
+// publishing the others, instead of pausing forever as if the broker were
+// down.
+func TestJetStreamNoStreamParksWithTheSubject(t *testing.T) {
+	d := testdb.SQLite(t)
+	_, pub, stream := embeddedJetStream(t)
+	o, _ := New(d, Config{})
+	lost := Event{Type: "test.event", Topic: "nostream.orders", Payload: []byte("x")}
+	enqueueTx(t, d, o, lost, ev("a", 0), ev("b", 0))
+	r, _ := NewRelay(d, pub, fastRelay("r1"))
+	startRelay(t, r)
+	waitFor(t, "parked", func() bool { return countState(t, d, lease.Failed) == 1 })
+	waitFor(t, "the others published", func() bool { return countState(t, d, lease.Completed) == 2 })
+	mustEqual(t, "stored", streamMsgs(t, stream), 2)
+	var reason string
+	if err := d.Pool().QueryRow(context.Background(), `SELECT last_error FROM `+d.Table("outbox")+` WHERE state = $1`, lease.Failed).Scan(&reason); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(reason, `no stream covers subject "nostream.orders"`) {
+		t.Fatalf("parked with %q; want the reason to name the subject", reason)
+	}
 }

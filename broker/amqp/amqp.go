@@ -45,8 +45,9 @@ const (
 
 // ErrUnroutable reports a message the broker returned because no queue was
 // bound for its routing key. Nothing was stored; declare and bind the
-// queue, then publish again.
-var ErrUnroutable = errors.New("amqp: message unroutable")
+// queue, then publish again. It wraps [broker.ErrNoRoute], and the error
+// that carries it is permanent ([idem.Permanent]).
+var ErrUnroutable = fmt.Errorf("amqp: message unroutable: %w", broker.ErrNoRoute)
 
 // PublisherConfig configures a [Publisher].
 type PublisherConfig struct {
@@ -180,7 +181,8 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs ...idem.Message) ([
 	for {
 		select {
 		case r := <-p.returns:
-			return nil, fmt.Errorf("amqp: %q (routing key %q): %s: %w", r.MessageId, r.RoutingKey, r.ReplyText, ErrUnroutable)
+			return nil, idem.Permanent(fmt.Errorf("amqp: no queue is bound to routing key %q on exchange %q (message %q): %s: %w",
+				r.RoutingKey, p.cfg.Exchange, r.MessageId, r.ReplyText, ErrUnroutable))
 		default:
 			return res, nil
 		}

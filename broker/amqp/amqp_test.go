@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,8 +69,11 @@ func TestUnroutableIsAnError(t *testing.T) {
 	}
 	defer pub.Close()
 	err = pub.Publish(t.Context(), idem.Message{ID: "x", Subject: "no-such-queue-" + unique()})
-	if !errors.Is(err, amqp.ErrUnroutable) {
-		t.Fatalf("got %v, want ErrUnroutable", err)
+	if !errors.Is(err, amqp.ErrUnroutable) || !errors.Is(err, broker.ErrNoRoute) || !idem.IsPermanent(err) || errors.Is(err, broker.ErrUnavailable) {
+		t.Fatalf("got %v, want a permanent ErrUnroutable (broker.ErrNoRoute), not ErrUnavailable", err)
+	}
+	if !strings.Contains(err.Error(), `routing key "no-such-queue-`) {
+		t.Fatalf("the error does not name the routing key: %v", err)
 	}
 	// The publisher recovers on the next call.
 	q := "idemtest.direct." + unique()

@@ -214,12 +214,36 @@ func (p *Publisher) await(ctx context.Context, f jetstream.PubAckFuture) (broker
 		}
 		return r, nil
 	case err := <-f.Err():
-		return broker.PublishResult{}, fmt.Errorf("jetstream: publish %q: %w", id, classify(err))
+		return broker.PublishResult{}, fmt.Errorf("jetstream: publish %q: %w", id, p.classifyPublish(ctx, f.Msg().Subject, err))
 	case <-timeout:
 		return broker.PublishResult{}, fmt.Errorf("jetstream: publish %q: no PubAck within %v: %w", id, p.cfg.AckTimeout, broker.ErrUnavailable)
 	case <-ctx.Done():
 		return broker.PublishResult{}, fmt.Errorf("jetstream: publish %q: %w", id, ctx.Err())
 	}
+}
+
+// noRouteCheck bounds the stream lookup that tells a subject no stream
+// covers from a stream that does not answer for now.
+const noRouteCheck = 2 * time.Second
+
+// classifyPublish is classify for a publish to subject, which tells a
+// subject that no stream covers (a configuration mistake: a permanent
+// [broker.ErrNoRoute] naming the subject) apart from a stream that does not
+// answer for now (a leader election, an outage: [broker.ErrUnavailable]).
+// Both look alike to the publisher (no responders); the server's stream
+// index decides, and when it does not answer either, the broker is taken to
+// be unavailable.
+func (p *Publisher) classifyPublish(ctx context.Context, subject string, err error) error {
+	if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return classify(err)
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noRouteCheck)
+	defer cancel()
+	if _, serr := p.js.StreamNameBySubject(qctx, subject); errors.Is(serr, jetstream.ErrStreamNotFound) {
+		return idem.Permanent(fmt.Errorf("no stream covers subject %q (add the subject to a stream, then retry the parked events): %w",
+			subject, errors.Join(err, broker.ErrNoRoute)))
+	}
+	return classify(err)
 }
 
 // classify marks connection-level failures as broker.ErrUnavailable.

@@ -197,3 +197,36 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatalf("nil js: %v", err)
 	}
 }
+
+// TestNoStreamIsNotAnOutage: a subject that no stream covers is a
+// configuration mistake, told apart from an unreachable broker: a permanent
+// broker.ErrNoRoute that names the subject (a relay parks the event with
+// it), not broker.ErrUnavailable (a relay would pause forever).
+func TestNoStreamIsNotAnOutage(t *testing.T) {
+	srv := startEmbedded(t)
+	_, j := dial(t, srv.ClientURL())
+	_, covered := newStream(t, j)
+	pub, err := jetstream.NewPublisher(j, jetstream.PublisherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "idemtest.uncovered." + unique()
+	_, err = pub.PublishResults(t.Context(), idem.Message{ID: "evt-1", Subject: subject, Payload: []byte("x")})
+	if !errors.Is(err, broker.ErrNoRoute) || !idem.IsPermanent(err) || errors.Is(err, broker.ErrUnavailable) {
+		t.Fatalf("publish to an uncovered subject: %v; want a permanent broker.ErrNoRoute, not ErrUnavailable", err)
+	}
+	if !strings.Contains(err.Error(), `no stream covers subject "`+subject+`"`) {
+		t.Fatalf("the error does not name the subject: %v", err)
+	}
+	if _, err := pub.PublishResults(t.Context(), idem.Message{ID: "evt-2", Subject: covered, Payload: []byte("x")}); err != nil {
+		t.Fatalf("a covered subject after it: %v", err)
+	}
+	// A server that is gone is still an outage.
+	srv.Shutdown()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	_, err = pub.PublishResults(ctx, idem.Message{ID: "evt-3", Subject: subject, Payload: []byte("x")})
+	if err == nil || errors.Is(err, broker.ErrNoRoute) || idem.IsPermanent(err) {
+		t.Fatalf("publish with the server gone: %v; want a retryable error, not ErrNoRoute", err)
+	}
+}

@@ -118,6 +118,12 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs ...idem.Message) ([
 	out := make([]broker.PublishResult, 0, len(msgs))
 	for _, r := range results {
 		if r.Err != nil {
+			if errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+				// The broker answered: no topic has this name. A configuration
+				// mistake, not an outage.
+				return out, idem.Permanent(fmt.Errorf("kafka: produce %q: no topic %q (create it, then retry the parked events): %w",
+					idOf(r.Record), r.Record.Topic, errors.Join(r.Err, broker.ErrNoRoute)))
+			}
 			return out, fmt.Errorf("kafka: produce %q: %w", string(idOf(r.Record)), classify(r.Err))
 		}
 		out = append(out, broker.PublishResult{ID: idOf(r.Record), Position: position(r.Record)})

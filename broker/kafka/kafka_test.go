@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +143,25 @@ func TestConfigErrors(t *testing.T) {
 			p.Close()
 		}
 		t.Fatalf("DisableIdempotentWrite: err = %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestNoTopicIsNotAnOutage: producing to a topic that does not exist is a
+// configuration mistake that names the topic (a permanent
+// broker.ErrNoRoute: a relay parks the event with it), not an outage.
+func TestNoTopicIsNotAnOutage(t *testing.T) {
+	addrs := newCluster(t)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	topic := "missing-" + unique()
+	_, err = pub.PublishResults(t.Context(), idem.Message{ID: "m0", Subject: topic, Payload: []byte("x")})
+	if !errors.Is(err, broker.ErrNoRoute) || !idem.IsPermanent(err) || errors.Is(err, broker.ErrUnavailable) {
+		t.Fatalf("produce to a missing topic: %v; want a permanent broker.ErrNoRoute, not ErrUnavailable", err)
+	}
+	if !strings.Contains(err.Error(), `no topic "`+topic+`"`) {
+		t.Fatalf("the error does not name the topic: %v", err)
 	}
 }
