@@ -2,7 +2,6 @@ package idemhttp
 
 import (
 	"cmp"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -214,9 +213,10 @@ type Config struct {
 	// Defaults to time.Now.
 	Now func() time.Time
 
-	// Logger receives one line per replay, conflict and failure. Defaults
-	// to discarding. Records logged while a span is active carry trace_id
-	// and span_id.
+	// Logger receives one line per replay, conflict and failure (a store
+	// failure, answered 503, at level Error). Defaults to slog.Default(),
+	// so a failing store is never silent. Records logged while a span is
+	// active carry trace_id and span_id.
 	Logger *slog.Logger
 
 	// TracerProvider supplies the tracer of the idem.http span (attributes
@@ -311,7 +311,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Now = time.Now
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c.Logger = slog.Default()
 	}
 	return c, nil
 }

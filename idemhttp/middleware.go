@@ -124,6 +124,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/schemacheck"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlset"
 )
@@ -142,8 +143,12 @@ type Middleware[TTx any] struct {
 	replayNames []string
 }
 
-// New returns a Middleware storing its records through d (migration 0002
-// must be applied). Configuration errors wrap idem.ErrInvalidOption.
+// New returns a Middleware storing its records through d. Configuration
+// errors wrap idem.ErrInvalidOption. The database must be migrated: New
+// asks it (reading only) and returns an error wrapping
+// migrate.ErrNotMigrated, which says to run `idem migrate up`, when it
+// lacks migrations; a database that does not answer yet is not an error
+// (requests then get 503, logged).
 func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
 	if d == nil {
 		return nil, idem.InvalidOptionf("idemhttp: nil store driver")
@@ -151,6 +156,9 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if err := schemacheck.Ready(d); err != nil {
+		return nil, fmt.Errorf("idemhttp: %w", err)
 	}
 	return &Middleware[TTx]{
 		d:      d,

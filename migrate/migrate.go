@@ -20,6 +20,7 @@ package migrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -28,6 +29,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/postgres"
 	"github.com/idemkit/idem/store/sqlite"
@@ -251,4 +253,60 @@ func (m *Migrator[TTx]) applied(ctx context.Context, q store.Querier) (map[int]i
 func Up[TTx any](ctx context.Context, d store.Driver[TTx]) error {
 	_, err := New(d).Up(ctx)
 	return err
+}
+
+// ErrNotMigrated reports a database whose schema lacks migrations this
+// build of idem needs: run `idem migrate up` (or [Up]) first.
+var ErrNotMigrated = errors.New("migrate: the database schema is not up to date")
+
+// Check reports, reading only (no lock, no table created), whether every
+// migration this build knows is applied to d's database. It returns an
+// error wrapping [ErrNotMigrated] that names the first missing migration
+// and what to run, or the database's own error when it cannot be asked.
+// Constructors that are useless on an unmigrated database (idemhttp.New,
+// outbox.New) call it, so the mistake is found at start, not as a 503 or a
+// relay error per request.
+func Check[TTx any](ctx context.Context, d store.Driver[TTx]) error {
+	all, err := migrations(d.Statements().Meta, "")
+	if err != nil {
+		return err
+	}
+	missing := func(n int, first Migration) error {
+		return fmt.Errorf("%w: %d of %d migrations not applied to %s (first: %04d_%s): run `idem migrate up` (or migrate.Up) first",
+			ErrNotMigrated, n, len(all), d.Table("migrations"), first.Version, first.Name)
+	}
+	ok, err := sqlmeta.TableExists(ctx, d, "migrations")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return missing(len(all), all[0])
+	}
+	rows, err := d.Pool().Query(ctx, d.Statements().Meta.AppliedMigrations)
+	if err != nil {
+		return fmt.Errorf("migrate: read applied: %w", err)
+	}
+	defer rows.Close()
+	done := map[int]bool{}
+	for rows.Next() {
+		var v int
+		var at int64
+		if err := rows.Scan(&v, &at); err != nil {
+			return err
+		}
+		done[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var lacking []Migration
+	for _, m := range all {
+		if !done[m.Version] {
+			lacking = append(lacking, m)
+		}
+	}
+	if len(lacking) > 0 {
+		return missing(len(lacking), lacking[0])
+	}
+	return nil
 }

@@ -72,6 +72,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/schemacheck"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlset"
 )
@@ -176,8 +177,9 @@ type Outbox[TTx any] struct {
 }
 
 // New returns an Outbox on d, whose database must be migrated (package
-// migrate: files 0003_outbox and 0007_trace_context, which adds the
-// traceparent and tracestate columns).
+// migrate): New asks it (reading only) and returns an error wrapping
+// migrate.ErrNotMigrated, which says to run `idem migrate up`, when it lacks
+// migrations; a database that does not answer yet is not an error.
 func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 	if d == nil {
 		return nil, idem.InvalidOptionf("outbox: nil driver")
@@ -190,6 +192,9 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.NotifyInterval = cmp.Or(cfg.NotifyInterval, 5*time.Millisecond)
+	if err := schemacheck.Ready(d); err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
 	o := &Outbox[TTx]{d: d, cfg: cfg, q: d.Statements().Outbox, keys: newLockKeys(d.Names()), log: obs.Component(cfg.Logger, "idem.outbox"),
 		tr: obs.Tracer(cfg.TracerProvider), epoch: time.Now()}
 	o.lastNotify.Store(-int64(time.Hour))
