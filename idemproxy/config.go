@@ -31,7 +31,8 @@ type Route struct {
 	// route: the method and the request's path) with a warning.
 	Operation string
 	// Optional lets requests without an Idempotency-Key pass through to the
-	// upstream untouched; by default a POST or PATCH without one gets 400.
+	// upstream without the key contract (a JWT tenant's token is still
+	// verified); by default a POST or PATCH without one gets 400.
 	Optional bool
 	// Tenant says where the tenant that scopes the keys comes from. The
 	// zero value is one shared tenant (with a warning).
@@ -76,7 +77,8 @@ func (r Route) pattern() string {
 // means one shared tenant.
 type TenantSource struct {
 	// Header names a request header holding the tenant (e.g. X-Tenant-ID);
-	// a request without it answers 401.
+	// a keyed request without it answers 401. The header is not an
+	// authentication: requests without a key are not checked.
 	Header string
 	// JWT verifies a bearer token and takes the tenant from one claim.
 	JWT *JWTConfig

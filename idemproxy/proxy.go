@@ -28,6 +28,17 @@
 // body above MaxStoredBody is sent in full but stored as omitted (its
 // replay carries "Idempotent-Body-Omitted: true" with the status and the
 // replay headers, e.g. Location).
+//
+// Access: on a route whose tenant is a JWT claim, every request the route
+// matches — keyed or not, whatever its method — has its token verified
+// before anything else, and answers 401 without reaching the upstream
+// when it does not verify. A route matches the spellings of its path that
+// upstreams commonly read as the same route (letter case, a trailing
+// slash, matrix parameters, encoded slashes; see [Proxy.ServeHTTP])
+// unless Route.ExactPath is set. The headers a route reads the request's
+// scope from (the tenant header or the token's header, Idempotency-Key,
+// Content-Type and FingerprintHeaders) reach the upstream as the proxy
+// read them, whatever the client's Connection header names.
 package idemproxy
 
 import (
