@@ -31,7 +31,8 @@ type Route struct {
 	// route: the method and the request's path) with a warning.
 	Operation string
 	// Optional lets requests without an Idempotency-Key pass through to the
-	// upstream untouched; by default a POST or PATCH without one gets 400.
+	// upstream without the key contract (a JWT tenant's token is still
+	// verified); by default a POST or PATCH without one gets 400.
 	Optional bool
 	// Tenant says where the tenant that scopes the keys comes from. The
 	// zero value is one shared tenant (with a warning).
@@ -57,6 +58,10 @@ type Route struct {
 	// WaitForInFlight makes a duplicate that finds its key executing wait
 	// up to this long and replay, instead of answering 409 at once.
 	WaitForInFlight time.Duration
+	// ExactPath matches the route's path only as written. By default the
+	// route also takes the spellings of its path that an upstream may read
+	// as the same route (see [Proxy.ServeHTTP]).
+	ExactPath bool
 }
 
 // pattern is the route's http.ServeMux pattern.
@@ -72,7 +77,8 @@ func (r Route) pattern() string {
 // means one shared tenant.
 type TenantSource struct {
 	// Header names a request header holding the tenant (e.g. X-Tenant-ID);
-	// a request without it answers 401.
+	// a keyed request without it answers 401. The header is not an
+	// authentication: requests without a key are not checked.
 	Header string
 	// JWT verifies a bearer token and takes the tenant from one claim.
 	JWT *JWTConfig
@@ -82,16 +88,24 @@ func (s TenantSource) isZero() bool { return s.Header == "" && s.JWT == nil }
 
 // ParseRoute parses "METHOD /path" (or "/path" for every method) as given
 // to --route, with an optional "=operation" suffix naming the stable
-// operation: "POST /orders=orders.create".
+// operation: "POST /orders=orders.create". The word "exact" after the path
+// sets ExactPath: "POST /orders exact=orders.create".
 func ParseRoute(s string) (Route, error) {
 	spec, op, _ := strings.Cut(strings.TrimSpace(s), "=")
-	spec = strings.TrimSpace(spec)
 	r := Route{Operation: strings.TrimSpace(op)}
-	method, path, found := strings.Cut(spec, " ")
-	if !found {
-		method, path = "", spec
+	fields := strings.Fields(spec)
+	if n := len(fields); n > 1 && fields[n-1] == "exact" {
+		r.ExactPath, fields = true, fields[:n-1]
 	}
-	path = strings.TrimSpace(path)
+	var method, path string
+	switch len(fields) {
+	case 1:
+		path = fields[0]
+	case 2:
+		method, path = fields[0], fields[1]
+	default:
+		return r, idem.InvalidOptionf("route %q: want \"METHOD /path\" or \"METHOD /path exact\", e.g. \"POST /orders\"", s)
+	}
 	if method != "" && (method != strings.ToUpper(method) || strings.ContainsAny(method, "/ \t")) {
 		return r, idem.InvalidOptionf("route %q: the method must be upper case, e.g. \"POST /orders\"", s)
 	}
@@ -124,6 +138,7 @@ func ParseRoute(s string) (Route, error) {
 //	    expired_lease: hold              # or re-execute (default)
 //	    replay_headers: [Content-Type, Location]
 //	    wait_for_in_flight: 5s
+//	    exact_path: false                # true: no path variants (see Proxy.ServeHTTP)
 type FileConfig struct {
 	Upstream      string      `json:"upstream" yaml:"upstream"`
 	Tenant        *FileTenant `json:"tenant" yaml:"tenant"`
@@ -146,6 +161,9 @@ type FileRoute struct {
 	ExpiredLease       string      `json:"expired_lease" yaml:"expired_lease"`
 	ReplayHeaders      []string    `json:"replay_headers" yaml:"replay_headers"`
 	WaitForInFlight    string      `json:"wait_for_in_flight" yaml:"wait_for_in_flight"`
+	// ExactPath matches the route's path only as written (Route.ExactPath);
+	// "POST /orders exact" in Route sets it too.
+	ExactPath bool `json:"exact_path" yaml:"exact_path"`
 }
 
 // FileTenant is a tenant source in a FileConfig.
@@ -240,6 +258,7 @@ func (fr FileRoute) route(dir string, def TenantSource, getenv func(string) stri
 			return r, fmt.Errorf("tenant: %w", err)
 		}
 	}
+	r.ExactPath = r.ExactPath || fr.ExactPath
 	r.ExcludeFields, r.ExcludeQuery, r.FingerprintHeaders = fr.ExcludeFields, fr.ExcludeQuery, fr.FingerprintHeaders
 	r.ReplayHeaders = fr.ReplayHeaders
 	for _, d := range []struct {

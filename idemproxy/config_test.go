@@ -119,3 +119,37 @@ func TestSampleConfigLoads(t *testing.T) {
 		t.Fatalf("sample config: %+v %+v", fc, routes)
 	}
 }
+
+// Exact path matching is a per-route option of --route ("exact" after the
+// path) and of the configuration file (exact_path), off by default.
+func TestExactPathOption(t *testing.T) {
+	for in, want := range map[string]idemproxy.Route{
+		"POST /orders exact=create-order": {Method: "POST", Path: "/orders", Operation: "create-order", ExactPath: true},
+		"POST /orders exact":              {Method: "POST", Path: "/orders", ExactPath: true},
+		"/orders exact":                   {Path: "/orders", ExactPath: true},
+		"POST /orders=exact":              {Method: "POST", Path: "/orders", Operation: "exact"},
+		"POST /orders":                    {Method: "POST", Path: "/orders"},
+	} {
+		got, err := idemproxy.ParseRoute(in)
+		if err != nil || got.Method != want.Method || got.Path != want.Path || got.Operation != want.Operation || got.ExactPath != want.ExactPath {
+			t.Errorf("ParseRoute(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"exact", "POST /orders exactly", "POST /orders exact exact", "exact POST /orders"} {
+		if _, err := idemproxy.ParseRoute(bad); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("ParseRoute(%q): %v, want ErrInvalidOption", bad, err)
+		}
+	}
+	for name, body := range map[string]string{
+		"p.yaml": "routes:\n  - route: POST /orders\n    exact_path: true\n  - route: POST /refunds\n  - route: POST /charges exact\n",
+		"p.json": `{"routes":[{"route":"POST /orders","exact_path":true},{"route":"POST /refunds"},{"route":"POST /charges exact"}]}`,
+	} {
+		_, routes, err := idemproxy.LoadConfig(writeFile(t, name, body), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(routes) != 3 || !routes[0].ExactPath || routes[1].ExactPath || !routes[2].ExactPath {
+			t.Fatalf("%s: routes %+v, want exact, normalised, exact", name, routes)
+		}
+	}
+}

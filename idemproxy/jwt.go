@@ -1,6 +1,7 @@
 package idemproxy
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"slices"
@@ -16,13 +18,20 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/problem"
 )
 
 // JWTConfig takes a route's tenant from a claim of a bearer token verified
 // with an HS256 secret or with the RS256/ES256 public keys of a JWKS
-// document. A request whose token is missing, malformed, badly signed,
-// expired, not yet valid, for another issuer or audience, or without the
-// claim answers 401 and never reaches the upstream.
+// document. The token is verified first on every request the route
+// matches, whatever its method and whether or not it carries an
+// Idempotency-Key (also on a route whose key is optional): a request whose
+// token is missing, malformed, badly signed, expired, not yet valid, for
+// another issuer or audience, or without the claim answers 401
+// problem+json (idemhttp.TypeUnauthorized, with WWW-Authenticate: Bearer)
+// and never reaches the upstream.
 type JWTConfig struct {
 	// Header carries the token; defaults to Authorization ("Bearer TOKEN";
 	// any other header holds the bare token).
@@ -238,4 +247,34 @@ func (v *jwtVerifier) tenant(r *http.Request) (string, error) {
 		return big.NewFloat(c).Text('f', -1), nil
 	}
 	return "", fmt.Errorf("token has no %q claim", v.cfg.Claim)
+}
+
+type verifiedTenantKey struct{}
+
+// require verifies the token of every request before h sees it: a
+// request without a valid one answers 401 problem+json and goes no
+// further. The verified tenant travels in the request's context
+// (verifiedTenant), so a keyed request is not verified twice.
+func (v *jwtVerifier) require(log *slog.Logger, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant, err := v.tenant(r)
+		if err != nil {
+			log.DebugContext(r.Context(), "token rejected", "error", err, "method", r.Method, "path", r.URL.Path)
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			problem.Write(w, http.StatusUnauthorized, &idemhttp.Problem{Type: idemhttp.TypeUnauthorized,
+				Title: "Request is not authorised", Status: http.StatusUnauthorized,
+				Detail: "this route needs a valid bearer token in the " + v.cfg.Header + " header"}, 0)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verifiedTenantKey{}, tenant)))
+	})
+}
+
+// verifiedTenant is the route's idemhttp.Config.Tenant: the tenant require
+// verified (a request that did not pass require is verified here).
+func (v *jwtVerifier) verifiedTenant(r *http.Request) (string, error) {
+	if t, ok := r.Context().Value(verifiedTenantKey{}).(string); ok {
+		return t, nil
+	}
+	return v.tenant(r)
 }

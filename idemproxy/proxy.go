@@ -28,6 +28,17 @@
 // body above MaxStoredBody is sent in full but stored as omitted (its
 // replay carries "Idempotent-Body-Omitted: true" with the status and the
 // replay headers, e.g. Location).
+//
+// Access: on a route whose tenant is a JWT claim, every request the route
+// matches — keyed or not, whatever its method — has its token verified
+// before anything else, and answers 401 without reaching the upstream
+// when it does not verify. A route matches the spellings of its path that
+// upstreams commonly read as the same route (letter case, a trailing
+// slash, matrix parameters, encoded slashes; see [Proxy.ServeHTTP])
+// unless Route.ExactPath is set. The headers a route reads the request's
+// scope from (the tenant header or the token's header, Idempotency-Key,
+// Content-Type and FingerprintHeaders) reach the upstream as the proxy
+// read them, whatever the client's Connection header names.
 package idemproxy
 
 import (
@@ -132,8 +143,9 @@ type Config struct {
 // Proxy is the reverse proxy. It is an http.Handler, safe for concurrent use.
 type Proxy struct {
 	mux      *http.ServeMux
-	patterns map[string]bool // the routes' patterns in mux
-	pass     http.Handler    // requests no route matches
+	routes   map[string]*routeEntry // by pattern in mux
+	variants *variants              // the routes' path variants
+	pass     http.Handler           // requests no route matches
 	rp       *httputil.ReverseProxy
 	log      *slog.Logger
 	metrics  Observer // nil: none
@@ -184,6 +196,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&upstream)
 			pr.SetXForwarded()
+			keepScopeHeaders(pr.In, pr.Out.Header)
 			if idemhttp.Key(pr.In.Context()) != "" {
 				notReplayable(pr.Out)
 			}
@@ -202,8 +215,9 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
 		routes = []Route{{Path: "/"}}
 		p.warn("no routes configured: every POST and PATCH needs an Idempotency-Key, and keys are scoped by method and path (give --route or --config with stable operation names)")
 	}
-	p.patterns = map[string]bool{}
-	for _, rt := range routes {
+	p.routes, p.variants = map[string]*routeEntry{}, newVariants()
+	entries := make([]*routeEntry, len(routes))
+	for i, rt := range routes {
 		h, err := buildRoute(p, d, cfg, rt)
 		if err != nil {
 			return nil, err
@@ -211,7 +225,20 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
 		if err := register(p.mux, rt.pattern(), h); err != nil {
 			return nil, err
 		}
-		p.patterns[rt.pattern()] = true
+		entries[i] = &routeEntry{h: h, exact: rt.ExactPath}
+		p.routes[rt.pattern()] = entries[i]
+	}
+	// Every route's own variants first, then the trailing-slash forms that
+	// no route names itself.
+	for _, slash := range []bool{false, true} {
+		for i, rt := range routes {
+			if rt.ExactPath {
+				continue
+			}
+			if err := p.variants.add(rt, entries[i], slash); err != nil {
+				return nil, err
+			}
+		}
 	}
 	p.pass = p.instrument("passthrough", p.forward(idem.Retake))
 	return p, nil
@@ -253,11 +280,17 @@ func buildRoute[TTx any](p *Proxy, d store.Driver[TTx], cfg Config, rt Route) (h
 		}
 	}
 	tenant := func(*http.Request) (string, error) { return "", nil }
+	// The headers the route reads the request's scope and fingerprint
+	// from (the body's media type among them) reach the upstream as read,
+	// whatever Connection names.
+	scope := append([]string{idemhttp.HeaderKey, "Content-Type"}, rt.FingerprintHeaders...)
+	var gate *jwtVerifier
 	switch {
 	case rt.Tenant.Header != "" && rt.Tenant.JWT != nil:
 		return nil, idem.InvalidOptionf("idemproxy: route %q: tenant from a header or a JWT, not both", rt.pattern())
 	case rt.Tenant.Header != "":
 		h := rt.Tenant.Header
+		scope = append(scope, h)
 		tenant = func(r *http.Request) (string, error) {
 			vs := r.Header.Values(h)
 			if len(vs) != 1 || strings.TrimSpace(vs[0]) == "" {
@@ -270,9 +303,15 @@ func buildRoute[TTx any](p *Proxy, d store.Driver[TTx], cfg Config, rt Route) (h
 		if err != nil {
 			return nil, idem.InvalidOptionf("idemproxy: route %q: %v", rt.pattern(), err)
 		}
-		tenant = v.tenant
+		gate, tenant = v, v.verifiedTenant
+		scope = append(scope, v.cfg.Header)
 	default:
 		p.warn("route %q has no tenant source: all clients share one key space (set --tenant-header or a jwt tenant)", rt.pattern())
+	}
+	for _, h := range scope {
+		if isHopByHop(h) {
+			return nil, idem.InvalidOptionf("idemproxy: route %q: %s is a hop-by-hop header: it never reaches the upstream, so it cannot scope or fingerprint a request", rt.pattern(), h)
+		}
 	}
 	hc := idemhttp.Config{
 		Mode:               idemhttp.TwoPhase,
@@ -298,7 +337,11 @@ func buildRoute[TTx any](p *Proxy, d store.Driver[TTx], cfg Config, rt Route) (h
 	if err != nil {
 		return nil, fmt.Errorf("idemproxy: route %q: %w", rt.pattern(), err)
 	}
-	return p.instrument(label, mw.Handler(p.forward(rt.ExpiredPolicy))), nil
+	h := mw.Handler(p.forward(rt.ExpiredPolicy))
+	if gate != nil {
+		h = gate.require(p.log, h)
+	}
+	return p.instrument(label, withScopeHeaders(scope, h)), nil
 }
 
 // notReplayable stops http.Transport from silently sending a keyed request
@@ -447,10 +490,29 @@ func (p *Proxy) instrument(label string, h http.Handler) http.Handler {
 // An unclean path that would match a route once cleaned ("//orders",
 // "/x/../orders") is redirected to the clean one, as http.ServeMux does,
 // so it cannot slip past the route's contract.
+//
+// Path variants: many upstreams read other spellings of a path as the same
+// route — another letter case (/Orders), a trailing slash (/orders/),
+// matrix parameters (/orders;x=1), an encoded slash (/orders%2F) — where
+// http.ServeMux sees another path. Unless the route sets ExactPath, such a
+// request gets the route's contract (its key rule, tenant, operation and
+// token check) and is forwarded with its path as sent; a variant takes
+// precedence over a less specific route that matches the spelling as
+// written (a catch-all with an optional key does not swallow /Orders).
+// The matched form is the decoded path with matrix parameters removed from
+// every segment, in lower case, cleaned (dot segments and repeated
+// slashes removed); a route's literal segments are compared in lower case
+// and a path without a trailing slash also takes PATH/.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h, pattern := p.mux.Handler(r)
-	if p.patterns[pattern] {
-		h.ServeHTTP(w, r)
+	if e := p.routes[pattern]; e != nil {
+		if !e.exact {
+			if v := p.variants.match(r); v != nil && v != e {
+				v.h.ServeHTTP(w, r)
+				return
+			}
+		}
+		h.ServeHTTP(w, r) // the route, or the mux's redirect to its clean path
 		return
 	}
 	if c := cleanPath(r.URL.Path); c != r.URL.Path {
@@ -458,10 +520,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u := *r.URL
 		u.Path, u.RawPath = c, ""
 		r2.URL = &u
-		if _, pat := p.mux.Handler(&r2); p.patterns[pat] {
+		if _, pat := p.mux.Handler(&r2); p.routes[pat] != nil {
 			h.ServeHTTP(w, r) // the mux's redirect to the clean path
 			return
 		}
+	}
+	if v := p.variants.match(r); v != nil {
+		v.h.ServeHTTP(w, r)
+		return
 	}
 	p.pass.ServeHTTP(w, r)
 }

@@ -39,7 +39,7 @@ func runConform(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("%w: the target must be an http:// or https:// URL", errUsage)
 	}
 	rt, err := idemproxy.ParseRoute(*route)
-	if err != nil || rt.Method == "" || rt.Operation != "" {
+	if err != nil || rt.Method == "" || rt.Operation != "" || rt.ExactPath {
 		return fmt.Errorf("%w: --route %q: want 'METHOD /path', e.g. 'POST /orders'", errUsage, *route)
 	}
 	if *concurrency < 2 || *concurrency > 256 {

@@ -88,6 +88,7 @@ func TestConformExitCodes(t *testing.T) {
 		{"conform", "ftp://x"},
 		{"conform", "http://a", "http://b"},
 		{"conform", "http://a", "--route", "orders"},
+		{"conform", "http://a", "--route", "POST /orders exact"},
 		{"conform", "http://a", "--header", "nocolon"},
 		{"conform", "http://a", "--tenants", "a,b"},
 		{"conform", "http://a", "--tenant-header", "X-T"},

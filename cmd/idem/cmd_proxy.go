@@ -36,13 +36,13 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 // service: "idem proxy --upstream URL --addr ADDR --db URL [--config FILE]
 // [--route 'POST /orders' …] [--tenant-header X-Tenant-ID]".
 func runProxy(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "proxy", "--upstream URL [--addr 127.0.0.1:8080] [--db URL] [--config FILE] [--route 'POST /orders[=OPERATION]' …] [--tenant-header X-Tenant-ID]")
+	fs := newFlags(env, "proxy", "--upstream URL [--addr 127.0.0.1:8080] [--db URL] [--config FILE] [--route 'POST /orders [exact][=OPERATION]' …] [--tenant-header X-Tenant-ID]")
 	upstream := fs.String("upstream", "", "the HTTP service behind the proxy, e.g. http://127.0.0.1:9000 (or upstream: in --config)")
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address (HTTP/1.1 and h2c)")
 	dbURL := fs.String("db", "", "database URL: postgres://…, mysql://… or sqlite://path (default $IDEM_DATABASE_URL or "+defaultDatabaseURL+"); migrations are applied")
-	configFile := fs.String("config", "", "routes file, JSON or YAML (per-route operation, key, tenant, fingerprint exclusions, retention, lease, expired_lease, replay_headers)")
+	configFile := fs.String("config", "", "routes file, JSON or YAML (per-route operation, key, tenant, fingerprint exclusions, retention, lease, expired_lease, replay_headers, exact_path)")
 	var routes listFlag
-	fs.Var(&routes, "route", "route with a required key, 'METHOD /path' or 'METHOD /path=OPERATION' (stable operation name); repeatable")
+	fs.Var(&routes, "route", "route with a required key, 'METHOD /path' or 'METHOD /path=OPERATION' (stable operation name); it also guards the path's variants (/Orders, /orders/, /orders;x=1, /orders%2F) unless 'METHOD /path exact[=OPERATION]'; repeatable")
 	tenantHeader := fs.String("tenant-header", "", "request header holding the tenant of --route routes (and of --config routes without a tenant)")
 	lease := fs.Duration("lease", 0, "lease of --route routes: the longest upstream call; a key whose lease ended is recovered by --expired-lease (default 30s)")
 	expired := fs.String("expired-lease", "re-execute", "policy of --route routes for a key whose upstream call never answered: re-execute or hold")
@@ -270,5 +270,9 @@ func describeRoute(r idemproxy.Route) string {
 	if lease == 0 {
 		lease = idemhttp.DefaultLease
 	}
-	return termSafe(fmt.Sprintf("%s: operation %s, key %s, tenant %s, lease %s, expired lease: %s", pat, op, key, tenant, lease, idemproxy.PolicyName(r.ExpiredPolicy)))
+	exact := ""
+	if r.ExactPath {
+		exact = ", exact path"
+	}
+	return termSafe(fmt.Sprintf("%s: operation %s, key %s, tenant %s, lease %s, expired lease: %s%s", pat, op, key, tenant, lease, idemproxy.PolicyName(r.ExpiredPolicy), exact))
 }

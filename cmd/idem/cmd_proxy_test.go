@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -226,5 +228,46 @@ func TestDescribeRoutePolicyWords(t *testing.T) {
 		if got != want {
 			t.Errorf("describeRoute(%v) = %q, want %q", tc.policy, got, want)
 		}
+	}
+}
+
+// --route 'POST /orders=create-order' also guards the spellings of /orders
+// an upstream may read as it; "exact" after the path turns that off for
+// one route, and the start-up text says so.
+func TestProxyCommandRoutePathVariants(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Method+" "+r.URL.EscapedPath())
+		mu.Unlock()
+		w.WriteHeader(201)
+	}))
+	defer up.Close()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
+	base, _, stop := startProxyCmd(t, "--upstream", up.URL, "--db", db, "--tenant-header", "X-Tenant-ID",
+		"--route", "POST /orders=create-order", "--route", "POST /refunds exact=refund")
+	hdr := map[string]string{"X-Tenant-ID": "acme", "Content-Type": "application/json"}
+	for _, path := range []string{"/Orders", "/orders/", "/orders;x=1", "/orders%2F"} {
+		r := call(t, "POST", base+path, hdr, `{}`)
+		if r.status != 400 || problemType(t, r) != idemhttp.TypeKeyMissing {
+			t.Errorf("keyless POST %s: %d %s, want 400 %s", path, r.status, r.body, idemhttp.TypeKeyMissing)
+		}
+	}
+	if r := call(t, "POST", base+"/Refunds", hdr, `{}`); r.status != 201 {
+		t.Errorf("keyless POST /Refunds on an exact route: %d %s, want the upstream's 201", r.status, r.body)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "POST /Refunds" {
+		t.Fatalf("upstream saw %q, want only POST /Refunds", got)
+	}
+	want := "POST /refunds: operation refund, key required, tenant header X-Tenant-ID, lease " + idemhttp.DefaultLease.String() + ", expired lease: re-execute, exact path"
+	if d := describeRoute(idemproxy.Route{Method: "POST", Path: "/refunds", Operation: "refund", ExactPath: true,
+		Tenant: idemproxy.TenantSource{Header: "X-Tenant-ID"}}); d != want {
+		t.Fatalf("describeRoute = %q, want %q", d, want)
 	}
 }
