@@ -26,9 +26,13 @@
 //
 // The scope of a key is tenant + operation + key: one tenant never receives
 // another tenant's stored response. The fingerprint is the SHA-256 of the
-// method, the operation, the request target, the body (canonical JSON for
-// JSON content types, so key order and whitespace do not matter; raw bytes
-// otherwise) and Config.FingerprintHeaders. The target is the escaped path
+// method, the operation, the request target, the media type, the body
+// (canonical JSON for JSON content types, so key order and whitespace do
+// not matter; raw bytes otherwise) and Config.FingerprintHeaders. The media
+// type is the Content-Type without its parameters, lower-cased: the same
+// bytes as form data and as text/plain, or as application/merge-patch+json
+// and application/json-patch+json, are two requests (422), while
+// "application/json; charset=utf-8" equals "Application/JSON". The target is the escaped path
 // as the client spelled it (r.URL.EscapedPath(): /accounts/A/charge and
 // /accounts/B/charge differ even though they share one route, and so do
 // a%2Fb and a%252Fb, and also A and %41 — a client must retry the same
@@ -40,10 +44,11 @@
 // a semicolon) is compared byte for byte. Config.ExcludeQuery leaves named
 // parameters (cache busters) out; by default every parameter counts.
 //
-// Records stored by a version before the target was fingerprinted carry
-// the older fingerprint: a retry of such a request answers 422 (it is
-// never replayed for another target, and never executed twice). That lasts
-// at most Config.Retention after the upgrade.
+// Records stored by a version before the target (or, later, the media
+// type) was fingerprinted carry the older fingerprint: a retry of such a
+// request answers 422 (it is never replayed for another target or media
+// type, and never executed twice). That lasts at most Config.Retention
+// after the upgrade.
 //
 // Responses are buffered until they are recorded, in both modes: up to
 // Config.MaxResponseMemory in memory, the rest in a private temporary file
@@ -375,7 +380,7 @@ func (m *Middleware[TTx]) readBody(w http.ResponseWriter, r *http.Request) ([]by
 }
 
 // fingerprint hashes method, operation, request target (escaped path and
-// canonical query), body and the configured headers.
+// canonical query), media type, body and the configured headers.
 func (m *Middleware[TTx]) fingerprint(r *http.Request, op string, body []byte) idem.Fingerprint {
 	// The parts of idem.FingerprintOf, in this order: stored fingerprints
 	// depend on it.
@@ -389,7 +394,10 @@ func (m *Middleware[TTx]) fingerprint(r *http.Request, op string, body []byte) i
 		f.AddString(qtag)
 		f.AddString(q)
 	}
-	if c, err := canonicalBody(r.Header.Get("Content-Type"), body, m.cfg.ExcludeFields); err == nil {
+	ct := r.Header.Get("Content-Type")
+	f.AddString("type")
+	f.AddString(mediaType(ct))
+	if c, err := canonicalBody(ct, body, m.cfg.ExcludeFields); err == nil {
 		f.AddString("json")
 		f.Add(c)
 	} else {
@@ -421,6 +429,18 @@ func canonicalQuery(raw string, exclude []string) (tag, q string) {
 		delete(vals, name)
 	}
 	return "query", vals.Encode()
+}
+
+// mediaType is the media type of a Content-Type header without its
+// parameters, trimmed and lower-cased ("Application/JSON; charset=utf-8"
+// is "application/json"): the same bytes under another media type (form
+// data and text/plain, a JSON merge patch and a JSON patch) are another
+// request, while a charset parameter or the case of the type is not. A
+// header that is no valid media type is taken the same way, up to its
+// first ';'; no header is "".
+func mediaType(contentType string) string {
+	t, _, _ := strings.Cut(contentType, ";")
+	return strings.ToLower(strings.TrimSpace(t))
 }
 
 func canonicalBody(contentType string, body []byte, exclude []string) ([]byte, error) {
