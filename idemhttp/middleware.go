@@ -17,8 +17,8 @@
 //	key missing on POST/PATCH             400 (unless Config.Optional)
 //	key malformed, several key headers    400
 //	Config.Tenant fails                   401
-//	tenant not storable text              401 (NUL, invalid UTF-8, > MaxTenantLen bytes)
-//	operation not storable text           400 (NUL, invalid UTF-8, > MaxOperationLen bytes)
+//	tenant not storable text              401 (NUL, invalid UTF-8, > MaxTenantLen bytes or the dialect's limit)
+//	operation not storable text           400 (NUL, invalid UTF-8, > MaxOperationLen bytes or the dialect's limit)
 //	body above Config.MaxBodyBytes        413
 //	response > Config.MaxResponseBytes    500; nothing recorded, the retry executes
 //	record past its retention             treated as absent: the request executes again
@@ -144,6 +144,18 @@ type Middleware[TTx any] struct {
 	lockTO string // lockTimeout(cfg.LockTimeout), rendered once
 	// replayNames is cfg.ReplayHeaders sorted, without duplicates.
 	replayNames []string
+	// maxTenant, maxOperation and maxKey are the longest scope the store
+	// holds: the package's limits, or the dialect's where lower.
+	maxTenant, maxOperation, maxKey int
+}
+
+// within is limit, or the dialect's limit when it declares a lower one
+// (0: none).
+func within(limit, dialect int) int {
+	if dialect > 0 && dialect < limit {
+		return dialect
+	}
+	return limit
 }
 
 // New returns a Middleware storing its records through d (migration 0002
@@ -156,6 +168,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
 	if err != nil {
 		return nil, err
 	}
+	lim := d.Statements().Limits
 	return &Middleware[TTx]{
 		d:      d,
 		cfg:    cfg,
@@ -165,6 +178,10 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
 		lockTO: lockTimeout(cfg.LockTimeout),
 
 		replayNames: sortedNames(cfg.ReplayHeaders),
+
+		maxTenant:    within(MaxTenantLen, lim.HTTPTenant),
+		maxOperation: within(MaxOperationLen, lim.HTTPOperation),
+		maxKey:       within(idem.MaxKeyLen, lim.HTTPKey),
 	}, nil
 }
 
@@ -242,6 +259,9 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 		return DecisionRejected, nil
 	}
 	key, err := ParseKey(r.Header)
+	if err == nil && len(key) > m.maxKey {
+		err = fmt.Errorf("%w: key of %d characters exceeds %d", ErrKeyInvalid, len(key), m.maxKey)
+	}
 	if err != nil {
 		m.fail(w, r, err, "", err.Error())
 		return DecisionRejected, nil
@@ -253,15 +273,16 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 		return DecisionRejected, nil
 	}
 	// Tenant and operation are checked before anything reaches the store:
-	// text PostgreSQL cannot hold would otherwise fail there (a 503 telling
-	// the client to retry what can never succeed).
-	if err := checkText("tenant", tenant, MaxTenantLen); err != nil {
+	// text PostgreSQL cannot hold, or longer than the dialect's columns,
+	// would otherwise fail there (a 503 telling the client to retry what
+	// can never succeed).
+	if err := checkText("tenant", tenant, m.maxTenant); err != nil {
 		m.log.InfoContext(r.Context(), "tenant rejected", "error", err)
 		m.fail(w, r, fmt.Errorf("%w: %w", ErrUnauthorized, err), key, "")
 		return DecisionRejected, nil
 	}
 	op := m.cfg.Operation(r)
-	if err := checkText("operation", op, MaxOperationLen); err != nil {
+	if err := checkText("operation", op, m.maxOperation); err != nil {
 		m.log.InfoContext(r.Context(), "operation rejected", "error", err)
 		m.fail(w, r, fmt.Errorf("%w: %w", ErrOperationInvalid, err), key, err.Error())
 		return DecisionRejected, nil
