@@ -213,7 +213,8 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Store[TTx], error) {
 // it becomes visible when tx commits and vanishes if tx rolls back. If the
 // same message (consumer, message id, payload) is already parked, that
 // letter's attempts, error and last failure time are updated and its id is
-// returned. Consumer and MessageID are required. The payload is stored byte
+// returned. Consumer (at most idem.MaxKeyLen bytes, as a consumer name)
+// and MessageID are required. The payload is stored byte
 // for byte; invalid UTF-8 and NUL bytes in Source, Position, Key, Error and
 // ErrorClass (which no text column of PostgreSQL accepts) are stored as
 // U+FFFD, so any message can be parked.
@@ -229,6 +230,9 @@ func (s *Store[TTx]) Park(ctx context.Context, l Letter) (int64, error) {
 func (s *Store[TTx]) park(ctx context.Context, q store.Querier, l Letter) (int64, error) {
 	if l.Consumer == "" || l.MessageID == "" {
 		return 0, fmt.Errorf("%w: dlq: letter needs a consumer and a message id", idem.ErrInvalidInput)
+	}
+	if len(l.Consumer) > idem.MaxKeyLen {
+		return 0, fmt.Errorf("%w: dlq: consumer of %d bytes exceeds %d", idem.ErrInvalidInput, len(l.Consumer), idem.MaxKeyLen)
 	}
 	headers := l.Headers
 	if headers == nil {

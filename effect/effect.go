@@ -70,7 +70,8 @@ type Effect struct {
 	// Key names the intent ("order-confirmed-email:<orderId>") and is passed
 	// to the provider as its idempotency key. Required, at most 255 bytes.
 	Key string
-	// Kind selects the [Performer] ("email.send"). Required for Schedule.
+	// Kind selects the [Performer] ("email.send"). Required for Schedule;
+	// at most idem.MaxKeyLen bytes.
 	Kind string
 	// Payload is handed to the Performer unchanged.
 	Payload []byte
@@ -309,6 +310,9 @@ func (l *Ledger[TTx]) scheduleArgs(ctx context.Context, e Effect, now time.Time)
 	}
 	if e.Kind == "" {
 		return nil, idem.Fingerprint{}, fmt.Errorf("effect: %w: empty kind for %q", idem.ErrInvalidInput, e.Key)
+	}
+	if len(e.Kind) > idem.MaxKeyLen {
+		return nil, idem.Fingerprint{}, fmt.Errorf("effect: %w: kind of %d bytes for %q exceeds %d", idem.ErrInvalidInput, len(e.Kind), e.Key, idem.MaxKeyLen)
 	}
 	payload := e.Payload
 	if payload == nil {

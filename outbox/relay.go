@@ -72,7 +72,8 @@ type RelayConfig struct {
 	// always polls.
 	DisableListen bool
 	// LeaseName names the SQLite single-writer lease row; relays sharing a
-	// name take turns. Defaults to "relay". Unused on PostgreSQL.
+	// name take turns. Defaults to "relay"; at most idem.MaxKeyLen bytes.
+	// Unused on PostgreSQL.
 	LeaseName string
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
@@ -195,6 +196,8 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 	switch {
 	case len(cfg.Name) > idem.MaxKeyLen:
 		return nil, idem.InvalidOptionf("outbox: relay name longer than %d bytes", idem.MaxKeyLen)
+	case len(cfg.LeaseName) > idem.MaxKeyLen:
+		return nil, idem.InvalidOptionf("outbox: lease name longer than %d bytes", idem.MaxKeyLen)
 	case cfg.BatchSize < 0 || cfg.BatchSize > 10000:
 		return nil, idem.InvalidOptionf("outbox: BatchSize %d out of range 1..10000", cfg.BatchSize)
 	case cfg.PollInterval < 0 || cfg.Recheck < 0 || cfg.ClaimTTL < 0 || cfg.PublishTimeout < 0 || cfg.BaseBackoff < 0 || cfg.MaxBackoff < 0:
