@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/store"
 )
 
@@ -181,7 +182,7 @@ func (w *Worker[TTx]) advance(ctx context.Context, df *def[TTx], sg Saga, eState
 		}
 	case sg.State == Running && eState == effect.Failed:
 		state, op = Compensating, Undo
-		lastErr = fmt.Sprintf("step %s failed: %s", df.Steps[i].Name, eErr)
+		lastErr = errtext.Clean(fmt.Sprintf("step %s failed: %s", df.Steps[i].Name, eErr))
 	case (sg.State == Compensating || sg.State == Held) && eState == effect.Completed:
 		if i > 0 {
 			state, step, op = Compensating, i-1, Undo
@@ -190,7 +191,7 @@ func (w *Worker[TTx]) advance(ctx context.Context, df *def[TTx], sg Saga, eState
 		}
 	case sg.State == Compensating && eState == effect.Failed:
 		state = Held
-		lastErr = fmt.Sprintf("compensation of step %s failed: %s", df.Steps[i].Name, eErr)
+		lastErr = errtext.Clean(fmt.Sprintf("compensation of step %s failed: %s", df.Steps[i].Name, eErr))
 	default:
 		return nil
 	}
