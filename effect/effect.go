@@ -48,6 +48,7 @@ import (
 	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlset"
 )
@@ -570,12 +571,14 @@ func (l *Ledger[TTx]) fail(ctx context.Context, key string, token int64, cause e
 	return failed, err
 }
 
-// callSafely runs f, turning a panic into an error.
-func callSafely(f func() ([]byte, error)) (res []byte, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("effect: call panicked: %v", p)
-		}
-	}()
-	return f()
+// callSafely runs f, the call of the effect key, turning a panic into an
+// *idem.PanicError (class "panic", a transient failure) logged with its
+// stack on log.
+func callSafely(ctx context.Context, log *slog.Logger, key string, f func() ([]byte, error)) (res []byte, err error) {
+	err = panics.Call(ctx, log, "effect call panicked; it is retried like a failed call", func() error {
+		var ferr error
+		res, ferr = f()
+		return ferr
+	}, "effect_key", key)
+	return res, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,5 +95,29 @@ func TestSagaErrorTextIsStorable(t *testing.T) {
 		errtexttest.Check(t, "saga's last error", sg.LastError, "step pay failed: "+payErr.Error())
 		sg = waitSaga(t, s, "aborted-1", saga.Compensated)
 		errtexttest.Check(t, "aborted saga's last error", sg.LastError, "aborted: "+reason)
+	})
+}
+
+// An OnDone that panics rolls the saga's last transition back and is
+// retried on the next advance, while the worker goes on. Before, the panic
+// killed the worker's process.
+func TestSagaOnDonePanicIsRetried(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		var calls atomic.Int64
+		s, w := textSagas(t, e.D, idem.Permanent(errors.New("declined")), func(context.Context, any, saga.Saga) error {
+			if calls.Add(1) == 1 {
+				panic("OnDone bug")
+			}
+			return nil
+		})
+		if _, _, err := s.Start(context.Background(), "text", "done-1", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		runSagaWorker(t, w)
+		waitSaga(t, s, "done-1", saga.Compensated)
+		if n := calls.Load(); n != 2 {
+			t.Errorf("OnDone ran %d times, want 2 (the panicking run rolled back, then the retry)", n)
+		}
 	})
 }

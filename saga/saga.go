@@ -177,8 +177,8 @@ type Definition[TTx any] struct {
 	// OnDone, if set, runs in the transaction that finishes a saga (state
 	// Completed or Compensated in sg), so the business records the outcome
 	// (an order failed, say) atomically with it, whichever compensations
-	// were null. An error rolls the transition back; it is retried on the
-	// next advance.
+	// were null. An error (or a panic, recovered and logged with its
+	// stack) rolls the transition back; it is retried on the next advance.
 	OnDone func(ctx context.Context, tx TTx, sg Saga) error
 }
 

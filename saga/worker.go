@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/internal/errtext"
+	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/store"
 )
 
@@ -225,7 +226,9 @@ func (w *Worker[TTx]) advance(ctx context.Context, df *def[TTx], sg Saga, eState
 		if (state == Completed || state == Compensated) && df.OnDone != nil {
 			done := sg
 			done.State, done.Step, done.CurrentKey, done.LastError, done.AbortRequested = state, step, key, lastErr, false
-			if err := df.OnDone(ctx, tx, done); err != nil {
+			err := panics.Call(ctx, w.s.log, "OnDone panicked; the saga's last transition is rolled back and retried",
+				func() error { return df.OnDone(ctx, tx, done) }, "saga_id", sg.ID)
+			if err != nil {
 				return fmt.Errorf("saga %q: OnDone: %w", sg.ID, err)
 			}
 		}
