@@ -44,6 +44,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlset"
@@ -215,9 +216,10 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Store[TTx], error) {
 // letter's attempts, error and last failure time are updated and its id is
 // returned. Consumer (at most idem.MaxKeyLen bytes, as a consumer name)
 // and MessageID are required. The payload is stored byte
-// for byte; invalid UTF-8 and NUL bytes in Source, Position, Key, Error and
+// for byte; invalid UTF-8 and NUL bytes in Source, Position, Key and
 // ErrorClass (which no text column of PostgreSQL accepts) are stored as
-// U+FFFD, so any message can be parked.
+// U+FFFD, so any message can be parked. Error is stored with invalid UTF-8
+// as U+FFFD and NUL bytes removed, cut on a rune boundary to at most 4 KiB.
 func (s *Store[TTx]) ParkTx(ctx context.Context, tx TTx, l Letter) (int64, error) {
 	return s.park(ctx, s.d.Tx(tx), l)
 }
@@ -252,7 +254,7 @@ func (s *Store[TTx]) park(ctx context.Context, q store.Querier, l Letter) (int64
 	}
 	var id int64
 	err = q.QueryRow(ctx, s.q.Park, l.Consumer, storable(l.Source), storable(l.Position), l.MessageID, storable(l.Key),
-		string(hj), payload, idem.PayloadFingerprint(payload).Bytes(), storable(l.Error), storable(l.ErrorClass),
+		string(hj), payload, idem.PayloadFingerprint(payload).Bytes(), errtext.Clean(l.Error), storable(l.ErrorClass),
 		max(l.Attempts, 1), store.Micros(now)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("dlq: park %s/%s: %w", l.Consumer, l.MessageID, err)

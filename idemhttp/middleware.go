@@ -70,7 +70,11 @@
 // transaction that holds the key record; it gets it with [Tx] (e.g.
 // Tx[pgx.Tx]) or [SQLTx]. The response is buffered and sent only after the
 // commit: a crash, panic or 5xx leaves nothing recorded and a retry executes; a
-// commit that fails answers 503 with nothing recorded. A concurrent
+// commit that fails answers 503 with nothing recorded. A handler's panic is
+// not swallowed: the middleware rolls the transaction back (in two-phase
+// mode it releases the key's claim) and re-raises the panic, so net/http's
+// own recovery (or the application's recovery middleware, placed outside
+// this one) deals with it. A concurrent
 // duplicate blocks on the primary key (PostgreSQL: at most
 // Config.LockTimeout; SQLite: BEGIN IMMEDIATE serialises writers) and then
 // replays, or answers 409.

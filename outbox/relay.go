@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
@@ -663,10 +664,7 @@ func (r *Relay[TTx]) settle(ctx context.Context, done []Event, failed []failure,
 			state, o.park, o.next = lease.Failed, true, time.Time{}
 		}
 		o.ev.Attempts = attempt
-		msg := f.err.Error()
-		if len(msg) > 2000 {
-			msg = msg[:2000]
-		}
+		msg := errtext.Of(f.err) // storable: rune-safe cut, no NUL
 		outs[i] = o
 		stmts = append(stmts, store.Stmt{SQL: r.q.Fail, Args: []any{r.cfg.Name, f.ev.Seq, state, msg, store.Micros(o.next)},
 			Affected: &outs[i].affected})
