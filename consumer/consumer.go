@@ -412,6 +412,9 @@ func sleep(ctx context.Context, d time.Duration) {
 // one inbox batch. Run calls it; it is exported for callers driving their
 // own fetch loop.
 func (c *Consumer[TTx]) Process(ctx context.Context, ds []broker.Delivery) {
+	if ds = c.skipForOthers(ctx, ds); len(ds) == 0 {
+		return
+	}
 	if len(ds) == 1 || c.cfg.BatchSize == 1 {
 		for _, dv := range ds {
 			c.processOne(ctx, dv)
@@ -466,7 +469,11 @@ func noID(msg idem.Message, idErr error) error {
 // error it returns the message as delivered, for the dead letter.
 func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
 	msg := dv.Message()
-	if c.cfg.MessageID == nil {
+	derive := c.cfg.MessageID
+	if ownRevision(msg, c.cfg.Name) {
+		derive = nil // see ownRevision
+	}
+	if derive == nil {
 		if err := idem.ValidateID(msg.ID); err != nil {
 			return msg, noID(msg, err)
 		}
@@ -474,8 +481,8 @@ func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
 	if err := c.validate(msg); err != nil {
 		return msg, err
 	}
-	if c.cfg.MessageID != nil {
-		id, err := c.cfg.MessageID(msg)
+	if derive != nil {
+		id, err := derive(msg)
 		if err == nil {
 			err = idem.ValidateID(id)
 		}

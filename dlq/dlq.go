@@ -304,16 +304,7 @@ func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlq: list: %w", err)
 	}
-	defer rows.Close()
-	var out []Letter
-	for rows.Next() {
-		l, err := scanLetter(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
+	return scanLetters(rows)
 }
 
 // Redrive republishes letter id through pub with its original message id,
@@ -327,6 +318,11 @@ func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
 // after the broker accepted the message and before the commit, the letter
 // stays parked and a later redrive publishes it again: the consumer's inbox
 // absorbs that duplicate.
+//
+// The republished message carries broker.HeaderRedriveFor with the
+// letter's consumer: it reaches every consumer of the subject, but only the
+// letter's own consumer processes it; the others acknowledge it unprocessed
+// (they applied the original already, or hold their own letter for it).
 //
 // The republished message carries broker.HeaderRedrive with the letter's
 // id, so brokers that dedup on the message id inside a window (JetStream)
@@ -405,6 +401,7 @@ func redriveMessage(l Letter) idem.Message {
 		h[k] = v
 	}
 	h[broker.HeaderRedrive] = strconv.FormatInt(l.ID, 10)
+	h[broker.HeaderRedriveFor] = l.Consumer
 	m.Headers = h
 	return m
 }
