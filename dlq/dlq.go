@@ -10,7 +10,11 @@
 // discards them. A letter is redriven or discarded at most once: both only
 // act on a letter still in state parked. Redrive is safe even when the
 // message had partly taken effect, because consumers dedup on the message
-// id through their inbox.
+// id through their inbox. A redrive, and an edited revision ([Store.Revise]),
+// is for the letter's consumer only: it carries broker.HeaderRedriveFor,
+// and the other consumers of the subject acknowledge it unprocessed, since
+// they applied the original already or hold letters of their own for it
+// ([Store.OfMessage] lists them).
 //
 // Parking the same message again while its letter is still parked (the
 // consumer crashed between parking and terminating the delivery, so the
