@@ -11,6 +11,9 @@
 //     the inbox recognises as a duplicate: acked without running the
 //     handler again.
 //   - duplicate (same id, same payload): Ack without running the handler.
+//   - a dead-letter redrive or revision addressed to another consumer
+//     (header broker.HeaderRedriveFor, set by dlq.Store.Redrive and
+//     dlq.Store.Revise): Ack without an inbox row or a handler run.
 //   - same id with a different payload (idem.ErrFingerprintMismatch),
 //     idem.Permanent errors, idem.ErrInvalidInput, undecodable payloads or
 //     payloads failing the JSON Schema: nothing is committed; the message
