@@ -9,7 +9,9 @@ import "github.com/idemkit/idem"
 // process it: the others acknowledge it without running their handler and
 // without writing an inbox row (they processed the original already, or
 // hold their own letter for it). Messages without the header, or with it
-// empty, are for every consumer.
+// empty, are for every consumer. The consumer runtime (package consumer)
+// does this; code that feeds package inbox itself must skip such messages
+// with [ForOtherConsumer] before processing them.
 const HeaderRedriveFor = "Idem-Redrive-For"
 
 // ForOtherConsumer reports whether m was republished for a consumer other
