@@ -472,11 +472,10 @@ func noID(msg idem.Message, idErr error) error {
 // error it returns the message as delivered, for the dead letter.
 func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
 	msg := dv.Message()
-	derive := c.cfg.MessageID
 	if ownRevision(msg, c.cfg.Name) {
-		derive = nil // see ownRevision
+		return c.prepareRevision(msg)
 	}
-	if derive == nil {
+	if c.cfg.MessageID == nil {
 		if err := idem.ValidateID(msg.ID); err != nil {
 			return msg, noID(msg, err)
 		}
@@ -484,8 +483,8 @@ func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
 	if err := c.validate(msg); err != nil {
 		return msg, err
 	}
-	if derive != nil {
-		id, err := derive(msg)
+	if c.cfg.MessageID != nil {
+		id, err := c.cfg.MessageID(msg)
 		if err == nil {
 			err = idem.ValidateID(id)
 		}

@@ -44,3 +44,13 @@ func (c *Consumer[TTx]) skipForOthers(ctx context.Context, ds []broker.Delivery)
 func ownRevision(msg idem.Message, consumer string) bool {
 	return msg.Headers[dlq.HeaderRevisionOf] != "" && msg.Headers[broker.HeaderRedriveFor] == consumer
 }
+
+// prepareRevision is prepare for this consumer's own revision: its id is
+// its message id, whatever Config.MessageID would derive (see
+// ownRevision).
+func (c *Consumer[TTx]) prepareRevision(msg idem.Message) (idem.Message, error) {
+	if err := idem.ValidateID(msg.ID); err != nil {
+		return msg, noID(msg, err)
+	}
+	return msg, c.validate(msg)
+}
