@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/dlq"
 )
 
@@ -197,9 +198,15 @@ func (c *Console[TTx]) dlqShow(w http.ResponseWriter, r *http.Request) {
 	if l.State == dlq.Discarded {
 		revisedAs, _ = ListAudit(r.Context(), c.d, AuditFilter{Action: "dlq.revise", Target: fmt.Sprintf("letter %d", l.ID), Outcome: "ok", Limit: 5})
 	}
+	others, err := c.otherLetters(r.Context(), l)
+	if err != nil {
+		c.renderError(w, r, statusOf(err), "Dead letter", err.Error())
+		return
+	}
 	c.render(w, r, http.StatusOK, "letter", fmt.Sprintf("Dead letter %d", l.ID), map[string]any{
 		"L": l, "Edit": edit, "Editable": editOK, "Now": c.now(), "CanRedrive": c.cfg.Publisher != nil,
 		"RevisionOf": l.Headers[dlq.HeaderRevisionOf], "HeaderRevisionOf": dlq.HeaderRevisionOf, "RevisedAs": revisedAs,
+		"Others": others, "HeaderRedriveFor": broker.HeaderRedriveFor,
 	})
 }
 
@@ -349,4 +356,22 @@ func (c *Console[TTx]) dlqBulk(w http.ResponseWriter, r *http.Request) error {
 	q.Set("n", strconv.Itoa(n))
 	c.done(w, r, "/dlq", q)
 	return nil
+}
+
+// otherLetters returns the letters of l's message id parked for other
+// consumers (or by l's consumer for another payload), in every state: a
+// redrive or revision of l reaches l's consumer only
+// (broker.HeaderRedriveFor), so each of them is resolved on its own.
+func (c *Console[TTx]) otherLetters(ctx context.Context, l dlq.Letter) ([]dlq.Letter, error) {
+	ls, err := c.dlq.OfMessage(ctx, l.MessageID)
+	if err != nil {
+		return nil, err
+	}
+	out := ls[:0]
+	for _, o := range ls {
+		if o.ID != l.ID {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }

@@ -11,6 +11,9 @@
 //     the inbox recognises as a duplicate: acked without running the
 //     handler again.
 //   - duplicate (same id, same payload): Ack without running the handler.
+//   - a dead-letter redrive or revision addressed to another consumer
+//     (header broker.HeaderRedriveFor, set by dlq.Store.Redrive and
+//     dlq.Store.Revise): Ack without an inbox row or a handler run.
 //   - same id with a different payload (idem.ErrFingerprintMismatch),
 //     idem.Permanent errors, idem.ErrInvalidInput, undecodable payloads or
 //     payloads failing the JSON Schema: nothing is committed; the message
@@ -419,6 +422,9 @@ func sleep(ctx context.Context, d time.Duration) {
 // one inbox batch. Run calls it; it is exported for callers driving their
 // own fetch loop.
 func (c *Consumer[TTx]) Process(ctx context.Context, ds []broker.Delivery) {
+	if ds = c.skipForOthers(ctx, ds); len(ds) == 0 {
+		return
+	}
 	if len(ds) == 1 || c.cfg.BatchSize == 1 {
 		for _, dv := range ds {
 			c.processOne(ctx, dv)
@@ -479,6 +485,9 @@ func noID(msg idem.Message, idErr error) error {
 // error it returns the message as delivered, for the dead letter.
 func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
 	msg := dv.Message()
+	if ownRevision(msg, c.cfg.Name) {
+		return c.prepareRevision(msg)
+	}
 	if c.cfg.MessageID == nil {
 		if err := idem.ValidateID(msg.ID); err != nil {
 			return msg, noID(msg, err)

@@ -10,7 +10,11 @@
 // discards them. A letter is redriven or discarded at most once: both only
 // act on a letter still in state parked. Redrive is safe even when the
 // message had partly taken effect, because consumers dedup on the message
-// id through their inbox.
+// id through their inbox. A redrive, and an edited revision ([Store.Revise]),
+// is for the letter's consumer only: it carries broker.HeaderRedriveFor,
+// and the other consumers of the subject acknowledge it unprocessed, since
+// they applied the original already or hold letters of their own for it
+// ([Store.OfMessage] lists them).
 //
 // Parking the same message again while its letter is still parked (the
 // consumer crashed between parking and terminating the delivery, so the
@@ -310,16 +314,7 @@ func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlq: list: %w", err)
 	}
-	defer rows.Close()
-	var out []Letter
-	for rows.Next() {
-		l, err := scanLetter(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
+	return scanLetters(rows)
 }
 
 // Redrive republishes letter id through pub with its original message id,
@@ -333,6 +328,11 @@ func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
 // after the broker accepted the message and before the commit, the letter
 // stays parked and a later redrive publishes it again: the consumer's inbox
 // absorbs that duplicate.
+//
+// The republished message carries broker.HeaderRedriveFor with the
+// letter's consumer: it reaches every consumer of the subject, but only the
+// letter's own consumer processes it; the others acknowledge it unprocessed
+// (they applied the original already, or hold their own letter for it).
 //
 // The republished message carries broker.HeaderRedrive with the letter's
 // id, so brokers that dedup on the message id inside a window (JetStream)
@@ -411,6 +411,7 @@ func redriveMessage(l Letter) idem.Message {
 		h[k] = v
 	}
 	h[broker.HeaderRedrive] = strconv.FormatInt(l.ID, 10)
+	h[broker.HeaderRedriveFor] = l.Consumer
 	m.Headers = h
 	return m
 }
