@@ -83,3 +83,16 @@ func (c *Consumer[TTx]) checkRetention(ctx context.Context) error {
 	c.log.WarnContext(ctx, "cannot read the stream's max age; inbox retention not checked", "error", err)
 	return nil
 }
+
+// recordRetention is Run's record of the consumer's inbox retention in
+// the database (inbox.Inbox.RecordRetention), so that a dead-letter
+// redrive from another process is judged by the retention the consumer
+// really has. A consumer that cannot record it does not start: a
+// retention shortened since the last record would otherwise let a redrive
+// apply a message whose id the inbox has already forgotten.
+func (c *Consumer[TTx]) recordRetention(ctx context.Context) error {
+	if err := c.ib.RecordRetention(ctx, c.cfg.Name); err != nil {
+		return fmt.Errorf("consumer %q: %w (run 'idem migrate up': migration 0015_consumer_horizons)", c.cfg.Name, err)
+	}
+	return nil
+}

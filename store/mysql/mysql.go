@@ -110,6 +110,7 @@ func Statements(n store.Names) *sqlset.Set {
 		Sagas:       sagas(t),
 		Meta:        meta(t, n),
 		Audit:       audit(t),
+		Horizons:    horizons(t),
 		SQLMeta:     sqlMeta(),
 		NotNeeded: map[string]string{
 			"Inbox.BatchInsertStrict":    "no pipelining through database/sql: a strict first try would cost round trips of its own (Inbox.BatchInsert is used)",
