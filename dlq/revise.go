@@ -37,8 +37,14 @@ const headerCloudEventsID = "ce-id"
 // [ErrNotParked]. If the process dies after the broker accepted the
 // revision and before the commit, the letter stays parked although its
 // revision is out: an operator must then discard it (the revision's id is
-// in the log and in the returned message).
+// in the log and in the returned message). The revision is recorded in the
+// audit log (see [Store.ReviseWith]).
 func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher) (Letter, idem.Message, error) {
+	return s.ReviseWith(ctx, id, by, payload, pub, ReviseOptions{})
+}
+
+// revise is Revise without the audit log.
+func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher) (Letter, idem.Message, error) {
 	if pub == nil {
 		return Letter{}, idem.Message{}, idem.InvalidOptionf("dlq: revise needs a publisher")
 	}
