@@ -41,10 +41,12 @@ type RetentionClaimError struct {
 func (e *RetentionClaimError) Error() string {
 	if e.RecordedAt.IsZero() {
 		return fmt.Sprintf("%v: consumer %q recorded no inbox retention (it has not started since migration 0015), so the default %s "+
-			"applies and %s cannot be checked; start the consumer once, or redrive with --force --reason",
+			"applies and %s cannot be checked; start the consumer once (it records its retention), "+
+			"or judge by no more than the default and redrive older letters with --force --reason",
 			ErrRetentionOverstated, e.Consumer, horizon.Format(e.Own), horizon.Format(e.Claimed))
 	}
-	return fmt.Sprintf("%v: consumer %q keeps message ids %s (recorded when it started, %s), not %s",
+	return fmt.Sprintf("%v: consumer %q keeps message ids %s (recorded when it started, %s), not %s; "+
+		"a letter older than that is redriven only with --force --reason",
 		ErrRetentionOverstated, e.Consumer, horizon.Format(e.Own), e.RecordedAt.UTC().Format(time.RFC3339), horizon.Format(e.Claimed))
 }
 
