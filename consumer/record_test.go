@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,4 +70,39 @@ func testRunRecordsInboxRetention[TTx any](t *testing.T, d store.Driver[TTx]) {
 			t.Fatalf("after a start with %s: %+v found %v, %v", retain, r, found, err)
 		}
 	}
+}
+
+// A consumer that cannot record its retention (migration 0015 not
+// applied) does not start, and says what to run.
+func TestRunWithoutHorizonsTableDoesNotStart(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		testdb.Exec(t, e.D, `DROP TABLE `+e.D.Table("consumer_horizons"))
+		b, err := memory.New(memory.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		sub, err := b.Subscribe("orders", "billing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ib, err := inbox.New(e.D, inbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := consumer.New(e.D, ib, sub, consumer.Config[any]{Name: "billing",
+			Handler: func(context.Context, any, idem.Message) error { t.Error("a message was handled"); return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Publisher().Publish(context.Background(), idem.Message{ID: "m", Subject: "orders", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Run(ctx); err == nil || !strings.Contains(err.Error(), "idem migrate up") {
+			t.Fatalf("Run without consumer_horizons: %v, want a refusal naming 'idem migrate up'", err)
+		}
+	})
 }
