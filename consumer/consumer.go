@@ -359,6 +359,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	if err := c.checkRetention(ctx); err != nil {
 		return err
 	}
+	if err := c.recordRetention(ctx); err != nil {
+		return err
+	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -177,11 +177,13 @@ type Config struct {
 	// Logger receives a warning for every letter parked and an info line
 	// per redrive or discard. Defaults to discarding.
 	Logger *slog.Logger
-	// InboxRetention returns how long the inbox of consumer remembers a
-	// message id (inbox.Config.Retention, or its RetentionFor entry): a
-	// redrive of a letter older than that is refused (see
-	// [Store.RedriveWith]). Defaults to 7 days for every consumer, the
-	// inbox's default.
+	// InboxRetention, if set, returns how long the caller says the inbox
+	// of consumer remembers a message id: a redrive of a letter older than
+	// that is refused (see [Store.RedriveWith]). It may only shorten what
+	// the consumer recorded when it started (see [Store.InboxRetention]):
+	// a longer value refuses the redrive with [ErrRetentionOverstated].
+	// Without it, the recorded retention is used (DefaultInboxRetention
+	// for a consumer that recorded none).
 	InboxRetention func(consumer string) time.Duration
 }
 
@@ -206,9 +208,6 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Store[TTx], error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if cfg.InboxRetention == nil {
-		cfg.InboxRetention = func(string) time.Duration { return DefaultInboxRetention }
 	}
 	return &Store[TTx]{d: d, q: d.Statements().DeadLetters, now: cfg.Now,
 		log: obs.Component(cfg.Logger, "dlq"), retention: cfg.InboxRetention}, nil
@@ -350,8 +349,22 @@ func (s *Store[TTx]) Redrive(ctx context.Context, id int64, by string, pub broke
 // RedriveWith is [Store.Redrive] with options. Before publishing it checks
 // the replay horizon (see [ErrRedriveRefused]); opt.Force with a non-empty
 // opt.Reason redrives anyway, recording the reason with the letter
-// (RedriveReason) and logging a warning.
+// (RedriveReason) and logging a warning. The redrive is recorded in the
+// audit log (see [Store.DiscardWith]) with by and opt.Reason.
 func (s *Store[TTx]) RedriveWith(ctx context.Context, id int64, by string, pub broker.Publisher, opt RedriveOptions) (Letter, error) {
+	var l Letter
+	err := s.audited(ctx, auditRedrive, id, by, opt.Reason, "", func() (string, error) {
+		var err error
+		if l, err = s.redrive(ctx, id, by, pub, opt); err != nil {
+			return "", err
+		}
+		return redriveDetails(l, opt), nil
+	})
+	return l, err
+}
+
+// redrive is RedriveWith without the audit log.
+func (s *Store[TTx]) redrive(ctx context.Context, id int64, by string, pub broker.Publisher, opt RedriveOptions) (Letter, error) {
 	if opt.Force && strings.TrimSpace(opt.Reason) == "" {
 		return Letter{}, idem.InvalidOptionf("dlq: a forced redrive needs a reason")
 	}
@@ -373,7 +386,7 @@ func (s *Store[TTx]) RedriveWith(ctx context.Context, id int64, by string, pub b
 			return err
 		}
 		if err := s.checkHorizon(ctx, tx, l); err != nil {
-			if !opt.Force {
+			if !opt.Force || !errors.Is(err, ErrRedriveRefused) {
 				return err
 			}
 			s.log.WarnContext(ctx, "dead letter redriven past its replay horizon", slog.Int64("letter", id),
@@ -471,7 +484,13 @@ func (s *Store[TTx]) RedriveAllWith(ctx context.Context, f Filter, by string, pu
 
 // Discard marks letter id discarded by by (who): it will never be
 // redriven. A letter that is not parked is refused with [ErrNotParked].
+// It is recorded in the audit log (see [Store.DiscardWith]).
 func (s *Store[TTx]) Discard(ctx context.Context, id int64, by string) error {
+	return s.DiscardWith(ctx, id, by, DiscardOptions{})
+}
+
+// discard is Discard without the audit log.
+func (s *Store[TTx]) discard(ctx context.Context, id int64, by string) error {
 	n, err := s.d.Pool().Exec(ctx, s.q.Discard, id, by, store.Micros(s.now()))
 	if err != nil {
 		return fmt.Errorf("dlq: discard %d: %w", id, err)

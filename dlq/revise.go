@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/store"
 )
 
@@ -50,8 +51,14 @@ const headerCloudEventsID = "ce-id"
 // [ErrNotParked]. If the process dies after the broker accepted the
 // revision and before the commit, the letter stays parked although its
 // revision is out: an operator must then discard it (the revision's id is
-// in the log and in the returned message).
+// in the log and in the returned message). The revision is recorded in the
+// audit log (see [Store.ReviseWith]).
 func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher) (Letter, idem.Message, error) {
+	return s.ReviseWith(ctx, id, by, payload, pub, ReviseOptions{})
+}
+
+// revise is Revise without the audit log.
+func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher) (Letter, idem.Message, error) {
 	if pub == nil {
 		return Letter{}, idem.Message{}, idem.InvalidOptionf("dlq: revise needs a publisher")
 	}
@@ -76,7 +83,7 @@ func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []
 		if n == 0 {
 			return s.notParked(ctx, id)
 		}
-		if err := s.consumed(ctx, q, l); err != nil {
+		if err := s.consumed(ctx, tx, l); err != nil {
 			return fmt.Errorf("dlq: revise %d: %w", id, err)
 		}
 		rev = revision(l, rid.String(), payload)
@@ -113,14 +120,23 @@ func revision(l Letter, id string, payload []byte) idem.Message {
 }
 
 // consumed records l's original message as consumed in the inbox of l's
-// consumer, through the inbox's own insert in the caller's transaction q: a
-// record already there (the letter was parked for a fingerprint mismatch,
-// or a copy was processed meanwhile) is left as it is.
-func (s *Store[TTx]) consumed(ctx context.Context, q store.Querier, l Letter) error {
+// consumer, through the inbox's own insert in the caller's transaction tx,
+// kept for the inbox retention that consumer recorded (as its own rows
+// are): a record already there (the letter was parked for a fingerprint
+// mismatch, or a copy was processed meanwhile) is left as it is.
+func (s *Store[TTx]) consumed(ctx context.Context, tx TTx, l Letter) error {
+	rec, found, err := inbox.RecordedRetentionTx(ctx, s.d, tx, l.Consumer)
+	if err != nil {
+		return err
+	}
+	keep := rec.Retention
+	if !found {
+		keep = DefaultInboxRetention
+	}
 	now := s.now()
 	fp := idem.PayloadFingerprint(l.Payload)
-	if _, err := q.Exec(ctx, s.d.Statements().Inbox.Insert, l.Consumer, l.MessageID, fp[:], store.Micros(now),
-		store.Micros(now.Add(s.retention(l.Consumer)))); err != nil {
+	if _, err := s.d.Tx(tx).Exec(ctx, s.d.Statements().Inbox.Insert, l.Consumer, l.MessageID, fp[:], store.Micros(now),
+		store.Micros(now.Add(keep))); err != nil {
 		return fmt.Errorf("record %s/%s in the inbox: %w", l.Consumer, l.MessageID, err)
 	}
 	return nil

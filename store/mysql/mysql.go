@@ -115,6 +115,7 @@ func Statements(n store.Names) *sqlset.Set {
 		Sagas:       sagas(t),
 		Meta:        meta(t, n),
 		Audit:       audit(t),
+		Horizons:    horizons(t),
 		SQLMeta:     sqlMeta(),
 		// The widths of idempotency_keys' scope columns (migrations 0002,
 		// 0016): VARBINARY, so bytes.

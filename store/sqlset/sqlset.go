@@ -29,6 +29,7 @@ type Set struct {
 	Sagas       Sagas
 	Meta        Meta
 	Audit       Audit
+	Horizons    Horizons
 	SQLMeta     SQLMeta
 	// Partitions is the partitioned layout's statements (PostgreSQL); nil
 	// where the dialect has no such layout (listed in NotNeeded).
