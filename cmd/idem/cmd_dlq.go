@@ -44,7 +44,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	fs.StringVar(&f.consumer, "consumer", "", "only letters of this consumer")
 	fs.StringVar(&f.since, "since", "", "only letters last failed at or after this time (RFC 3339, or a duration ago such as 24h)")
 	fs.StringVar(&f.until, "until", "", "only letters last failed before this time (RFC 3339, or a duration ago)")
-	fs.StringVar(&f.class, "class", "", "only letters of this error class (permanent, invalid_input, fingerprint_mismatch, transient, …)")
+	fs.StringVar(&f.class, "class", "", "only letters of this error class (permanent, invalid_input, fingerprint_mismatch, transient, panic, …)")
 	fs.StringVar(&f.state, "state", "parked", "list: only letters in this state (parked, redriven, discarded, any)")
 	fs.BoolVar(&f.all, "all", false, "redrive/discard: every parked letter matching the filters instead of listed ids")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON")
