@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/broker/jetstream"
+	"github.com/idemkit/idem/fakeprovider"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -57,6 +58,42 @@ func TestServiceJetStream(t *testing.T) {
 	testService(t, o, "idem.")
 }
 
+// TestServiceProviderDropsAnswer loses the provider's answer to the first
+// charge (it charges, then drops the connection: what a worker that crashed
+// right after the call sees too). The worker calls again with the same
+// key and the provider answers from its record: two calls, one charge,
+// and the effect completes with the charge's id.
+func TestServiceProviderDropsAnswer(t *testing.T) {
+	t.Parallel()
+	h := start(t, options{DB: "sqlite://" + filepath.Join(t.TempDir(), "payments.db")}, "idem_")
+	h.s.Provider.Inject(fakeprovider.Fault{On: fakeprovider.Charges, After: fakeprovider.Drop})
+	if r := h.post("k1", `{"amount":1200,"currency":"EUR"}`); r.status != http.StatusCreated {
+		t.Fatalf("POST: %+v", r)
+	}
+	h.drain(1)
+	if n := h.s.Provider.PaymentCalls(); n != 2 {
+		t.Errorf("%d provider calls, want 2 (the dropped one and its retry)", n)
+	}
+	charges := h.s.Provider.Charges()
+	if len(charges) != 1 {
+		t.Fatalf("%d charges, want 1: %+v", len(charges), charges)
+	}
+	for key, c := range charges {
+		var attempts int
+		var state string
+		var result []byte
+		if err := h.s.DB.QueryRow(h.ctx, `SELECT attempts, state, result FROM `+h.table("effects")+` WHERE effect_key = $1`, key).
+			Scan(&attempts, &state, &result); err != nil {
+			t.Fatalf("effect %s: %v", key, err)
+		}
+		if c.Calls != 2 || attempts != 2 || state != "completed" || !strings.Contains(string(result), `"id":"`+c.ID+`"`) {
+			t.Errorf("charge %s: %+v, effect %s after %d attempts with %s; want two calls under the effect's key and the effect completed on its second attempt with %s",
+				key, c, state, attempts, result, c.ID)
+		}
+	}
+	h.shutdown()
+}
+
 // TestRunRefusesOtherDatabases checks that a database URL the example does
 // not serve is a bad command line (idem.ErrInvalidOption, exit status 2),
 // refused before anything starts.
@@ -75,50 +112,102 @@ type response struct {
 	replayed bool
 }
 
-// testService starts the service on a loopback port, sends payments with
-// repeated, concurrent and conflicting Idempotency-Keys, waits for the
-// pipeline to drain, checks that each payment has one row, one inbox
-// record, one completed effect and one provider call, republishes an event
-// with its id and checks nothing is applied twice, and stops the service
-// by cancelling its context.
-func testService(t *testing.T, o options, prefix string) {
+// harness is a service started in-process on a loopback port.
+type harness struct {
+	t      *testing.T
+	ctx    context.Context
+	s      *service
+	prefix string             // of idem's tables: "idem." (PostgreSQL) or "idem_" (SQLite)
+	stop   context.CancelFunc // cancels run's context
+	errc   chan error         // run's result
+}
+
+// start runs the service with o until the test ends.
+func start(t *testing.T, o options, prefix string) *harness {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
+	t.Cleanup(stop)
 	o.Addr = "127.0.0.1:0"
-	started, errc := make(chan *service, 1), make(chan error, 1)
-	go func() { errc <- run(runCtx, o, func(s *service) { started <- s }) }()
-	var s *service
+	h := &harness{t: t, ctx: ctx, prefix: prefix, stop: stop, errc: make(chan error, 1)}
+	started := make(chan *service, 1)
+	go func() { h.errc <- run(runCtx, o, func(s *service) { started <- s }) }()
 	select {
-	case s = <-started:
-	case err := <-errc:
+	case h.s = <-started:
+	case err := <-h.errc:
 		t.Fatalf("run returned before serving: %v", err)
 	case <-ctx.Done():
 		t.Fatal("the service did not start")
 	}
-	table := func(name string) string { return prefix + name } // idem's tables
-	count := func(sql string, args ...any) int {
-		t.Helper()
-		var n int
-		if err := s.DB.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return n
+	return h
+}
+
+// table names one of idem's tables.
+func (h *harness) table(name string) string { return h.prefix + name }
+
+// count runs a SELECT count(*).
+func (h *harness) count(sql string, args ...any) int {
+	h.t.Helper()
+	var n int
+	if err := h.s.DB.QueryRow(h.ctx, sql, args...).Scan(&n); err != nil {
+		h.t.Fatalf("%s: %v", sql, err)
 	}
-	post := func(key, body string) response {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/payments", strings.NewReader(body))
-		req.Header.Set("Idempotency-Key", key)
-		req.Header.Set("Content-Type", "application/json")
-		res, err := http.DefaultClient.Do(req)
+	return n
+}
+
+// post sends POST /payments with an Idempotency-Key.
+func (h *harness) post(key, body string) response {
+	req, _ := http.NewRequestWithContext(h.ctx, http.MethodPost, h.s.URL+"/payments", strings.NewReader(body))
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Errorf("POST %s: %v", key, err)
+		return response{}
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return response{res.StatusCode, string(b), res.Header.Get("Idempotent-Replayed") == "true"}
+}
+
+// drain waits until n effects are completed.
+func (h *harness) drain(n int) {
+	h.t.Helper()
+	completed := `SELECT count(*) FROM ` + h.table("effects") + ` WHERE state = 'completed'`
+	for deadline := time.Now().Add(30 * time.Second); h.count(completed) != n; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("the pipeline did not drain: %d completed effects, %d charges, want %d", h.count(completed), len(h.s.Provider.Charges()), n)
+		}
+	}
+}
+
+// shutdown cancels the service's context and checks that idem.Run returns
+// nil and the HTTP server is closed.
+func (h *harness) shutdown() {
+	h.t.Helper()
+	h.stop()
+	select {
+	case err := <-h.errc:
 		if err != nil {
-			t.Errorf("POST %s: %v", key, err)
-			return response{}
+			h.t.Fatalf("idem.Run returned %v after the cancel, want nil", err)
 		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return response{res.StatusCode, string(b), res.Header.Get("Idempotent-Replayed") == "true"}
+	case <-time.After(40 * time.Second):
+		h.t.Fatal("the service did not stop")
 	}
+	if res, err := http.Post(h.s.URL+"/payments", "application/json", nil); err == nil {
+		res.Body.Close()
+		h.t.Errorf("the HTTP server still answers after the stop: %s", res.Status)
+	}
+}
+
+// testService sends payments with repeated, concurrent and conflicting
+// Idempotency-Keys, waits for the pipeline to drain, checks that each
+// payment has one row, one inbox record, one completed effect and one
+// provider call, republishes an event with its id and checks nothing is
+// applied twice, and stops the service by cancelling its context.
+func testService(t *testing.T, o options, prefix string) {
+	h := start(t, o, prefix)
+	s, ctx, post, count, table := h.s, h.ctx, h.post, h.count, h.table
 
 	// k1: the same request three times in a row: one 201, then replays.
 	first := post("k1", `{"amount":1200,"currency":"EUR"}`)
@@ -167,15 +256,7 @@ func testService(t *testing.T, o options, prefix string) {
 	}
 
 	const payments = 3
-	drained := func() bool {
-		return count(`SELECT count(*) FROM `+table("effects")+` WHERE state = 'completed'`) == payments
-	}
-	for deadline := time.Now().Add(30 * time.Second); !drained(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pipeline did not drain: %d completed effects, %d charges",
-				count(`SELECT count(*) FROM `+table("effects")+` WHERE state = 'completed'`), len(s.Provider.Charges()))
-		}
-	}
+	h.drain(payments)
 	check := func(when string) {
 		t.Helper()
 		for _, k := range []string{"k1", "k2", "k3"} {
@@ -244,18 +325,7 @@ func testService(t *testing.T, o options, prefix string) {
 	time.Sleep(300 * time.Millisecond) // the worker's polls: nothing new to claim
 	check("after the redelivery")
 
-	stop()
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatalf("idem.Run returned %v after the cancel, want nil", err)
-		}
-	case <-time.After(40 * time.Second):
-		t.Fatal("the service did not stop")
-	}
-	if _, err := http.Post(s.URL+"/payments", "application/json", nil); err == nil {
-		t.Errorf("the HTTP server still answers after the stop (err %v)", err)
-	}
+	h.shutdown()
 }
 
 func statuses(rs []response) []int {
