@@ -7,7 +7,17 @@
 // The HTTP server, the relay, the consumer and the effect worker are started
 // and stopped together by idem.Run; Ctrl-C stops them all. The provider is an
 // in-process fake payment API (package fakeprovider) standing in for a third
-// party.
+// party. The wiring is this file; the business (the handler, the consumer's
+// handler, the provider call) is payments.go.
+//
+// The database is PostgreSQL through pgx (idem's tables in schema "idem",
+// payments in the connection's default schema; the handler's transaction is
+// idemhttp.Tx[pgx.Tx]) or an SQLite file (database/sql, *sql.Tx). The broker
+// is the in-process memory broker unless --nats names a JetStream server
+// (stream PAYMENTS, subject payments.created, durable consumer "charges").
+// The memory broker keeps nothing across a restart: an event it held but
+// the consumer had not handled is lost with the process, so use --nats for
+// a service that must survive one.
 //
 //	go run ./examples/service postgres://postgres@127.0.0.1:5432/test
 //	go run ./examples/service --nats nats://127.0.0.1:4222 --addr 127.0.0.1:8080 postgres://…
@@ -27,6 +37,12 @@
 //   - The worker calls the provider with the effect's key; a worker that
 //     dies after the call is followed by another call with the same key,
 //     which the provider answers from its record without charging again.
+//
+// service_test.go runs it all in-process and checks those claims from the
+// database and the provider's counters:
+//
+//	IDEM_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test IDEM_TEST_NATS_URL=nats://127.0.0.1:4222 \
+//	  go test -race -count=1 ./examples/service/
 package main
 
 import (

@@ -17,7 +17,9 @@ import (
 
 // The business: a payment row per Idempotency-Key (UNIQUE is the
 // business's own guard behind idemhttp's), its payment.created event, and
-// the charge that event schedules.
+// the charge that event schedules. The example has one tenant (idemhttp's
+// default); a service with several clients sets idemhttp.Config.Tenant and
+// makes the business key (tenant, key).
 
 // paymentsTable is the business table, in the connection's default schema
 // (idem's own tables are in schema "idem" on PostgreSQL).
