@@ -117,7 +117,8 @@ type service struct {
 	Memory   *memory.Broker         // the broker, unless --nats
 }
 
-// run runs the service until ctx is done; started is called once it serves.
+// run runs the service until ctx is done; started (required) is called
+// once it listens.
 func run(ctx context.Context, o options, started func(*service)) error {
 	o.Stream, o.Subject = cmp.Or(o.Stream, "PAYMENTS"), cmp.Or(o.Subject, "payments.created")
 	pg, sqlite := strings.HasPrefix(o.DB, "postgres://") || strings.HasPrefix(o.DB, "postgresql://"), strings.HasPrefix(o.DB, "sqlite://")
@@ -237,8 +238,6 @@ func serve[TTx any](ctx context.Context, d store.Driver[TTx], s *service, sub br
 		defer cancel()
 		return srv.Shutdown(sctx)
 	})
-	if started != nil {
-		started(s)
-	}
+	started(s)
 	return idem.Run(ctx, api, relay, charges, worker)
 }
