@@ -359,13 +359,17 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	if err := c.checkRetention(ctx); err != nil {
 		return err
 	}
-	if err := c.recordRetention(ctx); err != nil {
+	recordLater, err := c.recordRetention(ctx)
+	if err != nil {
 		return err
 	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
+	if recordLater {
+		wg.Go(func() { c.recordRetentionLater(ctx) })
+	}
 	for range c.cfg.Concurrency {
 		wg.Go(func() {
 			if err := c.work(ctx); err != nil {

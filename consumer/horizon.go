@@ -86,22 +86,51 @@ func (c *Consumer[TTx]) checkRetention(ctx context.Context) error {
 	return nil
 }
 
+// recordTimeout bounds Run's first attempt to record the retention.
+const recordTimeout = 2 * time.Second
+
 // recordRetention is Run's record of the consumer's inbox retention in
 // the database (inbox.Inbox.RecordRetention), so that a dead-letter
 // redrive from another process is judged by the retention the consumer
-// really has. A consumer that cannot record it does not start: a
-// retention shortened since the last record would otherwise let a redrive
-// apply a message whose id the inbox has already forgotten. A failure
-// because ctx ended is no error: Run is stopping, and serves nothing.
-func (c *Consumer[TTx]) recordRetention(ctx context.Context) error {
-	err := c.ib.RecordRetention(ctx, c.cfg.Name)
+// really has. A database without the table (not migrated) is an error:
+// the consumer does not start. Any other failure (on SQLite, another
+// process's long write transaction holding the lock) does not keep the
+// consumer from serving, which could be what that transaction waits for:
+// again is true, and Run records it in the background
+// ([Consumer.recordRetentionLater]); until it succeeds a redrive is judged
+// by the previous record (or the default). A failure because ctx ended is
+// no error: Run is stopping, and serves nothing.
+func (c *Consumer[TTx]) recordRetention(ctx context.Context) (again bool, err error) {
+	rctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	err = c.ib.RecordRetention(rctx, c.cfg.Name)
+	cancel()
 	switch {
 	case err == nil || ctx.Err() != nil:
-		return nil
+		return false, nil
 	case !tableExists(ctx, c.d, "consumer_horizons"):
-		return fmt.Errorf("consumer %q: %w (run 'idem migrate up': migration 0015_consumer_horizons)", c.cfg.Name, err)
+		return false, fmt.Errorf("consumer %q: %w (run 'idem migrate up': migration 0015_consumer_horizons)", c.cfg.Name, err)
 	}
-	return fmt.Errorf("consumer %q: %w", c.cfg.Name, err)
+	c.log.WarnContext(ctx, "inbox retention not recorded yet; serving, and recording it in the background", "error", err)
+	return true, nil
+}
+
+// recordRetentionLater retries recordRetention's record until it succeeds
+// or ctx ends, with a backoff from 500ms to 30s.
+func (c *Consumer[TTx]) recordRetentionLater(ctx context.Context) {
+	for delay := 500 * time.Millisecond; ; delay = min(2*delay, 30*time.Second) {
+		sleep(ctx, delay)
+		if ctx.Err() != nil {
+			return
+		}
+		err := c.ib.RecordRetention(ctx, c.cfg.Name)
+		if err == nil {
+			c.log.InfoContext(ctx, "inbox retention recorded")
+			return
+		}
+		if ctx.Err() == nil {
+			c.log.WarnContext(ctx, "inbox retention not recorded yet; retrying", "error", err, "delay", delay)
+		}
+	}
 }
 
 // tableExists reports whether d's database has table name (false when

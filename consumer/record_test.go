@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -105,4 +106,77 @@ func TestRunWithoutHorizonsTableDoesNotStart(t *testing.T) {
 			t.Fatalf("Run without consumer_horizons: %v, want a refusal naming 'idem migrate up'", err)
 		}
 	})
+}
+
+// On SQLite a long write transaction of another process holds the lock the
+// record needs. The consumer does not refuse to start (the transaction may
+// be waiting for what this consumer serves): it serves, and records its
+// retention once the lock is free.
+func TestRunRecordsRetentionLaterWhenTheLockIsHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := testdb.SQLite(t)
+	holder, err := d.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := holder.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	b, err := memory.New(memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	sub, err := b.Subscribe("orders", "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := inbox.New(d, inbox.Config{RetentionFor: map[string]time.Duration{"billing": 36 * time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan struct{}, 1)
+	c, err := consumer.New(d, ib, sub, consumer.Config[*sql.Tx]{Name: "billing", FetchWait: 10 * time.Millisecond,
+		Handler: func(context.Context, *sql.Tx, idem.Message) error { handled <- struct{}{}; return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	// Longer than the first record's attempt and the store's lock timeout.
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned %v while another transaction held the lock; want it serving", err)
+	case <-time.After(7 * time.Second):
+	}
+	if _, err := holder.ExecContext(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publisher().Publish(ctx, idem.Message{ID: "m-1", Subject: "orders", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-handled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the consumer handled nothing after the lock was released")
+	}
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		r, found, err := inbox.RecordedRetention(ctx, d, "billing")
+		if err == nil && found && r.Retention == 36*time.Hour {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the retention was never recorded: %+v found %v, %v", r, found, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
