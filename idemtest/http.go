@@ -258,53 +258,25 @@ func (h *harness) send(ctx context.Context, c Case, key string, body *string) (a
 	return answer{status: w.Code, body: w.Body.String(), replayed: w.Header().Get(idemhttp.HeaderReplayed) == "true"}
 }
 
-// story is the account of one case's scenario, told when it fails.
-type story struct {
-	h        *harness
-	c        Case
-	scenario string
-	key      string
-	steps    []string
-	failed   bool
+// httpStory is the story of one case's scenario on one key.
+type httpStory struct {
+	story
+	h   *harness
+	c   Case
+	key string
 }
 
-func (h *harness) story(i int, c Case, scenario string) *story {
+func (h *harness) story(i int, c Case, scenario string) *httpStory {
 	h.seq++
-	return &story{h: h, c: c, scenario: scenario, key: fmt.Sprintf("idemtest-%d-%d-%d", i, h.seq, time.Now().UnixNano())}
-}
-
-func (s *story) step(format string, args ...any) {
-	s.steps = append(s.steps, fmt.Sprintf(format, args...))
-}
-
-// fail reports the scenario so far, what went wrong and what to change.
-func (s *story) fail(what, change string) {
-	s.h.t.Helper()
-	s.failed = true
-	var b strings.Builder
-	fmt.Fprintf(&b, "idemtest: case %q, scenario %q (key %s):\n", s.c.name(), s.scenario, s.key)
-	for i, st := range s.steps {
-		fmt.Fprintf(&b, "  %d. %s\n", i+1, st)
+	key := fmt.Sprintf("idemtest-%d-%d-%d", i, h.seq, time.Now().UnixNano())
+	s := &httpStory{h: h, c: c, key: key}
+	s.story = story{
+		t:     h.t,
+		title: fmt.Sprintf("case %q, scenario %q (key %s)", c.name(), scenario, key),
+		ran:   func() string { return fmt.Sprintf("the handler ran %d time(s) for this key", h.executions(key)) },
+		check: func(ctx context.Context) error { return h.svc.Invariant(ctx, h.db) },
 	}
-	fmt.Fprintf(&b, "  the handler ran %d time(s) for this key\n", s.h.executions(s.key))
-	fmt.Fprintf(&b, "  FAILED: %s\n", what)
-	if change != "" {
-		fmt.Fprintf(&b, "  what to change: %s", change)
-	}
-	s.h.t.Errorf("%s", strings.TrimRight(b.String(), "\n"))
-}
-
-// invariant runs the user's invariant after the step just told; hint says
-// what a violation at this point means.
-func (s *story) invariant(hint string) bool {
-	s.h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.h.svc.Invariant(ctx, s.h.db); err != nil {
-		s.fail("the invariant saw: "+err.Error(), hint)
-		return false
-	}
-	return true
+	return s
 }
 
 // Hints: what a violation at each point means and what to change.
@@ -338,7 +310,7 @@ func (h *harness) run(i int, c Case) {
 }
 
 // first sends the first request of a scenario and checks it executed.
-func (s *story) first(ctx context.Context, label string) (answer, bool) {
+func (s *httpStory) first(ctx context.Context, label string) (answer, bool) {
 	s.h.t.Helper()
 	a := s.h.send(ctx, s.c, s.key, nil)
 	s.step("%s: %s", label, a)
@@ -350,7 +322,7 @@ func (s *story) first(ctx context.Context, label string) (answer, bool) {
 }
 
 // replays sends the request again and checks it replays prev.
-func (s *story) replays(ctx context.Context, label string, prev answer, prevLabel string) bool {
+func (s *httpStory) replays(ctx context.Context, label string, prev answer, prevLabel string) bool {
 	s.h.t.Helper()
 	b := s.h.send(ctx, s.c, s.key, nil)
 	s.step("%s: %s", label, b)
