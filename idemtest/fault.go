@@ -25,6 +25,9 @@ const (
 	faultBeforeRecord
 	// faultAtCommit fails the COMMIT (the transaction is rolled back).
 	faultAtCommit
+	// faultEffectRecord fails the effect ledger's completion record,
+	// after the provider call: the crash between the call and the record.
+	faultEffectRecord
 )
 
 func (f fault) String() string {
@@ -37,6 +40,8 @@ func (f fault) String() string {
 		return "the transaction failed before the record (the statement storing the response failed)"
 	case faultAtCommit:
 		return "the transaction failed at commit (rolled back)"
+	case faultEffectRecord:
+		return "the process crashed between the provider call and the record"
 	}
 	return "no fault"
 }
@@ -90,6 +95,7 @@ type faultDriver struct {
 	sqlDriver
 	in     *injector
 	record map[string]bool // the statements that record a response
+	effect string          // the statement that records an effect's result
 }
 
 func newFaultDriver(d sqlDriver, in *injector) *faultDriver {
@@ -100,7 +106,7 @@ func newFaultDriver(d sqlDriver, in *injector) *faultDriver {
 			rec[s] = true
 		}
 	}
-	return &faultDriver{sqlDriver: d, in: in, record: rec}
+	return &faultDriver{sqlDriver: d, in: in, record: rec, effect: d.Statements().Effects.Complete}
 }
 
 var _ store.Driver[*sql.Tx] = (*faultDriver)(nil)
@@ -124,6 +130,10 @@ func (d *faultDriver) Tx(tx *sql.Tx) store.Querier {
 	return faultQuerier{Querier: d.sqlDriver.Tx(tx), d: d}
 }
 
+func (d *faultDriver) Pool() store.Querier {
+	return faultQuerier{Querier: d.sqlDriver.Pool(), d: d}
+}
+
 func (d *faultDriver) SupportsPipeline() bool { return false }
 
 func (d *faultDriver) BeginInsert(context.Context, string, ...any) (*sql.Tx, bool, bool, error) {
@@ -142,15 +152,17 @@ func (d *faultDriver) SendBatch(ctx context.Context, q store.Querier, stmts []st
 	return store.RunStmts(ctx, q, stmts)
 }
 
-// faultQuerier is a transaction's Querier that fails the record statement
-// when faultBeforeRecord is armed.
+// faultQuerier is a Querier that fails the statement recording a response
+// when faultBeforeRecord is armed, or an effect's result when
+// faultEffectRecord is.
 type faultQuerier struct {
 	store.Querier
 	d *faultDriver
 }
 
 func (q faultQuerier) failRecord(sql string) bool {
-	return q.d.record[sql] && q.d.in.take(faultBeforeRecord)
+	return (q.d.record[sql] && q.d.in.take(faultBeforeRecord)) ||
+		(sql == q.d.effect && q.d.in.take(faultEffectRecord))
 }
 
 func (q faultQuerier) Exec(ctx context.Context, sql string, args ...any) (int64, error) {

@@ -103,7 +103,7 @@ const (
 		"inbox's transaction tx and key its effect on msg.ID, the envelope id that every redelivery carries, " +
 		"not on an id read from the payload"
 	hintInboxOutside = "the handler has an effect outside the inbox's transaction tx (a write on another connection, an " +
-		"e-mail, an in-memory counter, a call to another service): it survived a delivery that was rolled back and " +
+		"e-mail, an in-memory counter, a call to another service): it survived a delivery that was rolled back (and " +
 		"the redelivery does it again). Write it on tx (an outbox row), or call the service through the effect ledger"
 	hintInboxPayloadID = "two messages with distinct ids and the same payload are two messages: the handler must key its " +
 		"effect on msg.ID (the envelope), not on an id read from the payload"
