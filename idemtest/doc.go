@@ -22,8 +22,21 @@
 // receipts as payments". Faults are injected by a wrapper of the store
 // driver: idemhttp itself is unchanged.
 //
+// [Inbox] does the same for a consumer handler run through the inbox
+// (duplicates, redelivery after a failed commit or a failure after the
+// handler's writes, out-of-order and concurrent deliveries, two messages
+// with one payload), its invariant seeing the messages applied. [Effect]
+// runs an external call guarded by the effect ledger against the fake
+// provider: a crash between the provider call and the record, a lease
+// that expires mid-run; the provider's own count is the invariant.
+//
 // A failure tells a story: the scenario, each attempt and its answer, how
 // many times the handler ran, what the invariant saw, and what to change
 // (an e-mail sent outside the transaction, a counter in front of the
-// middleware, a write on a second connection…).
+// middleware, a write on a second connection, a message id read from the
+// payload, a provider called without the ledger's key…).
+//
+// The checks take a few seconds on SQLite. The handler's transaction is
+// a *sql.Tx on every backend (sqlstore on SQLite and on PostgreSQL through
+// pgx's database/sql adapter, the MySQL driver on MariaDB).
 package idemtest

@@ -164,7 +164,7 @@ func (r *effectRun) crashBeforeRecord() bool {
 	_, err := r.do(s, "Do, attempt 1, "+faultEffectRecord.String(), key, nil)
 	fired := r.in.disarm()
 	if !fired {
-		s.fail(fmt.Sprintf("the fault was never reached: the call failed before it returned (%v)", err), hintEffectKey)
+		s.fail(fmt.Sprintf("the fault was never reached: Do returned %v without recording a result", err), hintEffectKey)
 		return false
 	}
 	r.expireLease()

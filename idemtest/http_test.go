@@ -240,3 +240,6 @@ func TestHTTPCatchesRouteWithoutMiddleware(t *testing.T) {
 	}), payCase)
 	rec.mustFailWith(t, `scenario "sequential retry"`, "want a replay of attempt 1", "behind env.Idempotent")
 }
+
+// The package example's test passes.
+func TestExampleHTTP(t *testing.T) { testPaymentsOnce(t) }
