@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/store"
 )
 
 // Consumer is the user's message handler under test.
@@ -24,12 +25,21 @@ type Consumer struct {
 	Setup func(ctx context.Context, db DB) error
 	// Handler builds the handler as in production: it applies one
 	// message on the inbox's transaction tx. Required.
-	Handler func(db DB) inbox.Handler[*sql.Tx]
+	Handler func(env ConsumerEnv) inbox.Handler[*sql.Tx]
 	// Invariant checks the database after every delivery. applied lists
 	// the messages whose processing committed so far, each once, in the
 	// order they committed; the handler must have applied each of them
 	// exactly once, keyed by msg.ID. Required.
 	Invariant func(ctx context.Context, db DB, applied []idem.Message) error
+}
+
+// ConsumerEnv is what Consumer.Handler wires the handler with.
+type ConsumerEnv struct {
+	// DB is the database; the handler's writes belong on tx, not on DB.
+	DB DB
+	// Store is idem's store on DB, with idemtest's faults, for the
+	// user's own idem components (an effect.Ledger, an outbox.Writer…).
+	Store store.Driver[*sql.Tx]
 }
 
 // Inbox proves that the user's consumer handler, run through the inbox
@@ -68,12 +78,13 @@ func Inbox(t testing.TB, c Consumer, msgs ...idem.Message) {
 		}
 	}
 	in := &injector{}
-	ib, err := inbox.New[*sql.Tx](newFaultDriver(d, in), inbox.Config{})
+	fd := newFaultDriver(d, in)
+	ib, err := inbox.New[*sql.Tx](fd, inbox.Config{})
 	if err != nil {
 		t.Fatalf("idemtest.Inbox: %v", err)
 		return
 	}
-	r := &inboxRun{t: t, c: c, db: db, in: in, ib: ib, h: c.Handler(db), runs: map[string]int{}}
+	r := &inboxRun{t: t, c: c, db: db, in: in, ib: ib, h: c.Handler(ConsumerEnv{DB: db, Store: fd}), runs: map[string]int{}}
 	for _, sc := range []func([]idem.Message) bool{r.inOrder, r.duplicates, r.redelivery(faultAtCommit),
 		r.redelivery(faultAfterHandler), r.outOfOrder, r.concurrent, r.samePayload} {
 		if !sc(msgs) {

@@ -54,18 +54,18 @@ func (p *deposits) invariant(ctx context.Context, db idemtest.DB, applied []idem
 	return nil
 }
 
-func (p *deposits) consumer(h func(db idemtest.DB) inbox.Handler[*sql.Tx]) idemtest.Consumer {
+func (p *deposits) consumer(h func(env idemtest.ConsumerEnv) inbox.Handler[*sql.Tx]) idemtest.Consumer {
 	return idemtest.Consumer{Setup: p.setup, Invariant: p.invariant, Handler: h}
 }
 
 // applyDeposit is the correct handler: the row on tx, keyed by msg.ID.
-func applyDeposit(db idemtest.DB) inbox.Handler[*sql.Tx] {
+func applyDeposit(env idemtest.ConsumerEnv) inbox.Handler[*sql.Tx] {
 	return func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
 		var d deposit
 		if err := json.Unmarshal(msg.Payload, &d); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, q(db.Dialect, `INSERT INTO deposits (message_id, amount) VALUES ($1, $2)`), msg.ID, d.Amount)
+		_, err := tx.ExecContext(ctx, q(env.DB.Dialect, `INSERT INTO deposits (message_id, amount) VALUES ($1, $2)`), msg.ID, d.Amount)
 		return err
 	}
 }
@@ -94,7 +94,7 @@ func TestInboxPassesCorrectHandler(t *testing.T) {
 func TestInboxCatchesMessageIDFromPayload(t *testing.T) {
 	var p deposits
 	rec := newRecorder(t)
-	idemtest.Inbox(rec, p.consumer(func(db idemtest.DB) inbox.Handler[*sql.Tx] {
+	idemtest.Inbox(rec, p.consumer(func(env idemtest.ConsumerEnv) inbox.Handler[*sql.Tx] {
 		return func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
 			var d deposit
 			if err := json.Unmarshal(msg.Payload, &d); err != nil {
@@ -113,8 +113,8 @@ func TestInboxCatchesMessageIDFromPayload(t *testing.T) {
 func TestInboxCatchesNotificationOutsideTransaction(t *testing.T) {
 	var p deposits
 	rec := newRecorder(t)
-	idemtest.Inbox(rec, p.consumer(func(db idemtest.DB) inbox.Handler[*sql.Tx] {
-		apply := applyDeposit(db)
+	idemtest.Inbox(rec, p.consumer(func(env idemtest.ConsumerEnv) inbox.Handler[*sql.Tx] {
+		apply := applyDeposit(env)
 		return func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
 			if err := apply(ctx, tx, msg); err != nil {
 				return err
