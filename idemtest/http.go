@@ -112,7 +112,9 @@ func (c Case) wantStatus() string {
 // whose client gives up before the answer, then its retry (a replay); a
 // request failed at each step of the middleware's transaction (BEGIN,
 // a crash after the handler, the record, COMMIT), then its retry (a fresh
-// execution); the same key with another body (422). The invariant runs
+// execution); the same key with another body (422); a client that hangs up
+// as the handler returns, then retries (a replay or a fresh execution,
+// whichever the race left). The invariant runs
 // after each step. A failure tells the step, the attempt, the answers,
 // what the invariant saw and what to change.
 func HTTP(t testing.TB, svc Service, cases ...Case) {
@@ -195,6 +197,9 @@ func (h *harness) observe(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 		if h.in.take(faultAfterHandler) {
 			panic(crash{})
+		}
+		if giveUp, ok := r.Context().Value(giveUpKey{}).(context.CancelFunc); ok {
+			giveUp()
 		}
 	})
 }
@@ -309,7 +314,7 @@ func (h *harness) run(i int, c Case) {
 	h.t.Helper()
 	for _, sc := range []func(int, Case) bool{h.sequential, h.concurrent, h.lostResponse,
 		h.faulted(faultBeforeHandler), h.faulted(faultAfterHandler), h.faulted(faultBeforeRecord), h.faulted(faultAtCommit),
-		h.mismatch} {
+		h.mismatch, h.clientGivesUp} {
 		if !sc(i, c) {
 			return // one story per case: later scenarios would retell it
 		}
@@ -413,6 +418,37 @@ func (h *harness) lostResponse(i int, c Case) bool {
 	}
 	return s.invariant(hintOutside)
 }
+
+// clientGivesUp: the client's context ends as the handler returns (its
+// connection drops), so the answer is never read; whether the middleware
+// still committed is a race it may win or lose. The retry must then be a
+// replay or a fresh execution, never a second effect.
+func (h *harness) clientGivesUp(i int, c Case) bool {
+	h.t.Helper()
+	s := h.story(i, c, "client gives up")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := h.send(context.WithValue(ctx, giveUpKey{}, cancel), c, s.key, nil)
+	a.lost = true
+	s.step("attempt 1, the client hung up as the handler returned: %s", a)
+	if !s.invariant(hintOutside) {
+		return false
+	}
+	b := h.send(context.Background(), c, s.key, nil)
+	s.step("attempt 2, the client's retry: %s", b)
+	if !c.statusOK(b.status) {
+		s.fail(fmt.Sprintf("the retry answered %s, want status %s (a replay, or a fresh execution if attempt 1 recorded nothing)", b, c.wantStatus()), hintStatus)
+		return false
+	}
+	if !s.invariant(hintOutside) {
+		return false
+	}
+	return s.replays(context.Background(), "attempt 3", b, "attempt 2")
+}
+
+// giveUpKey carries, in a request's context, the client's cancel that
+// observe calls when the handler returns.
+type giveUpKey struct{}
 
 // faulted returns the scenario that fails attempt 1 at f and retries.
 func (h *harness) faulted(f fault) func(int, Case) bool {
