@@ -72,7 +72,8 @@ type Case struct {
 	// body, text/plain otherwise.
 	Header http.Header
 	// Status is the expected status of the first execution; 0 accepts any
-	// 2xx.
+	// 2xx. It must be a status idemhttp stores (Config.StoreStatus), or
+	// no retry could replay it.
 	Status int
 }
 
@@ -109,13 +110,12 @@ func (c Case) wantStatus() string {
 // sends: the request and the same key again (expects a replay: same status
 // and body, Idempotent-Replayed: true); Concurrency racing requests with one
 // key (exactly one execution; the others replay or get 409); a request
-// whose client gives up before the answer, then its retry (a replay); a
+// whose answer is lost on its way back, then its retry (a replay); a
 // request failed at each step of the middleware's transaction (BEGIN,
 // a crash after the handler, the record, COMMIT), then its retry (a fresh
 // execution); the same key with another body (422); a client that hangs up
 // as the handler returns, then retries (a replay or a fresh execution,
-// whichever the race left). The invariant runs
-// after each step. A failure tells the step, the attempt, the answers,
+// whichever the race left). The invariant runs after each step. A failure tells the step, the attempt, the answers,
 // what the invariant saw and what to change.
 func HTTP(t testing.TB, svc Service, cases ...Case) {
 	t.Helper()

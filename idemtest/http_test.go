@@ -243,3 +243,29 @@ func TestHTTPCatchesRouteWithoutMiddleware(t *testing.T) {
 
 // The package example's test passes.
 func TestExampleHTTP(t *testing.T) { testPaymentsOnce(t) }
+
+// A Service without its handler or invariant, or without cases, fails at
+// once with a message that says what is missing.
+func TestHTTPRejectsIncompleteService(t *testing.T) {
+	for name, run := range map[string]func(testing.TB){
+		"no invariant": func(tb testing.TB) {
+			idemtest.HTTP(tb, idemtest.Service{Handler: func(idemtest.Env) http.Handler { return http.NotFoundHandler() }}, payCase)
+		},
+		"no cases": func(tb testing.TB) {
+			var p payments
+			idemtest.HTTP(tb, p.service(idemtest.Backend{}, func(idemtest.Env) http.Handler { return http.NotFoundHandler() }))
+		},
+		"two-phase": func(tb testing.TB) {
+			var p payments
+			svc := p.service(idemtest.Backend{}, func(idemtest.Env) http.Handler { return http.NotFoundHandler() })
+			svc.Config.Mode = idemhttp.TwoPhase
+			idemtest.HTTP(tb, svc, payCase)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rec := newRecorder(t)
+			run(rec)
+			rec.mustFailWith(t, "idemtest.HTTP: ")
+		})
+	}
+}
