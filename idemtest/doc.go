@@ -3,7 +3,7 @@
 //
 //	func TestPaymentsOnce(t *testing.T) {
 //		idemtest.HTTP(t, idemtest.Service{
-//			Setup:     createTables, // func(ctx, idemtest.DB) error
+//			Setup: createTables, // func(ctx, idemtest.DB) error
 //			Handler: func(env idemtest.Env) http.Handler {
 //				return mux("POST /payments", env.Idempotent(payHandler)) // writes on idemhttp.SQLTx
 //			},
@@ -17,7 +17,8 @@
 // replay), concurrent duplicates (one execution), a lost response and its
 // retry, the request failed at each step of the middleware's transaction
 // (BEGIN, a crash after the handler's writes, the record, COMMIT) and
-// retried, and the same key with another body (422). After every step it
+// retried, the same key with another body (422), and a client that hangs
+// up as the handler returns and retries. After every step it
 // runs the user's invariant, such as "one payment row per key" or "as many
 // receipts as payments". Faults are injected by a wrapper of the store
 // driver: idemhttp itself is unchanged.
