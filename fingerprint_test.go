@@ -308,6 +308,7 @@ func TestPermanent(t *testing.T) {
 		idem.ErrInvalidInput:            "invalid_input",
 		base:                            "transient",
 		fmt.Errorf("x: %w", errTimeout): "timeout",
+		fmt.Errorf("handler: %w", &idem.PanicError{Value: "boom"}): "panic",
 	} {
 		if got := idem.ErrorClass(err); got != class {
 			t.Errorf("ErrorClass(%v) = %q, want %q", err, got, class)

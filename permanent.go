@@ -46,12 +46,15 @@ func IsRetryable(err error) bool {
 }
 
 // ErrorClass names the class of err for metrics and dead letters:
-// "permanent", "fingerprint_mismatch", "invalid_input", "timeout",
-// "canceled" or "transient".
+// "panic" (a recovered panic, [ErrPanic]), "permanent",
+// "fingerprint_mismatch", "invalid_input", "timeout", "canceled" or
+// "transient".
 func ErrorClass(err error) string {
 	switch {
 	case err == nil:
 		return ""
+	case errors.Is(err, ErrPanic):
+		return "panic"
 	case errors.Is(err, ErrFingerprintMismatch):
 		return "fingerprint_mismatch"
 	case errors.Is(err, ErrInvalidInput):

@@ -23,7 +23,8 @@ const PoisonEventID = "demo-poison"
 // rejects as invalid input and parks in the dead-letter store (one letter
 // per consumer). It is for watching the dead-letter path: the letter can be
 // redriven (it fails again), discarded, or edited (set "seats" to 1 or
-// more) and redriven as a new revision, which the consumers then process.
+// more) and redriven as a new revision, which that letter's consumer then
+// processes (the other consumers skip it: each resolves its own letter).
 // It returns the published message.
 func (s *System[TTx]) PublishPoison(ctx context.Context) (idem.Message, error) {
 	if s.cfg.Broker == nil {

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/idemkit/idem/internal/audit"
 )
 
 // maxForm bounds a form body (an edited payload included).
@@ -35,17 +37,7 @@ func (c *Console[TTx]) action(fn func(w http.ResponseWriter, r *http.Request) er
 func (c *Console[TTx]) audited(r *http.Request, action, target, reason, details string, act func() (string, error)) error {
 	ctx := r.Context()
 	who := actor(ctx)
-	id, err := auditStart(ctx, c.d, c.now(), who, action, target, reason, details)
-	if err != nil {
-		return err
-	}
-	more, err := act()
-	if more != "" {
-		details = strings.TrimSpace(details + " " + more)
-	}
-	if e := auditEnd(ctx, c.d, c.now(), id, details, err); e != nil && err == nil {
-		err = e
-	}
+	err := audit.Run(ctx, c.d, c.now, who, action, target, reason, details, act)
 	if err != nil {
 		c.log.WarnContext(ctx, "console action failed", "actor", who, "action", action, "target", target, "error", err)
 	} else {

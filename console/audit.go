@@ -2,13 +2,11 @@ package console
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/internal/sqlmeta"
+	"github.com/idemkit/idem/internal/audit"
 	"github.com/idemkit/idem/store"
 )
 
@@ -41,7 +39,7 @@ type AuditFilter struct {
 
 // ErrNoAuditTable reports a database without the audit_log table:
 // migration 0006_audit has not been applied ("idem migrate up").
-var ErrNoAuditTable = errors.New("console: the audit_log table does not exist: run 'idem migrate up'")
+var ErrNoAuditTable = audit.ErrNoTable
 
 // ListAudit returns the audit entries matching f, newest first.
 func ListAudit[TTx any](ctx context.Context, d store.Driver[TTx], f AuditFilter) ([]AuditEntry, error) {
@@ -65,7 +63,7 @@ func ListAudit[TTx any](ctx context.Context, d store.Driver[TTx], f AuditFilter)
 	}
 	rows, err := d.Pool().Query(ctx, d.Statements().Audit.List, f.Actor, action, from, to, f.Target, f.Outcome, since, max(f.BeforeID, 0), limit)
 	if err != nil {
-		return nil, auditErr(ctx, d, err)
+		return nil, audit.Err(ctx, d, err)
 	}
 	defer rows.Close()
 	var out []AuditEntry
@@ -85,49 +83,5 @@ func ListAudit[TTx any](ctx context.Context, d store.Driver[TTx], f AuditFilter)
 // (migration 0006_audit is applied); the console records every action
 // there, so it needs it.
 func Installed[TTx any](ctx context.Context, d store.Driver[TTx]) (bool, error) {
-	return sqlmeta.TableExists(ctx, d, "audit_log")
-}
-
-// auditErr turns a failure on a missing table into ErrNoAuditTable.
-func auditErr[TTx any](ctx context.Context, d store.Driver[TTx], err error) error {
-	if ok, e := Installed(ctx, d); e == nil && !ok {
-		return ErrNoAuditTable
-	}
-	return fmt.Errorf("console: audit log: %w", err)
-}
-
-// auditStart records that actor starts action on target and returns the
-// entry's id. Nothing may be done when it fails.
-func auditStart[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time, actor, action, target, reason, details string) (int64, error) {
-	var id int64
-	err := d.Pool().QueryRow(ctx, d.Statements().Audit.Start,
-		store.Micros(now), clean(actor), action, clean(target), clean(reason), clean(details)).Scan(&id)
-	if err != nil {
-		return 0, auditErr(ctx, d, err)
-	}
-	return id, nil
-}
-
-// auditEnd records how entry id ended (err nil = ok) and its final
-// details.
-func auditEnd[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time, id int64, details string, err error) error {
-	outcome := "ok"
-	if err != nil {
-		outcome = "failed: " + err.Error()
-	}
-	_, e := d.Pool().Exec(context.WithoutCancel(ctx), d.Statements().Audit.End, id, clean(outcome), store.Micros(now), clean(details))
-	if e != nil {
-		return fmt.Errorf("console: audit log: %w", e)
-	}
-	return nil
-}
-
-// clean makes s storable in a text column of every dialect and bounds it.
-func clean(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	if len(s) > 8<<10 {
-		s = strings.ToValidUTF8(s[:8<<10], "") + "…"
-	}
-	return s
+	return audit.Installed(ctx, d)
 }

@@ -204,9 +204,13 @@ func TestBrowser(t *testing.T) {
 	search := letterOf(boxoffice.ConsumerSearch)
 	do("open letter", chromedp.Navigate(fmt.Sprintf("%s/dlq/%d", base, search.ID)), chromedp.WaitVisible(css(`[data-testid="dlq-redrive"]`)))
 	shot("letter")
+	do("redrive reason", chromedp.SendKeys(css(`[data-testid="redrive-reason"]`), "search index fixed"))
 	submit("redrive", `[data-testid="dlq-redrive"]`)
 	if got := text(`[data-testid="letter-state"]`); !strings.HasPrefix(got, "redriven by ana") {
 		t.Fatalf("letter state after redrive: %q", got)
+	}
+	if es, err := console.ListAudit(ctx, sys.DB(), console.AuditFilter{Action: "dlq.redrive"}); err != nil || len(es) != 1 || es[0].Reason != "search index fixed" {
+		t.Fatalf("audit of the redrive: %+v %v, want one entry with the reason typed", es, err)
 	}
 
 	// Bulk-discard ten letters matching a filter (and only those).
@@ -273,9 +277,16 @@ func TestBrowser(t *testing.T) {
 		return count(`SELECT count(*) FROM `+inbox+` WHERE consumer = $1 AND message_id = $2 AND state = 'completed'`,
 			boxoffice.ConsumerNotification, revID) == 1
 	})
+	// The revision recorded the original as consumed by notification (so a
+	// re-send of it is a duplicate there), and was for notification only:
+	// the other consumers, holding their own letters, did not process it.
 	if n := count(`SELECT count(*) FROM `+inbox+` WHERE consumer = $1 AND message_id = $2 AND state = 'completed'`,
-		boxoffice.ConsumerNotification, poison.MessageID); n != 0 {
-		t.Fatal("the original message was processed too")
+		boxoffice.ConsumerNotification, poison.MessageID); n != 1 {
+		t.Fatalf("notification's inbox holds the original %d times, want once (recorded by the revision)", n)
+	}
+	if n := count(`SELECT count(*) FROM `+inbox+` WHERE consumer <> $1 AND message_id = $2`,
+		boxoffice.ConsumerNotification, revID); n != 0 {
+		t.Fatalf("%d other consumers processed notification's revision", n)
 	}
 	if l, _ := sys.DeadLetters().Get(ctx, note.ID); l.State != dlq.Discarded {
 		t.Fatalf("original letter is %s, want discarded", l.State)
@@ -340,15 +351,16 @@ func TestBrowser(t *testing.T) {
 	do("outbox", chromedp.Navigate(base+"/outbox"), chromedp.WaitVisible(css(`[data-testid="outbox-row"]`)))
 	shot("outbox")
 
-	// Every action is in the audit list.
+	// Every action is in the audit list: the bulk discard as one entry
+	// and each letter it discarded as its own (the dlq store's entry).
 	do("audit", chromedp.Navigate(base+"/audit"), chromedp.WaitVisible(css(`[data-testid="audit-row"]`)))
-	for _, a := range []string{"dlq.redrive", "dlq.bulk-discard", "dlq.revise", "held.effect.release"} {
-		if n := countSel(fmt.Sprintf(`[data-testid="audit-row"][data-action=%q]`, a)); n != 1 {
-			t.Errorf("audit list shows %d %s rows, want 1", n, a)
+	for a, want := range map[string]int{"dlq.redrive": 1, "dlq.bulk-discard": 1, "dlq.discard": 10, "dlq.revise": 1, "held.effect.release": 1} {
+		if n := countSel(fmt.Sprintf(`[data-testid="audit-row"][data-action=%q]`, a)); n != want {
+			t.Errorf("audit list shows %d %s rows, want %d", n, a, want)
 		}
 	}
-	if n := countSel(`[data-testid="audit-row"]`); n != 4 {
-		t.Errorf("audit list shows %d rows, want 4", n)
+	if n := countSel(`[data-testid="audit-row"]`); n != 14 {
+		t.Errorf("audit list shows %d rows, want 14", n)
 	}
 	shot("audit")
 	do("overview", chromedp.Navigate(base+"/"), chromedp.WaitVisible(css(`[data-testid="dlq-count"]`)))

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/dlq"
 )
 
@@ -197,34 +198,47 @@ func (c *Console[TTx]) dlqShow(w http.ResponseWriter, r *http.Request) {
 	if l.State == dlq.Discarded {
 		revisedAs, _ = ListAudit(r.Context(), c.d, AuditFilter{Action: "dlq.revise", Target: fmt.Sprintf("letter %d", l.ID), Outcome: "ok", Limit: 5})
 	}
+	others, err := c.otherLetters(r.Context(), l)
+	if err != nil {
+		c.renderError(w, r, statusOf(err), "Dead letter", err.Error())
+		return
+	}
+	// The replay horizon a redrive is checked against: the retention the
+	// consumer recorded when it started.
+	retention, _ := c.dlq.InboxRetention(r.Context(), l.Consumer)
 	c.render(w, r, http.StatusOK, "letter", fmt.Sprintf("Dead letter %d", l.ID), map[string]any{
 		"L": l, "Edit": edit, "Editable": editOK, "Now": c.now(), "CanRedrive": c.cfg.Publisher != nil,
+		"Retention": retention, "PastHorizon": retention > 0 && c.now().Sub(l.FirstFailedAt) > retention,
 		"RevisionOf": l.Headers[dlq.HeaderRevisionOf], "HeaderRevisionOf": dlq.HeaderRevisionOf, "RevisedAs": revisedAs,
+		"Others": others, "HeaderRedriveFor": broker.HeaderRedriveFor,
 	})
 }
 
-// dlqOne serves POST /dlq/{id}/redrive and /dlq/{id}/discard.
+// dlqOne serves POST /dlq/{id}/redrive and /dlq/{id}/discard. The dlq
+// store records the action in the audit log (the same entry the idem
+// command and the Go API write), so it is not recorded here again. A
+// redrive past the letter's replay horizon needs force and a reason.
 func (c *Console[TTx]) dlqOne(verb string) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id, err := c.letterID(r)
 		if err != nil {
 			return err
 		}
-		why, _ := reason(r, false)
+		force := r.PostForm.Get("force") != ""
+		why, err := reason(r, force)
+		if err != nil {
+			return badForm("a redrive past the replay horizon needs a reason: why is it safe (the message was never applied)?")
+		}
 		if verb == "redrive" && c.cfg.Publisher == nil {
 			return errNoPublisher
 		}
-		err = c.audited(r, "dlq."+verb, fmt.Sprintf("letter %d", id), why, "", func() (string, error) {
-			if verb == "discard" {
-				return "", c.dlq.Discard(r.Context(), id, actor(r.Context()))
-			}
-			l, err := c.dlq.Redrive(r.Context(), id, actor(r.Context()), c.cfg.Publisher)
-			if err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("consumer=%q message=%q", l.Consumer, l.MessageID), nil
-		})
-		if err != nil {
+		ctx, who := r.Context(), actor(r.Context())
+		if verb == "discard" {
+			err = c.dlq.DiscardWith(ctx, id, who, dlq.DiscardOptions{Reason: why})
+		} else {
+			_, err = c.dlq.RedriveWith(ctx, id, who, c.cfg.Publisher, dlq.RedriveOptions{Force: force, Reason: why})
+		}
+		if err := c.logLetterAction(ctx, who, "dlq."+verb, id, why, err); err != nil {
 			return err
 		}
 		c.done(w, r, fmt.Sprintf("/dlq/%d", id), url.Values{"done": {map[string]string{"redrive": "redriven", "discard": "discarded"}[verb]}})
@@ -241,7 +255,8 @@ func (c *Console[TTx]) dlqRevise(w http.ResponseWriter, r *http.Request) error {
 	if c.cfg.Publisher == nil {
 		return errNoPublisher
 	}
-	l, err := c.dlq.Get(r.Context(), id)
+	ctx, who := r.Context(), actor(r.Context())
+	l, err := c.dlq.Get(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -249,20 +264,23 @@ func (c *Console[TTx]) dlqRevise(w http.ResponseWriter, r *http.Request) error {
 	if json.Valid(l.Payload) && !json.Valid(payload) {
 		return badForm("the original payload is JSON and the edited one is not: fix it before redriving")
 	}
-	var revID string
-	err = c.audited(r, "dlq.revise", fmt.Sprintf("letter %d", id), why,
-		fmt.Sprintf("original message=%q edited payload %d bytes", l.MessageID, len(payload)), func() (string, error) {
-			_, rev, err := c.dlq.Revise(r.Context(), id, actor(r.Context()), payload, c.cfg.Publisher)
-			if err != nil {
-				return "", err
-			}
-			revID = rev.ID
-			return fmt.Sprintf("revision message=%q", rev.ID), nil
-		})
-	if err != nil {
+	// Recorded in the audit log by the dlq store.
+	_, rev, err := c.dlq.ReviseWith(ctx, id, who, payload, c.cfg.Publisher, dlq.ReviseOptions{Reason: why})
+	if err := c.logLetterAction(ctx, who, "dlq.revise", id, why, err); err != nil {
 		return err
 	}
-	c.done(w, r, fmt.Sprintf("/dlq/%d", id), url.Values{"done": {"revised"}, "revision": {revID}})
+	c.done(w, r, fmt.Sprintf("/dlq/%d", id), url.Values{"done": {"revised"}, "revision": {rev.ID}})
+	return nil
+}
+
+// logLetterAction logs an action on letter id that the dlq store took (and
+// recorded in the audit log), and returns its error.
+func (c *Console[TTx]) logLetterAction(ctx context.Context, who, action string, id int64, why string, err error) error {
+	if err != nil {
+		c.log.WarnContext(ctx, "console action failed", "actor", who, "action", action, "letter", id, "error", err)
+		return err
+	}
+	c.log.InfoContext(ctx, "console action", "actor", who, "action", action, "letter", id, "reason", why)
 	return nil
 }
 
@@ -321,10 +339,12 @@ func (c *Console[TTx]) dlqBulk(w http.ResponseWriter, r *http.Request) error {
 			skipped := 0
 			err := c.eachLetter(ctx, f, maxID, func(l dlq.Letter) bool {
 				var err error
+				// Each letter's action is in the audit log too (the dlq
+				// store's entry), under this bulk entry.
 				if verb == "redrive" {
-					_, err = c.dlq.Redrive(ctx, l.ID, actor(ctx), c.cfg.Publisher)
+					_, err = c.dlq.RedriveWith(ctx, l.ID, actor(ctx), c.cfg.Publisher, dlq.RedriveOptions{Reason: why})
 				} else {
-					err = c.dlq.Discard(ctx, l.ID, actor(ctx))
+					err = c.dlq.DiscardWith(ctx, l.ID, actor(ctx), dlq.DiscardOptions{Reason: why})
 				}
 				switch {
 				case errors.Is(err, dlq.ErrNotParked): // resolved meanwhile by someone else
@@ -349,4 +369,22 @@ func (c *Console[TTx]) dlqBulk(w http.ResponseWriter, r *http.Request) error {
 	q.Set("n", strconv.Itoa(n))
 	c.done(w, r, "/dlq", q)
 	return nil
+}
+
+// otherLetters returns the letters of l's message id parked for other
+// consumers (or by l's consumer for another payload), in every state: a
+// redrive or revision of l reaches l's consumer only
+// (broker.HeaderRedriveFor), so each of them is resolved on its own.
+func (c *Console[TTx]) otherLetters(ctx context.Context, l dlq.Letter) ([]dlq.Letter, error) {
+	ls, err := c.dlq.OfMessage(ctx, l.MessageID)
+	if err != nil {
+		return nil, err
+	}
+	out := ls[:0]
+	for _, o := range ls {
+		if o.ID != l.ID {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }

@@ -11,6 +11,9 @@
 //     the inbox recognises as a duplicate: acked without running the
 //     handler again.
 //   - duplicate (same id, same payload): Ack without running the handler.
+//   - a dead-letter redrive or revision addressed to another consumer
+//     (header broker.HeaderRedriveFor, set by dlq.Store.Redrive and
+//     dlq.Store.Revise): Ack without an inbox row or a handler run.
 //   - same id with a different payload (idem.ErrFingerprintMismatch),
 //     idem.Permanent errors, idem.ErrInvalidInput, undecodable payloads or
 //     payloads failing the JSON Schema: nothing is committed; the message
@@ -22,6 +25,12 @@
 //     wrapping ErrNoMessageID that says how to set Config.MessageID,
 //     counted in idem_messages_unidentified_total, logged at ERROR, then
 //     Term.
+//   - the handler panics: the panic is recovered and logged at ERROR with
+//     its stack; it is an error of class "panic" (idem.ErrPanic), handled
+//     as the next case (counted in idem_messages_failed_total and, once
+//     parked, idem_dead_letters_total with class="panic"). The process
+//     goes on serving the other messages. A panic of Config.MessageID is
+//     a permanent failure, as its errors are.
 //   - any other error: the transaction rolls back and the delivery is
 //     negatively acknowledged with a backoff delay (broker-native, e.g.
 //     JetStream NakWithDelay); once msg.Attempt reaches MaxAttempts it is
@@ -60,6 +69,7 @@ import (
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/store"
 )
 
@@ -349,6 +359,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	if err := c.checkRetention(ctx); err != nil {
 		return err
 	}
+	if err := c.recordRetention(ctx); err != nil {
+		return err
+	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -412,6 +425,9 @@ func sleep(ctx context.Context, d time.Duration) {
 // one inbox batch. Run calls it; it is exported for callers driving their
 // own fetch loop.
 func (c *Consumer[TTx]) Process(ctx context.Context, ds []broker.Delivery) {
+	if ds = c.skipForOthers(ctx, ds); len(ds) == 0 {
+		return
+	}
 	if len(ds) == 1 || c.cfg.BatchSize == 1 {
 		for _, dv := range ds {
 			c.processOne(ctx, dv)
@@ -421,14 +437,19 @@ func (c *Consumer[TTx]) Process(ctx context.Context, ds []broker.Delivery) {
 	c.processBatch(ctx, ds)
 }
 
-// handler wraps the user's handler with metrics and tracing.
+// msgPanicked is the ERROR line of a handler's panic.
+const msgPanicked = "handler panicked; its writes are rolled back and the message is retried"
+
+// handler wraps the user's handler with metrics and tracing. A panic is
+// recovered (panics.Call): logged with its stack, it is the attempt's
+// error, class "panic".
 func (c *Consumer[TTx]) handler() inbox.Handler[TTx] {
 	return func(ctx context.Context, tx TTx, msg idem.Message) error {
 		ctx = handlerContext(ctx, msg)
 		done := c.cfg.Metrics.Start(c.cfg.Name)
 		defer done()
 		ctx, end := c.cfg.Tracer.Start(ctx, "idem.consumer.handle", obs.MessageAttrs(c.cfg.Name, msg)...)
-		err := c.cfg.Handler(ctx, tx, msg)
+		err := panics.Call(ctx, c.log, msgPanicked, func() error { return c.cfg.Handler(ctx, tx, msg) }, attrs(c.cfg.Name, msg)...)
 		end(err)
 		return err
 	}
@@ -441,7 +462,8 @@ func (c *Consumer[TTx]) batchHandler() inbox.BatchHandler[TTx] {
 		done := c.cfg.Metrics.Start(c.cfg.Name)
 		defer done()
 		ctx, end := c.cfg.Tracer.Start(ctx, "idem.consumer.handle_batch")
-		err := c.cfg.BatchHandler(ctx, tx, msgs)
+		err := panics.Call(ctx, c.log, "batch handler panicked; its writes are rolled back and its messages applied one by one",
+			func() error { return c.cfg.BatchHandler(ctx, tx, msgs) }, "messages", len(msgs))
 		end(err)
 		return err
 	}
@@ -466,6 +488,9 @@ func noID(msg idem.Message, idErr error) error {
 // error it returns the message as delivered, for the dead letter.
 func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
 	msg := dv.Message()
+	if ownRevision(msg, c.cfg.Name) {
+		return c.prepareRevision(msg)
+	}
 	if c.cfg.MessageID == nil {
 		if err := idem.ValidateID(msg.ID); err != nil {
 			return msg, noID(msg, err)
@@ -475,7 +500,11 @@ func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
 		return msg, err
 	}
 	if c.cfg.MessageID != nil {
-		id, err := c.cfg.MessageID(msg)
+		var id string
+		err := panics.Call(context.Background(), c.log, "MessageID panicked; the message is dead-lettered", func() (err error) {
+			id, err = c.cfg.MessageID(msg)
+			return err
+		}, attrs(c.cfg.Name, msg)...)
 		if err == nil {
 			err = idem.ValidateID(id)
 		}

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/horizon"
+	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/retention"
+	"github.com/idemkit/idem/store"
 )
 
 // ErrRetentionTooShort reports a consumer whose inbox retention is shorter
@@ -82,4 +84,29 @@ func (c *Consumer[TTx]) checkRetention(ctx context.Context) error {
 	}
 	c.log.WarnContext(ctx, "cannot read the stream's max age; inbox retention not checked", "error", err)
 	return nil
+}
+
+// recordRetention is Run's record of the consumer's inbox retention in
+// the database (inbox.Inbox.RecordRetention), so that a dead-letter
+// redrive from another process is judged by the retention the consumer
+// really has. A consumer that cannot record it does not start: a
+// retention shortened since the last record would otherwise let a redrive
+// apply a message whose id the inbox has already forgotten. A failure
+// because ctx ended is no error: Run is stopping, and serves nothing.
+func (c *Consumer[TTx]) recordRetention(ctx context.Context) error {
+	err := c.ib.RecordRetention(ctx, c.cfg.Name)
+	switch {
+	case err == nil || ctx.Err() != nil:
+		return nil
+	case !tableExists(ctx, c.d, "consumer_horizons"):
+		return fmt.Errorf("consumer %q: %w (run 'idem migrate up': migration 0015_consumer_horizons)", c.cfg.Name, err)
+	}
+	return fmt.Errorf("consumer %q: %w", c.cfg.Name, err)
+}
+
+// tableExists reports whether d's database has table name (false when
+// that cannot be read either).
+func tableExists[TTx any](ctx context.Context, d store.Driver[TTx], name string) bool {
+	ok, err := sqlmeta.TableExists(ctx, d, name)
+	return ok && err == nil
 }

@@ -10,7 +10,11 @@
 // discards them. A letter is redriven or discarded at most once: both only
 // act on a letter still in state parked. Redrive is safe even when the
 // message had partly taken effect, because consumers dedup on the message
-// id through their inbox.
+// id through their inbox. A redrive, and an edited revision ([Store.Revise]),
+// is for the letter's consumer only: it carries broker.HeaderRedriveFor,
+// and the other consumers of the subject acknowledge it unprocessed, since
+// they applied the original already or hold letters of their own for it
+// ([Store.OfMessage] lists them).
 //
 // Parking the same message again while its letter is still parked (the
 // consumer crashed between parking and terminating the delivery, so the
@@ -44,6 +48,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlset"
@@ -172,11 +177,13 @@ type Config struct {
 	// Logger receives a warning for every letter parked and an info line
 	// per redrive or discard. Defaults to discarding.
 	Logger *slog.Logger
-	// InboxRetention returns how long the inbox of consumer remembers a
-	// message id (inbox.Config.Retention, or its RetentionFor entry): a
-	// redrive of a letter older than that is refused (see
-	// [Store.RedriveWith]). Defaults to 7 days for every consumer, the
-	// inbox's default.
+	// InboxRetention, if set, returns how long the caller says the inbox
+	// of consumer remembers a message id: a redrive of a letter older than
+	// that is refused (see [Store.RedriveWith]). It may only shorten what
+	// the consumer recorded when it started (see [Store.InboxRetention]):
+	// a longer value refuses the redrive with [ErrRetentionOverstated].
+	// Without it, the recorded retention is used (DefaultInboxRetention
+	// for a consumer that recorded none).
 	InboxRetention func(consumer string) time.Duration
 }
 
@@ -202,9 +209,6 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Store[TTx], error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if cfg.InboxRetention == nil {
-		cfg.InboxRetention = func(string) time.Duration { return DefaultInboxRetention }
-	}
 	return &Store[TTx]{d: d, q: d.Statements().DeadLetters, now: cfg.Now,
 		log: obs.Component(cfg.Logger, "dlq"), retention: cfg.InboxRetention}, nil
 }
@@ -213,10 +217,12 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Store[TTx], error) {
 // it becomes visible when tx commits and vanishes if tx rolls back. If the
 // same message (consumer, message id, payload) is already parked, that
 // letter's attempts, error and last failure time are updated and its id is
-// returned. Consumer and MessageID are required. The payload is stored byte
-// for byte; invalid UTF-8 and NUL bytes in Source, Position, Key, Error and
+// returned. Consumer (at most idem.MaxKeyLen bytes, as a consumer name)
+// and MessageID are required. The payload is stored byte
+// for byte; invalid UTF-8 and NUL bytes in Source, Position, Key and
 // ErrorClass (which no text column of PostgreSQL accepts) are stored as
-// U+FFFD, so any message can be parked.
+// U+FFFD, so any message can be parked. Error is stored with invalid UTF-8
+// as U+FFFD and NUL bytes removed, cut on a rune boundary to at most 4 KiB.
 func (s *Store[TTx]) ParkTx(ctx context.Context, tx TTx, l Letter) (int64, error) {
 	return s.park(ctx, s.d.Tx(tx), l)
 }
@@ -229,6 +235,9 @@ func (s *Store[TTx]) Park(ctx context.Context, l Letter) (int64, error) {
 func (s *Store[TTx]) park(ctx context.Context, q store.Querier, l Letter) (int64, error) {
 	if l.Consumer == "" || l.MessageID == "" {
 		return 0, fmt.Errorf("%w: dlq: letter needs a consumer and a message id", idem.ErrInvalidInput)
+	}
+	if len(l.Consumer) > idem.MaxKeyLen {
+		return 0, fmt.Errorf("%w: dlq: consumer of %d bytes exceeds %d", idem.ErrInvalidInput, len(l.Consumer), idem.MaxKeyLen)
 	}
 	headers := l.Headers
 	if headers == nil {
@@ -248,7 +257,7 @@ func (s *Store[TTx]) park(ctx context.Context, q store.Querier, l Letter) (int64
 	}
 	var id int64
 	err = q.QueryRow(ctx, s.q.Park, l.Consumer, storable(l.Source), storable(l.Position), l.MessageID, storable(l.Key),
-		string(hj), payload, idem.PayloadFingerprint(payload).Bytes(), storable(l.Error), storable(l.ErrorClass),
+		string(hj), payload, idem.PayloadFingerprint(payload).Bytes(), errtext.Clean(l.Error), storable(l.ErrorClass),
 		max(l.Attempts, 1), store.Micros(now)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("dlq: park %s/%s: %w", l.Consumer, l.MessageID, err)
@@ -304,16 +313,7 @@ func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlq: list: %w", err)
 	}
-	defer rows.Close()
-	var out []Letter
-	for rows.Next() {
-		l, err := scanLetter(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
+	return scanLetters(rows)
 }
 
 // Redrive republishes letter id through pub with its original message id,
@@ -327,6 +327,11 @@ func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
 // after the broker accepted the message and before the commit, the letter
 // stays parked and a later redrive publishes it again: the consumer's inbox
 // absorbs that duplicate.
+//
+// The republished message carries broker.HeaderRedriveFor with the
+// letter's consumer: it reaches every consumer of the subject, but only the
+// letter's own consumer processes it; the others acknowledge it unprocessed
+// (they applied the original already, or hold their own letter for it).
 //
 // The republished message carries broker.HeaderRedrive with the letter's
 // id, so brokers that dedup on the message id inside a window (JetStream)
@@ -344,8 +349,22 @@ func (s *Store[TTx]) Redrive(ctx context.Context, id int64, by string, pub broke
 // RedriveWith is [Store.Redrive] with options. Before publishing it checks
 // the replay horizon (see [ErrRedriveRefused]); opt.Force with a non-empty
 // opt.Reason redrives anyway, recording the reason with the letter
-// (RedriveReason) and logging a warning.
+// (RedriveReason) and logging a warning. The redrive is recorded in the
+// audit log (see [Store.DiscardWith]) with by and opt.Reason.
 func (s *Store[TTx]) RedriveWith(ctx context.Context, id int64, by string, pub broker.Publisher, opt RedriveOptions) (Letter, error) {
+	var l Letter
+	err := s.audited(ctx, auditRedrive, id, by, opt.Reason, "", func() (string, error) {
+		var err error
+		if l, err = s.redrive(ctx, id, by, pub, opt); err != nil {
+			return "", err
+		}
+		return redriveDetails(l, opt), nil
+	})
+	return l, err
+}
+
+// redrive is RedriveWith without the audit log.
+func (s *Store[TTx]) redrive(ctx context.Context, id int64, by string, pub broker.Publisher, opt RedriveOptions) (Letter, error) {
 	if opt.Force && strings.TrimSpace(opt.Reason) == "" {
 		return Letter{}, idem.InvalidOptionf("dlq: a forced redrive needs a reason")
 	}
@@ -367,7 +386,7 @@ func (s *Store[TTx]) RedriveWith(ctx context.Context, id int64, by string, pub b
 			return err
 		}
 		if err := s.checkHorizon(ctx, tx, l); err != nil {
-			if !opt.Force {
+			if !opt.Force || !errors.Is(err, ErrRedriveRefused) {
 				return err
 			}
 			s.log.WarnContext(ctx, "dead letter redriven past its replay horizon", slog.Int64("letter", id),
@@ -405,6 +424,7 @@ func redriveMessage(l Letter) idem.Message {
 		h[k] = v
 	}
 	h[broker.HeaderRedrive] = strconv.FormatInt(l.ID, 10)
+	h[broker.HeaderRedriveFor] = l.Consumer
 	m.Headers = h
 	return m
 }
@@ -464,7 +484,13 @@ func (s *Store[TTx]) RedriveAllWith(ctx context.Context, f Filter, by string, pu
 
 // Discard marks letter id discarded by by (who): it will never be
 // redriven. A letter that is not parked is refused with [ErrNotParked].
+// It is recorded in the audit log (see [Store.DiscardWith]).
 func (s *Store[TTx]) Discard(ctx context.Context, id int64, by string) error {
+	return s.DiscardWith(ctx, id, by, DiscardOptions{})
+}
+
+// discard is Discard without the audit log.
+func (s *Store[TTx]) discard(ctx context.Context, id int64, by string) error {
 	n, err := s.d.Pool().Exec(ctx, s.q.Discard, id, by, store.Micros(s.now()))
 	if err != nil {
 		return fmt.Errorf("dlq: discard %d: %w", id, err)

@@ -12,16 +12,88 @@ import (
 )
 
 // DefaultInboxRetention is the inbox retention the store assumes for a
-// consumer when Config.InboxRetention is not set: the inbox's default.
+// consumer that recorded none ([inbox.Inbox.RecordRetention]; it has not
+// started since migration 0015_consumer_horizons): the inbox's default.
 const DefaultInboxRetention = 7 * 24 * time.Hour
+
+// ErrRetentionOverstated reports an inbox retention given to the store
+// (Config.InboxRetention; the idem dlq command's --inbox-retention)
+// longer than the one the letter's consumer recorded when it started
+// ([inbox.Inbox.RecordRetention]), or, for a consumer that recorded
+// none, longer than [DefaultInboxRetention], which cannot be checked: a
+// redrive judged by it could apply again a message whose id the inbox has
+// already forgotten. It is refused even with RedriveOptions.Force (a
+// forced redrive needs no retention); nothing was published.
+var ErrRetentionOverstated = errors.New("dlq: the inbox retention given is longer than the consumer's own")
+
+// RetentionClaimError is an inbox retention given to the store that is
+// longer than the consumer's own. It matches [ErrRetentionOverstated].
+type RetentionClaimError struct {
+	Consumer string
+	// Claimed is the retention given; Own the one the consumer recorded
+	// at RecordedAt, or DefaultInboxRetention when it recorded none
+	// (RecordedAt zero).
+	Claimed, Own time.Duration
+	RecordedAt   time.Time
+}
+
+// Error implements error.
+func (e *RetentionClaimError) Error() string {
+	if e.RecordedAt.IsZero() {
+		return fmt.Sprintf("%v: consumer %q recorded no inbox retention (it has not started since migration 0015), so the default %s "+
+			"applies and %s cannot be checked; start the consumer once (it records its retention), "+
+			"or judge by no more than the default and redrive older letters with --force --reason",
+			ErrRetentionOverstated, e.Consumer, horizon.Format(e.Own), horizon.Format(e.Claimed))
+	}
+	return fmt.Sprintf("%v: consumer %q keeps message ids %s (recorded when it started, %s), not %s; "+
+		"a letter older than that is redriven only with --force --reason",
+		ErrRetentionOverstated, e.Consumer, horizon.Format(e.Own), e.RecordedAt.UTC().Format(time.RFC3339), horizon.Format(e.Claimed))
+}
+
+// Is reports whether target is ErrRetentionOverstated.
+func (e *RetentionClaimError) Is(target error) bool { return target == ErrRetentionOverstated }
+
+// InboxRetention returns the inbox retention the letters of consumer are
+// checked against on redrive: the one the consumer recorded when it last
+// started (DefaultInboxRetention when it recorded none), or the shorter
+// one Config.InboxRetention gives. A longer Config.InboxRetention is a
+// [RetentionClaimError].
+func (s *Store[TTx]) InboxRetention(ctx context.Context, consumer string) (time.Duration, error) {
+	rec, found, err := inbox.RecordedRetention(ctx, s.d, consumer)
+	if err != nil {
+		return 0, fmt.Errorf("dlq: %w", err)
+	}
+	return s.judgeRetention(consumer, rec, found)
+}
+
+// judgeRetention is InboxRetention on what consumer recorded.
+func (s *Store[TTx]) judgeRetention(consumer string, rec inbox.Recorded, found bool) (time.Duration, error) {
+	own := rec.Retention
+	if !found {
+		own, rec.RecordedAt = DefaultInboxRetention, time.Time{}
+	}
+	if s.retention == nil {
+		return own, nil
+	}
+	claimed := s.retention(consumer)
+	if claimed <= 0 { // no claim for this consumer
+		return own, nil
+	}
+	if claimed > own {
+		return 0, &RetentionClaimError{Consumer: consumer, Claimed: claimed, Own: own, RecordedAt: rec.RecordedAt}
+	}
+	return claimed, nil
+}
 
 // RedriveOptions tune [Store.RedriveWith].
 type RedriveOptions struct {
 	// Force redrives a letter the replay-horizon check refuses. It needs a
 	// Reason.
 	Force bool
-	// Reason says why a forced redrive is safe (the operator checked that
-	// the message was never applied); stored with the letter.
+	// Reason says why the letter is redriven; it is recorded in the audit
+	// log. A forced redrive needs one saying why it is safe (the operator
+	// checked that the message was never applied), and it is then also
+	// stored with the letter (RedriveReason).
 	Reason string
 }
 
@@ -90,10 +162,19 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRedriveRefuse
 // past its expiry, when the GC may delete it before the redrive arrives —
 // and either the letter is a fingerprint mismatch (the id was processed
 // with another payload) or it is older than the consumer's inbox
-// retention. With a live record the inbox still recognises the id, so the
-// redrive is safe either way.
+// retention (see [Store.InboxRetention]; an overstated retention is a
+// [RetentionClaimError], whatever the letter). With a live record the inbox
+// still recognises the id, so the redrive is safe either way.
 func (s *Store[TTx]) checkHorizon(ctx context.Context, tx TTx, l Letter) error {
 	now := s.now()
+	rec, recorded, err := inbox.RecordedRetentionTx(ctx, s.d, tx, l.Consumer)
+	if err != nil {
+		return fmt.Errorf("dlq: redrive %d: %w", l.ID, err)
+	}
+	retention, err := s.judgeRetention(l.Consumer, rec, recorded)
+	if err != nil {
+		return err
+	}
 	exp, found, err := inbox.ExpiryOfTx(ctx, s.d, tx, l.Consumer, l.MessageID)
 	if err != nil {
 		return fmt.Errorf("dlq: redrive %d: %w", l.ID, err)
@@ -102,7 +183,7 @@ func (s *Store[TTx]) checkHorizon(ctx context.Context, tx TTx, l Letter) error {
 		return nil
 	}
 	ref := &RefusedError{LetterID: l.ID, Consumer: l.Consumer, MessageID: l.MessageID,
-		Age: now.Sub(l.FirstFailedAt), Retention: s.retention(l.Consumer)}
+		Age: now.Sub(l.FirstFailedAt), Retention: retention}
 	ref.OriginalExpiredAt = exp // zero when the record is gone
 	if l.ErrorClass == idem.ErrorClass(idem.ErrFingerprintMismatch) {
 		ref.Reason = RefusedOriginalExpired

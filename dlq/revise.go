@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/store"
 )
 
@@ -30,6 +31,19 @@ const headerCloudEventsID = "ce-id"
 // [HeaderRevisionOf] naming the original message id. The original letter
 // is marked discarded by by (who) and can no longer be redriven.
 //
+// The revision is for the letter's consumer only: it carries
+// [broker.HeaderRedriveFor] with the letter's consumer name, so the other
+// consumers of the subject, which applied the original already or hold
+// their own letter for it, acknowledge it without processing it. In the
+// same transaction that resolves the letter, the original message id is
+// recorded as consumed in the inbox of the letter's consumer (with the
+// original payload's fingerprint and that consumer's inbox retention, see
+// Config.InboxRetention): a producer re-sending the original is then a
+// duplicate there, and the revision stays the one copy it applies. A
+// consumer that derives its inbox identity from the payload
+// (consumer.Config.MessageID) processes its own revision under the
+// revision's id.
+//
 // Like [Store.Redrive], the letter is claimed (parked → discarded) in a
 // transaction that commits only after pub accepted the revision: if
 // publishing fails the letter stays parked and nothing was published that
@@ -37,8 +51,14 @@ const headerCloudEventsID = "ce-id"
 // [ErrNotParked]. If the process dies after the broker accepted the
 // revision and before the commit, the letter stays parked although its
 // revision is out: an operator must then discard it (the revision's id is
-// in the log and in the returned message).
+// in the log and in the returned message). The revision is recorded in the
+// audit log (see [Store.ReviseWith]).
 func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher) (Letter, idem.Message, error) {
+	return s.ReviseWith(ctx, id, by, payload, pub, ReviseOptions{})
+}
+
+// revise is Revise without the audit log.
+func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher) (Letter, idem.Message, error) {
 	if pub == nil {
 		return Letter{}, idem.Message{}, idem.InvalidOptionf("dlq: revise needs a publisher")
 	}
@@ -62,6 +82,9 @@ func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []
 		}
 		if n == 0 {
 			return s.notParked(ctx, id)
+		}
+		if err := s.consumed(ctx, tx, l); err != nil {
+			return fmt.Errorf("dlq: revise %d: %w", id, err)
 		}
 		rev = revision(l, rid.String(), payload)
 		if err := pub.Publish(ctx, rev); err != nil {
@@ -90,7 +113,31 @@ func revision(l Letter, id string, payload []byte) idem.Message {
 		h[headerCloudEventsID] = id
 	}
 	h[HeaderRevisionOf] = l.MessageID
+	h[broker.HeaderRedriveFor] = l.Consumer
 	m.ID, m.Headers = id, h
 	m.Payload = append([]byte{}, payload...)
 	return m
+}
+
+// consumed records l's original message as consumed in the inbox of l's
+// consumer, through the inbox's own insert in the caller's transaction tx,
+// kept for the inbox retention that consumer recorded (as its own rows
+// are): a record already there (the letter was parked for a fingerprint
+// mismatch, or a copy was processed meanwhile) is left as it is.
+func (s *Store[TTx]) consumed(ctx context.Context, tx TTx, l Letter) error {
+	rec, found, err := inbox.RecordedRetentionTx(ctx, s.d, tx, l.Consumer)
+	if err != nil {
+		return err
+	}
+	keep := rec.Retention
+	if !found {
+		keep = DefaultInboxRetention
+	}
+	now := s.now()
+	fp := idem.PayloadFingerprint(l.Payload)
+	if _, err := s.d.Tx(tx).Exec(ctx, s.d.Statements().Inbox.Insert, l.Consumer, l.MessageID, fp[:], store.Micros(now),
+		store.Micros(now.Add(keep))); err != nil {
+		return fmt.Errorf("record %s/%s in the inbox: %w", l.Consumer, l.MessageID, err)
+	}
+	return nil
 }

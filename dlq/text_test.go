@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/internal/errtext/errtexttest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -60,4 +61,31 @@ func testParkUnstorableText[TTx any](t *testing.T, d store.Driver[TTx]) {
 			t.Errorf("header %q: %q, want valid UTF-8", k, v)
 		}
 	}
+}
+
+// A letter's error text is stored cleaned and capped: a rune across byte
+// 2,000 kept whole, NUL removed, invalid UTF-8 replaced, at most 4 KiB, on
+// every dialect. Before, it was stored whole (a handler error quoting a
+// megabyte response body made a megabyte letter) with NUL as U+FFFD.
+func TestParkErrorTextCapped(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testParkErrorTextCapped(t, e.D) })
+}
+
+func testParkErrorTextCapped[TTx any](t *testing.T, d store.Driver[TTx]) {
+	ctx := context.Background()
+	s, err := dlq.New(d, dlq.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := errtexttest.Text("") + "\xff" + strings.Repeat("y", 1<<20)
+	id, err := s.Park(ctx, dlq.Letter{Consumer: "billing", MessageID: "m-1", Payload: []byte("{}"), Error: text, ErrorClass: "transient"})
+	if err != nil {
+		t.Fatalf("park: %v", err)
+	}
+	l, err := s.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errtexttest.Check(t, "letter's error", l.Error, text)
 }

@@ -150,7 +150,7 @@ func record(e Effect, fp idem.Fingerprint) lease.Record {
 func (l *Ledger[TTx]) run(ctx context.Context, e Effect, fn CallFunc) ([]byte, error) {
 	ctx, span := l.startCall(ctx, e)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
-	res, err := callSafely(func() ([]byte, error) { return fn(cctx, e.Key) })
+	res, err := callSafely(ctx, l.log, e.Key, func() ([]byte, error) { return fn(cctx, e.Key) })
 	cancel()
 	switch {
 	case err == nil:

@@ -45,8 +45,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlset"
 )
@@ -70,7 +72,8 @@ type Effect struct {
 	// Key names the intent ("order-confirmed-email:<orderId>") and is passed
 	// to the provider as its idempotency key. Required, at most 255 bytes.
 	Key string
-	// Kind selects the [Performer] ("email.send"). Required for Schedule.
+	// Kind selects the [Performer] ("email.send"). Required for Schedule;
+	// at most idem.MaxKeyLen bytes.
 	Kind string
 	// Payload is handed to the Performer unchanged.
 	Payload []byte
@@ -81,7 +84,7 @@ type Effect struct {
 	Attempts      int    // claims so far (attempts interrupted by a graceful stop are not counted)
 	Token         int64  // fencing token: incremented on every claim
 	Result        []byte // the provider's answer once completed
-	LastError     string // the last error text
+	LastError     string // the last error text, at most 4 KiB (cut on a rune), invalid UTF-8 as U+FFFD, NUL removed
 	LeaseUntil    time.Time
 	NextAttemptAt time.Time
 	CreatedAt     time.Time
@@ -310,6 +313,9 @@ func (l *Ledger[TTx]) scheduleArgs(ctx context.Context, e Effect, now time.Time)
 	if e.Kind == "" {
 		return nil, idem.Fingerprint{}, fmt.Errorf("effect: %w: empty kind for %q", idem.ErrInvalidInput, e.Key)
 	}
+	if len(e.Kind) > idem.MaxKeyLen {
+		return nil, idem.Fingerprint{}, fmt.Errorf("effect: %w: kind of %d bytes for %q exceeds %d", idem.ErrInvalidInput, len(e.Kind), e.Key, idem.MaxKeyLen)
+	}
 	payload := e.Payload
 	if payload == nil {
 		payload = []byte{}
@@ -465,7 +471,7 @@ func (l *Ledger[TTx]) ListHeld(ctx context.Context, limit int) ([]Effect, error)
 // hold marks the claimed effect held under the token: no lease, never
 // claimed again until Resolve or Retry; the claim's attempt is not counted.
 func (l *Ledger[TTx]) hold(ctx context.Context, key string, token int64, cause error) error {
-	n, err := l.d.Pool().Exec(ctx, l.q.Hold, key, token, store.Micros(l.now()), cause.Error())
+	n, err := l.d.Pool().Exec(ctx, l.q.Hold, key, token, store.Micros(l.now()), errtext.Of(cause))
 	return lease.Fence(n, err, fmt.Sprintf("effect: hold %q", key), token)
 }
 
@@ -543,11 +549,7 @@ func (l *Ledger[TTx]) release(ctx context.Context, key string, token int64, next
 	if uncount {
 		delta = 1
 	}
-	msg := ""
-	if cause != nil {
-		msg = cause.Error()
-	}
-	n, err := l.d.Pool().Exec(ctx, l.q.Release, key, token, store.Micros(next), msg, store.Micros(l.now()), delta)
+	n, err := l.d.Pool().Exec(ctx, l.q.Release, key, token, store.Micros(next), errtext.Of(cause), store.Micros(l.now()), delta)
 	return lease.Fence(n, err, fmt.Sprintf("effect: release %q", key), token)
 }
 
@@ -556,7 +558,7 @@ func (l *Ledger[TTx]) release(ctx context.Context, key string, token int64, next
 func (l *Ledger[TTx]) fail(ctx context.Context, key string, token int64, cause error, hook func(ctx context.Context, tx TTx, e Effect) error) (Effect, error) {
 	var failed Effect
 	err := store.InTx(ctx, l.d, func(tx TTx) error {
-		e, err := scanEffect(l.d.Tx(tx).QueryRow(ctx, l.q.Fail, key, token, cause.Error(), store.Micros(l.now())))
+		e, err := scanEffect(l.d.Tx(tx).QueryRow(ctx, l.q.Fail, key, token, errtext.Of(cause), store.Micros(l.now())))
 		n := int64(1)
 		if errors.Is(err, store.ErrNoRows) {
 			n, err = 0, nil // no row under the token: the lease was lost
@@ -573,12 +575,14 @@ func (l *Ledger[TTx]) fail(ctx context.Context, key string, token int64, cause e
 	return failed, err
 }
 
-// callSafely runs f, turning a panic into an error.
-func callSafely(f func() ([]byte, error)) (res []byte, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("effect: call panicked: %v", p)
-		}
-	}()
-	return f()
+// callSafely runs f, the call of the effect key, turning a panic into an
+// *idem.PanicError (class "panic", a transient failure) logged with its
+// stack on log.
+func callSafely(ctx context.Context, log *slog.Logger, key string, f func() ([]byte, error)) (res []byte, err error) {
+	err = panics.Call(ctx, log, "effect call panicked; it is retried like a failed call", func() error {
+		var ferr error
+		res, ferr = f()
+		return ferr
+	}, "effect_key", key)
+	return res, err
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/store"
 )
 
@@ -119,7 +120,8 @@ type WorkerConfig[TTx any] struct {
 	// (permanent error or attempts exhausted), with the error that failed
 	// it: plug the dead-letter store here (e.g. park the effect with its
 	// key, kind, payload and error) so the failure and its dead letter
-	// commit together. If it returns an error the transaction rolls back and
+	// commit together. If it returns an error (or panics: the panic is
+	// recovered and logged with its stack) the transaction rolls back and
 	// the effect is retried later as a transient failure. Defaults to none:
 	// the failed state itself is the dead letter, listed with
 	// [Ledger.List] and redriven with [Ledger.Retry]. With the dlq package:
@@ -454,7 +456,7 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 	sctx, span := w.l.startCall(obs.FromRow(ctx, e.TraceParent, e.TraceState), e)
 	fctx = trace.ContextWithSpan(fctx, span)
 	cctx, cancel := context.WithTimeout(sctx, w.l.cfg.CallTimeout)
-	res, err := callSafely(func() ([]byte, error) { return k.perform(cctx, e.Key, e.Payload) })
+	res, err := callSafely(sctx, w.log, e.Key, func() ([]byte, error) { return k.perform(cctx, e.Key, e.Payload) })
 	cancel()
 	if k.breaker != nil {
 		k.breaker.Record(err)
@@ -488,7 +490,12 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 func (w *Worker[TTx]) failEffect(ctx context.Context, log *slog.Logger, k *kind, e Effect, cause error) {
 	var hook func(ctx context.Context, tx TTx, e Effect) error
 	if w.cfg.OnFailed != nil {
-		hook = func(ctx context.Context, tx TTx, e Effect) error { return w.cfg.OnFailed(ctx, tx, e, cause) }
+		hook = func(ctx context.Context, tx TTx, e Effect) error {
+			// A panic of the hook rolls the transaction back and is retried
+			// like the hook's error.
+			return panics.Call(ctx, log, "OnFailed panicked; the effect is retried later",
+				func() error { return w.cfg.OnFailed(ctx, tx, e, cause) })
+		}
 	}
 	_, err := w.l.fail(ctx, e.Key, e.Token, cause, hook)
 	if err == nil {

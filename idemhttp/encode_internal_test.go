@@ -44,8 +44,12 @@ func TestEncodeHeadersIsJSONMarshal(t *testing.T) {
 	}
 }
 
-// The request fingerprint is the SHA-256 of the parts it always had, in
-// their order: records stored by earlier versions keep matching.
+// The request fingerprint is the SHA-256 of these parts, in this order:
+// stored records match only while it stays so. The media type part
+// ("type", the Content-Type without parameters) is the one change since
+// the request target: without it the same bytes as form data and as
+// text/plain replayed each other (see CHANGELOG.md for what a retry that
+// spans that upgrade gets).
 func TestFingerprintParts(t *testing.T) {
 	m := &Middleware[any]{cfg: Config{FingerprintHeaders: []string{"X-B", "X-A"}, ExcludeQuery: []string{"cb"}}}
 	long := strings.Repeat("/seg", 40) // longer than the fingerprinter's scratch
@@ -59,14 +63,14 @@ func TestFingerprintParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := idem.FingerprintOf([]byte("POST"), []byte("POST op"), []byte("path"), []byte(long), []byte("query"), []byte("a=1&b=2"),
-		[]byte("json"), c, []byte("X-B"), []byte(""), []byte("X-A"), []byte("1\x002"))
+		[]byte("type"), []byte("application/json"), []byte("json"), c, []byte("X-B"), []byte(""), []byte("X-A"), []byte("1\x002"))
 	m.cfg.FingerprintHeaders = []string{"X-B", "X-A"}
 	if got := m.fingerprint(r, "POST op", body); got != want {
 		t.Fatalf("fingerprint %s, want %s", got, want)
 	}
 	raw := idem.FingerprintOf([]byte("POST"), []byte("POST op"), []byte("path"), []byte(long), []byte("query"), []byte("a=1&b=2"),
-		[]byte("raw"), []byte("x"), []byte("X-B"), []byte(""), []byte("X-A"), []byte("1\x002"))
-	r.Header.Set("Content-Type", "text/plain")
+		[]byte("type"), []byte("text/plain"), []byte("raw"), []byte("x"), []byte("X-B"), []byte(""), []byte("X-A"), []byte("1\x002"))
+	r.Header.Set("Content-Type", "Text/Plain; charset=utf-8")
 	if got := m.fingerprint(r, "POST op", []byte("x")); got != raw {
 		t.Fatalf("raw fingerprint %s, want %s", got, raw)
 	}

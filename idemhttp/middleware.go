@@ -17,8 +17,8 @@
 //	key missing on POST/PATCH             400 (unless Config.Optional)
 //	key malformed, several key headers    400
 //	Config.Tenant fails                   401
-//	tenant not storable text              401 (NUL, invalid UTF-8, > MaxTenantLen bytes)
-//	operation not storable text           400 (NUL, invalid UTF-8, > MaxOperationLen bytes)
+//	tenant not storable text              401 (NUL, invalid UTF-8, > MaxTenantLen bytes or the dialect's limit)
+//	operation not storable text           400 (NUL, invalid UTF-8, > MaxOperationLen bytes or the dialect's limit)
 //	body above Config.MaxBodyBytes        413
 //	response > Config.MaxResponseBytes    500; nothing recorded, the retry executes
 //	record past its retention             treated as absent: the request executes again
@@ -26,9 +26,13 @@
 //
 // The scope of a key is tenant + operation + key: one tenant never receives
 // another tenant's stored response. The fingerprint is the SHA-256 of the
-// method, the operation, the request target, the body (canonical JSON for
-// JSON content types, so key order and whitespace do not matter; raw bytes
-// otherwise) and Config.FingerprintHeaders. The target is the escaped path
+// method, the operation, the request target, the media type, the body
+// (canonical JSON for JSON content types, so key order and whitespace do
+// not matter; raw bytes otherwise) and Config.FingerprintHeaders. The media
+// type is the Content-Type without its parameters, lower-cased: the same
+// bytes as form data and as text/plain, or as application/merge-patch+json
+// and application/json-patch+json, are two requests (422), while
+// "application/json; charset=utf-8" equals "Application/JSON". The target is the escaped path
 // as the client spelled it (r.URL.EscapedPath(): /accounts/A/charge and
 // /accounts/B/charge differ even though they share one route, and so do
 // a%2Fb and a%252Fb, and also A and %41 — a client must retry the same
@@ -40,10 +44,11 @@
 // a semicolon) is compared byte for byte. Config.ExcludeQuery leaves named
 // parameters (cache busters) out; by default every parameter counts.
 //
-// Records stored by a version before the target was fingerprinted carry
-// the older fingerprint: a retry of such a request answers 422 (it is
-// never replayed for another target, and never executed twice). That lasts
-// at most Config.Retention after the upgrade.
+// Records stored by a version before the target (or, later, the media
+// type) was fingerprinted carry the older fingerprint: a retry of such a
+// request answers 422 (it is never replayed for another target or media
+// type, and never executed twice). That lasts at most Config.Retention
+// after the upgrade.
 //
 // Responses are buffered until they are recorded, in both modes: up to
 // Config.MaxResponseMemory in memory, the rest in a private temporary file
@@ -65,7 +70,11 @@
 // transaction that holds the key record; it gets it with [Tx] (e.g.
 // Tx[pgx.Tx]) or [SQLTx]. The response is buffered and sent only after the
 // commit: a crash, panic or 5xx leaves nothing recorded and a retry executes; a
-// commit that fails answers 503 with nothing recorded. A concurrent
+// commit that fails answers 503 with nothing recorded. A handler's panic is
+// not swallowed: the middleware rolls the transaction back (in two-phase
+// mode it releases the key's claim) and re-raises the panic, so net/http's
+// own recovery (or the application's recovery middleware, placed outside
+// this one) deals with it. A concurrent
 // duplicate blocks on the primary key (PostgreSQL: at most
 // Config.LockTimeout; SQLite: BEGIN IMMEDIATE serialises writers) and then
 // replays, or answers 409.
@@ -141,6 +150,18 @@ type Middleware[TTx any] struct {
 	lockTO string // lockTimeout(cfg.LockTimeout), rendered once
 	// replayNames is cfg.ReplayHeaders sorted, without duplicates.
 	replayNames []string
+	// maxTenant, maxOperation and maxKey are the longest scope the store
+	// holds: the package's limits, or the dialect's where lower.
+	maxTenant, maxOperation, maxKey int
+}
+
+// within is limit, or the dialect's limit when it declares a lower one
+// (0: none).
+func within(limit, dialect int) int {
+	if dialect > 0 && dialect < limit {
+		return dialect
+	}
+	return limit
 }
 
 // New returns a Middleware storing its records through d. Configuration
@@ -160,6 +181,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
 	if err := schemacheck.Ready(d); err != nil {
 		return nil, fmt.Errorf("idemhttp: %w", err)
 	}
+	lim := d.Statements().Limits
 	return &Middleware[TTx]{
 		d:      d,
 		cfg:    cfg,
@@ -169,6 +191,10 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
 		lockTO: lockTimeout(cfg.LockTimeout),
 
 		replayNames: sortedNames(cfg.ReplayHeaders),
+
+		maxTenant:    within(MaxTenantLen, lim.HTTPTenant),
+		maxOperation: within(MaxOperationLen, lim.HTTPOperation),
+		maxKey:       within(idem.MaxKeyLen, lim.HTTPKey),
 	}, nil
 }
 
@@ -246,6 +272,9 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 		return DecisionRejected, nil
 	}
 	key, err := ParseKey(r.Header)
+	if err == nil && len(key) > m.maxKey {
+		err = fmt.Errorf("%w: key of %d characters exceeds %d", ErrKeyInvalid, len(key), m.maxKey)
+	}
 	if err != nil {
 		m.fail(w, r, err, "", err.Error())
 		return DecisionRejected, nil
@@ -257,15 +286,16 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 		return DecisionRejected, nil
 	}
 	// Tenant and operation are checked before anything reaches the store:
-	// text PostgreSQL cannot hold would otherwise fail there (a 503 telling
-	// the client to retry what can never succeed).
-	if err := checkText("tenant", tenant, MaxTenantLen); err != nil {
+	// text PostgreSQL cannot hold, or longer than the dialect's columns,
+	// would otherwise fail there (a 503 telling the client to retry what
+	// can never succeed).
+	if err := checkText("tenant", tenant, m.maxTenant); err != nil {
 		m.log.InfoContext(r.Context(), "tenant rejected", "error", err)
 		m.fail(w, r, fmt.Errorf("%w: %w", ErrUnauthorized, err), key, "")
 		return DecisionRejected, nil
 	}
 	op := m.cfg.Operation(r)
-	if err := checkText("operation", op, MaxOperationLen); err != nil {
+	if err := checkText("operation", op, m.maxOperation); err != nil {
 		m.log.InfoContext(r.Context(), "operation rejected", "error", err)
 		m.fail(w, r, fmt.Errorf("%w: %w", ErrOperationInvalid, err), key, err.Error())
 		return DecisionRejected, nil
@@ -384,7 +414,7 @@ func (m *Middleware[TTx]) readBody(w http.ResponseWriter, r *http.Request) ([]by
 }
 
 // fingerprint hashes method, operation, request target (escaped path and
-// canonical query), body and the configured headers.
+// canonical query), media type, body and the configured headers.
 func (m *Middleware[TTx]) fingerprint(r *http.Request, op string, body []byte) idem.Fingerprint {
 	// The parts of idem.FingerprintOf, in this order: stored fingerprints
 	// depend on it.
@@ -398,7 +428,10 @@ func (m *Middleware[TTx]) fingerprint(r *http.Request, op string, body []byte) i
 		f.AddString(qtag)
 		f.AddString(q)
 	}
-	if c, err := canonicalBody(r.Header.Get("Content-Type"), body, m.cfg.ExcludeFields); err == nil {
+	ct := r.Header.Get("Content-Type")
+	f.AddString("type")
+	f.AddString(mediaType(ct))
+	if c, err := canonicalBody(ct, body, m.cfg.ExcludeFields); err == nil {
 		f.AddString("json")
 		f.Add(c)
 	} else {
@@ -430,6 +463,18 @@ func canonicalQuery(raw string, exclude []string) (tag, q string) {
 		delete(vals, name)
 	}
 	return "query", vals.Encode()
+}
+
+// mediaType is the media type of a Content-Type header without its
+// parameters, trimmed and lower-cased ("Application/JSON; charset=utf-8"
+// is "application/json"): the same bytes under another media type (form
+// data and text/plain, a JSON merge patch and a JSON patch) are another
+// request, while a charset parameter or the case of the type is not. A
+// header that is no valid media type is taken the same way, up to its
+// first ';'; no header is "".
+func mediaType(contentType string) string {
+	t, _, _ := strings.Cut(contentType, ";")
+	return strings.ToLower(strings.TrimSpace(t))
 }
 
 func canonicalBody(contentType string, body []byte, exclude []string) ([]byte, error) {

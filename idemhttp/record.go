@@ -162,7 +162,10 @@ func Forget[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation
 
 // Limits of the scope of a key, in bytes. With [idem.MaxKeyLen] they keep
 // the primary key of a record within what a PostgreSQL B-tree index entry
-// can hold (about 2.7 kB).
+// can hold (about 2.7 kB) and InnoDB's 3072-byte index key; MySQL's
+// columns are this wide since its migration 0016. A dialect that holds
+// less declares it (sqlset.Limits) and the middleware refuses a longer
+// scope with the same answers, before the store.
 const (
 	// MaxTenantLen is the longest tenant Config.Tenant may return; a
 	// longer one answers 401.

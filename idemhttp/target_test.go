@@ -77,3 +77,33 @@ func TestExcludeQuery(t *testing.T) {
 		}
 	})
 }
+
+// The media type is part of the request: the same key and bytes sent as
+// form data and then as text/plain, or as a JSON merge patch and then as a
+// JSON patch, are two requests (422), never a replay. Parameters and the
+// case of the media type do not count.
+func TestFingerprintCoversMediaType(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, e *env) {
+		a := &app{}
+		h := e.handler(t, idemhttp.Config{}, a)
+		form := do(h, req{tenant: "acme", key: "form", body: `a=1&b=2`, contentType: "application/x-www-form-urlencoded"})
+		wantStatus(t, form, http.StatusCreated)
+		wantProblem(t, do(h, req{tenant: "acme", key: "form", body: `a=1&b=2`, contentType: "text/plain"}),
+			http.StatusUnprocessableEntity, idemhttp.TypeKeyReused)
+		wantReplay(t, do(h, req{tenant: "acme", key: "form", body: `a=1&b=2`,
+			contentType: "Application/X-WWW-Form-Urlencoded; charset=utf-8"}), form)
+
+		merge := do(h, req{tenant: "acme", key: "patch", body: `{"qty":1,"note":null}`, contentType: "application/merge-patch+json"})
+		wantStatus(t, merge, http.StatusCreated)
+		wantProblem(t, do(h, req{tenant: "acme", key: "patch", body: `{"qty":1,"note":null}`, contentType: "application/json-patch+json"}),
+			http.StatusUnprocessableEntity, idemhttp.TypeKeyReused)
+		wantProblem(t, do(h, req{tenant: "acme", key: "patch", body: `{"qty":1,"note":null}`, contentType: "application/json"}),
+			http.StatusUnprocessableEntity, idemhttp.TypeKeyReused)
+		// Still canonical JSON within one media type: reordered keys replay.
+		wantReplay(t, do(h, req{tenant: "acme", key: "patch", body: `{"note":null, "qty":1}`,
+			contentType: "application/merge-patch+json;charset=UTF-8"}), merge)
+		if a.execs.Load() != 2 {
+			t.Fatalf("handler ran %d times, want 2", a.execs.Load())
+		}
+	})
+}

@@ -260,3 +260,26 @@ func TestProxyUpstreamTimeout(t *testing.T) {
 		t.Fatalf("counts %+v, want the key executed twice (timed out, then re-executed)", c)
 	}
 }
+
+// The proxy fingerprints as idemhttp does, media type included: the same
+// key and bytes as a JSON merge patch and then as a JSON patch are 422,
+// and the upstream runs once.
+func TestProxyFingerprintCoversMediaType(t *testing.T) {
+	up := nodeUpstream(t, 0)
+	d := testdb.SQLite(t)
+	p := startProxy(t, d, up.URL, idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idem.Retake)}})
+	body := `{"sku":"a","qty":1}`
+	merge := map[string]string{"Content-Type": "application/merge-patch+json"}
+	wantStatus(t, send(t, p.URL, call{key: "k1", tenant: "acme", body: body, headers: merge}), 201)
+	wantStatus(t, send(t, p.URL, call{key: "k1", tenant: "acme", body: body,
+		headers: map[string]string{"Content-Type": "application/json-patch+json"}}), 422)
+	again := send(t, p.URL, call{key: "k1", tenant: "acme", body: body,
+		headers: map[string]string{"Content-Type": "application/merge-patch+json; charset=utf-8"}})
+	wantStatus(t, again, 201)
+	if again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("the same media type with a charset parameter was not replayed")
+	}
+	if c := executions(t, up); c.Executions != 1 {
+		t.Fatalf("upstream ran %d times, want 1", c.Executions)
+	}
+}

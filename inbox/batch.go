@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/store"
 )
 
@@ -37,8 +38,10 @@ type Outcome struct {
 //
 // The returned slice has one Outcome per message, in order. A message id
 // repeated within the batch is processed once; its later copies are
-// Duplicate (or a fingerprint mismatch). The error return is for failures of
-// the transaction itself; then the caller must roll tx back and retry the
+// Duplicate (or a fingerprint mismatch). A handler's panic is recovered,
+// logged with its stack, and is its message's failure: that Outcome.Err is
+// an *idem.PanicError (errors.Is idem.ErrPanic, class "panic"). The error
+// return is for failures of the transaction itself; then the caller must roll tx back and retry the
 // whole batch (or its messages one by one).
 //
 // A handler error matching store.ErrSerialization (a PostgreSQL deadlock or
@@ -80,6 +83,10 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 	}
 	if err := idem.ValidateID(consumer); err != nil {
 		return nil, fmt.Errorf("inbox: consumer: %w", err)
+	}
+	h = in.recovering(consumer, h)
+	if bh != nil {
+		bh = in.recoveringBatch(consumer, bh)
 	}
 	out := make([]Outcome, len(msgs))
 	fps := make([]idem.Fingerprint, len(msgs))
@@ -358,6 +365,16 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		}
 	}
 	return out, nil
+}
+
+// recoveringBatch returns bh with its panics recovered as
+// *idem.PanicError, logged with their stack: the pass is then replayed
+// message by message as after any error of bh.
+func (in *Inbox[TTx]) recoveringBatch(consumer string, bh BatchHandler[TTx]) BatchHandler[TTx] {
+	return func(ctx context.Context, tx TTx, msgs []idem.Message) error {
+		return panics.Call(ctx, in.log, "batch handler panicked; its writes are rolled back and its messages applied one by one",
+			func() error { return bh(ctx, tx, msgs) }, "consumer", consumer, "messages", len(msgs))
+	}
 }
 
 // ProcessBatch runs ProcessBatchTx in a transaction of its own and commits

@@ -39,6 +39,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlset"
 )
@@ -161,6 +162,9 @@ func validate(consumer string, msg idem.Message) error {
 //     failed by Fail: idem.ErrNeedsReconciliation.
 //   - h fails: its error is returned unchanged and the caller must roll tx
 //     back (the inbox row was written in tx), so the redelivery is processed.
+//   - h panics: the panic is recovered, logged at ERROR with its stack and
+//     returned as an *idem.PanicError (errors.Is idem.ErrPanic, class
+//     "panic"), a failure like any other: the caller must roll tx back.
 //
 // On PostgreSQL, tx should be READ COMMITTED (the default); at REPEATABLE
 // READ or SERIALIZABLE a concurrent duplicate surfaces as a serialization
@@ -172,6 +176,7 @@ func (in *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, ms
 	if h == nil {
 		return 0, idem.InvalidOptionf("inbox: nil handler")
 	}
+	h = in.recovering(consumer, h)
 	q := in.d.Tx(tx)
 	fp := msg.Fingerprint()
 	now := in.cfg.Now()
@@ -230,7 +235,7 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg idem.Mes
 			return 0, fmt.Errorf("inbox: record %s/%s: %w", consumer, msg.ID, err)
 		}
 		if ok && inserted {
-			if err := h(ctx, tx, msg); err != nil {
+			if err := in.recovering(consumer, h)(ctx, tx, msg); err != nil {
 				_ = in.d.Rollback(context.WithoutCancel(ctx), tx)
 				return 0, err
 			}
@@ -253,6 +258,15 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg idem.Mes
 		return 0, fmt.Errorf("inbox: commit %s/%s: %w", consumer, msg.ID, err)
 	}
 	return Processed, nil
+}
+
+// recovering returns h with its panics recovered as *idem.PanicError
+// (see [idem.ErrPanic]), logged with their stack.
+func (in *Inbox[TTx]) recovering(consumer string, h Handler[TTx]) Handler[TTx] {
+	return func(ctx context.Context, tx TTx, msg idem.Message) error {
+		return panics.Call(ctx, in.log, "handler panicked; its writes are rolled back and the message is not recorded",
+			func() error { return h(ctx, tx, msg) }, "consumer", consumer, "message_id", msg.ID, "attempt", msg.Attempt)
+	}
 }
 
 // record is a stored inbox row.

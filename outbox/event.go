@@ -51,7 +51,7 @@ type Event struct {
 	Topic string
 	// Key is the ordering key (aggregate id). Events with the same
 	// non-empty Key are published in enqueue order; an empty Key means no
-	// ordering constraint.
+	// ordering constraint. At most [MaxOrderingKeyLen] bytes.
 	Key string
 	// Headers are extra broker headers. The CloudEvents headers (ce-*,
 	// content-type) take precedence over entries with the same name.

@@ -465,6 +465,11 @@ func eventFingerprint(typ, topic string, payload []byte) idem.Fingerprint {
 	return idem.FingerprintOf([]byte(typ), []byte(topic), p[:])
 }
 
+// MaxOrderingKeyLen is the longest ordering key (Event.Key) the outbox
+// stores, in bytes: what MySQL's ordering_key columns hold (VARBINARY,
+// indexed). A longer key is refused with idem.ErrInvalidInput.
+const MaxOrderingKeyLen = 1024
+
 func validate(e Event) error {
 	if err := idem.ValidateID(e.ID); err != nil {
 		return fmt.Errorf("outbox: event id: %w", err)
@@ -472,6 +477,8 @@ func validate(e Event) error {
 	switch {
 	case len(e.Source) > idem.MaxKeyLen:
 		return fmt.Errorf("%w: outbox: source of %d bytes", idem.ErrInvalidInput, len(e.Source))
+	case len(e.Key) > MaxOrderingKeyLen:
+		return fmt.Errorf("%w: outbox: event %s has an ordering key of %d bytes, over %d", idem.ErrInvalidInput, e.ID, len(e.Key), MaxOrderingKeyLen)
 	case e.Type == "":
 		return fmt.Errorf("%w: outbox: event %s has no type", idem.ErrInvalidInput, e.ID)
 	case e.Topic == "":

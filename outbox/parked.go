@@ -15,6 +15,8 @@ import (
 // wait behind it until it is retried or discarded.
 type ParkedEvent struct {
 	Event
+	// LastError is the last publish error's text, at most 4 KiB (cut on
+	// a rune boundary), invalid UTF-8 as U+FFFD, NUL bytes removed.
 	LastError string
 }
 

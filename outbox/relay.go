@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
@@ -72,7 +73,8 @@ type RelayConfig struct {
 	// always polls.
 	DisableListen bool
 	// LeaseName names the SQLite single-writer lease row; relays sharing a
-	// name take turns. Defaults to "relay". Unused on PostgreSQL.
+	// name take turns. Defaults to "relay"; at most idem.MaxKeyLen bytes.
+	// Unused on PostgreSQL.
 	LeaseName string
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
@@ -195,6 +197,8 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 	switch {
 	case len(cfg.Name) > idem.MaxKeyLen:
 		return nil, idem.InvalidOptionf("outbox: relay name longer than %d bytes", idem.MaxKeyLen)
+	case len(cfg.LeaseName) > idem.MaxKeyLen:
+		return nil, idem.InvalidOptionf("outbox: lease name longer than %d bytes", idem.MaxKeyLen)
 	case cfg.BatchSize < 0 || cfg.BatchSize > 10000:
 		return nil, idem.InvalidOptionf("outbox: BatchSize %d out of range 1..10000", cfg.BatchSize)
 	case cfg.PollInterval < 0 || cfg.Recheck < 0 || cfg.ClaimTTL < 0 || cfg.PublishTimeout < 0 || cfg.BaseBackoff < 0 || cfg.MaxBackoff < 0:
@@ -660,10 +664,7 @@ func (r *Relay[TTx]) settle(ctx context.Context, done []Event, failed []failure,
 			state, o.park, o.next = lease.Failed, true, time.Time{}
 		}
 		o.ev.Attempts = attempt
-		msg := f.err.Error()
-		if len(msg) > 2000 {
-			msg = msg[:2000]
-		}
+		msg := errtext.Of(f.err) // storable: rune-safe cut, no NUL
 		outs[i] = o
 		stmts = append(stmts, store.Stmt{SQL: r.q.Fail, Args: []any{r.cfg.Name, f.ev.Seq, state, msg, store.Micros(o.next)},
 			Affected: &outs[i].affected})

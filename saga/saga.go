@@ -74,6 +74,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlset"
@@ -176,8 +177,8 @@ type Definition[TTx any] struct {
 	// OnDone, if set, runs in the transaction that finishes a saga (state
 	// Completed or Compensated in sg), so the business records the outcome
 	// (an order failed, say) atomically with it, whichever compensations
-	// were null. An error rolls the transition back; it is retried on the
-	// next advance.
+	// were null. An error (or a panic, recovered and logged with its
+	// stack) rolls the transition back; it is retried on the next advance.
 	OnDone func(ctx context.Context, tx TTx, sg Saga) error
 }
 
@@ -190,7 +191,7 @@ type Saga struct {
 	Steps          int
 	CurrentKey     string // the effect awaited
 	AbortRequested bool
-	LastError      string
+	LastError      string // at most 4 KiB (cut on a rune), invalid UTF-8 as U+FFFD, NUL removed
 	Input          []byte
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
@@ -448,7 +449,7 @@ func (s *Sagas[TTx]) Abort(ctx context.Context, id, reason string) error {
 				return fmt.Errorf("saga %q: %w", id, ErrLastStepApplied)
 			}
 		}
-		n, err := q.Exec(ctx, s.q.Abort, id, "aborted: "+reason, store.Micros(s.cfg.Now()))
+		n, err := q.Exec(ctx, s.q.Abort, id, errtext.Clean("aborted: "+reason), store.Micros(s.cfg.Now()))
 		if err != nil {
 			return fmt.Errorf("saga: abort %q: %w", id, err)
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/errtext"
+	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/store"
 )
 
@@ -181,7 +183,7 @@ func (w *Worker[TTx]) advance(ctx context.Context, df *def[TTx], sg Saga, eState
 		}
 	case sg.State == Running && eState == effect.Failed:
 		state, op = Compensating, Undo
-		lastErr = fmt.Sprintf("step %s failed: %s", df.Steps[i].Name, eErr)
+		lastErr = errtext.Clean(fmt.Sprintf("step %s failed: %s", df.Steps[i].Name, eErr))
 	case (sg.State == Compensating || sg.State == Held) && eState == effect.Completed:
 		if i > 0 {
 			state, step, op = Compensating, i-1, Undo
@@ -190,7 +192,7 @@ func (w *Worker[TTx]) advance(ctx context.Context, df *def[TTx], sg Saga, eState
 		}
 	case sg.State == Compensating && eState == effect.Failed:
 		state = Held
-		lastErr = fmt.Sprintf("compensation of step %s failed: %s", df.Steps[i].Name, eErr)
+		lastErr = errtext.Clean(fmt.Sprintf("compensation of step %s failed: %s", df.Steps[i].Name, eErr))
 	default:
 		return nil
 	}
@@ -224,7 +226,9 @@ func (w *Worker[TTx]) advance(ctx context.Context, df *def[TTx], sg Saga, eState
 		if (state == Completed || state == Compensated) && df.OnDone != nil {
 			done := sg
 			done.State, done.Step, done.CurrentKey, done.LastError, done.AbortRequested = state, step, key, lastErr, false
-			if err := df.OnDone(ctx, tx, done); err != nil {
+			err := panics.Call(ctx, w.s.log, "OnDone panicked; the saga's last transition is rolled back and retried",
+				func() error { return df.OnDone(ctx, tx, done) }, "saga_id", sg.ID)
+			if err != nil {
 				return fmt.Errorf("saga %q: OnDone: %w", sg.ID, err)
 			}
 		}

@@ -65,7 +65,10 @@ type ReceiverConfig[TTx any] struct {
 //     body {"status":"accepted"|"duplicate","delivery_id":…}.
 //
 // Crash or error before the commit: nothing is recorded, the answer is 5xx
-// and the sender's retry is processed as a first delivery. Crash after the
+// and the sender's retry is processed as a first delivery. A panic of
+// EnqueueTx is such an error: the inbox recovers it (logging its stack on
+// the inbox's Logger), the transaction rolls back and the answer is 503
+// with Retry-After. Crash after the
 // commit but before the answer: the sender retries and gets 200 with no
 // second enqueue. Concurrent replays block on the inbox's unique key and
 // then answer 200. The same delivery id with a different body (signed by

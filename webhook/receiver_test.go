@@ -27,6 +27,7 @@ type env struct {
 	signer webhook.Signer
 	count  func(t *testing.T, sql string, args ...any) int
 	fail   *atomic.Bool // makes Enqueue fail (transient)
+	panic  *atomic.Bool // makes Enqueue panic
 	inbox  string       // the inbox table
 }
 
@@ -40,7 +41,7 @@ func newEnv[TTx any](t testing.TB, d store.Driver[TTx]) *env {
 		t.Fatal(err)
 	}
 	std, _ := webhook.NewStandard(webhook.StandardConfig{Secrets: []string{stdSecret}})
-	fail := &atomic.Bool{}
+	fail, panicking := &atomic.Bool{}, &atomic.Bool{}
 	rc, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[TTx]{
 		Source:       "billing",
 		Verifier:     std,
@@ -48,6 +49,12 @@ func newEnv[TTx any](t testing.TB, d store.Driver[TTx]) *env {
 		EnqueueTx: func(ctx context.Context, tx TTx, del webhook.Delivery, body []byte) error {
 			if fail.Load() {
 				return errors.New("queue unavailable")
+			}
+			if panicking.Load() {
+				if _, err := d.Tx(tx).Exec(ctx, `INSERT INTO jobs (delivery_id, body) VALUES ($1, $2)`, del.ID, "half"); err != nil {
+					return err
+				}
+				panic("enqueue bug")
 			}
 			if del.Source != "billing" {
 				t.Errorf("source %q", del.Source)
@@ -64,7 +71,7 @@ func newEnv[TTx any](t testing.TB, d store.Driver[TTx]) *env {
 	srv := httptest.NewServer(rc)
 	t.Cleanup(srv.Close)
 	return &env{
-		srv: srv, signer: std, fail: fail, inbox: d.Table("inbox"),
+		srv: srv, signer: std, fail: fail, panic: panicking, inbox: d.Table("inbox"),
 		count: func(t *testing.T, sql string, args ...any) int { return testdb.Count(t, d, sql, args...) },
 	}
 }

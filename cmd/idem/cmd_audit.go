@@ -8,8 +8,10 @@ import (
 	"github.com/idemkit/idem/console"
 )
 
-// runAudit implements "idem audit list": the operator actions recorded by
-// the console (who, when, what, on what, why, outcome), newest first.
+// runAudit implements "idem audit list": the operator actions recorded in
+// the audit log (who, when, what, on what, why, outcome), newest first: the
+// console's, and every dead-letter redrive, discard and revision, taken
+// from the console, idem dlq or a program (package dlq writes those).
 func runAudit(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "audit", "list [--db URL] [--actor NAME] [--action ACTION] [--since 24h] [--limit 100] [--json]")
 	dbURL := fs.String("db", "", "database URL (postgres://…, mysql://… or sqlite://path); default $IDEM_DATABASE_URL or "+defaultDatabaseURL)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -43,7 +44,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	fs.StringVar(&f.consumer, "consumer", "", "only letters of this consumer")
 	fs.StringVar(&f.since, "since", "", "only letters last failed at or after this time (RFC 3339, or a duration ago such as 24h)")
 	fs.StringVar(&f.until, "until", "", "only letters last failed before this time (RFC 3339, or a duration ago)")
-	fs.StringVar(&f.class, "class", "", "only letters of this error class (permanent, invalid_input, fingerprint_mismatch, transient, …)")
+	fs.StringVar(&f.class, "class", "", "only letters of this error class (permanent, invalid_input, fingerprint_mismatch, transient, panic, …)")
 	fs.StringVar(&f.state, "state", "parked", "list: only letters in this state (parked, redriven, discarded, any)")
 	fs.BoolVar(&f.all, "all", false, "redrive/discard: every parked letter matching the filters instead of listed ids")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON")
@@ -53,11 +54,14 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	fs.StringVar(&f.exchange, "exchange", "", "redrive to RabbitMQ: the exchange to publish to, the letter's source as routing key (default: the default exchange, which routes to the queue named by the source; the reference system's queues are bound to amq.direct)")
 	fs.IntVar(&f.limit, "limit", 100, "list: at most this many letters (0 = no limit)")
 	fs.BoolVar(&f.force, "force", false, "redrive: redrive letters refused because their message id may have been processed and forgotten (needs --reason)")
-	fs.StringVar(&f.reason, "reason", "", "redrive --force: why it is safe (recorded with the letter)")
-	fs.DurationVar(&f.retention, "inbox-retention", dlq.DefaultInboxRetention, "redrive: the consumers' inbox retention; older letters are refused unless --force")
+	fs.StringVar(&f.reason, "reason", "", "redrive/discard: why, recorded in the audit log ('idem audit list'); with --force, why it is safe (also recorded with the letter)")
+	fs.DurationVar(&f.retention, "inbox-retention", 0, "redrive: a shorter inbox retention to judge letters by than the one each consumer recorded when it started "+
+		"(default: the recorded one, 7 days for a consumer that recorded none); a longer one is refused")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	retentionSet := false
+	fs.Visit(func(fl *flag.Flag) { retentionSet = retentionSet || fl.Name == "inbox-retention" })
 	pos := fs.Args()
 	if len(pos) == 0 {
 		return fmt.Errorf("%w: missing action (list, show, redrive or discard; run 'idem dlq -h')", errUsage)
@@ -88,13 +92,13 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 		if len(ids) > 0 && f.all {
 			return fmt.Errorf("%w: give ids or --all, not both", errUsage)
 		}
-		if (f.force || f.reason != "") && action == "discard" {
-			return fmt.Errorf("%w: --force and --reason are for redrive", errUsage)
+		if (f.force || retentionSet) && action == "discard" {
+			return fmt.Errorf("%w: --force and --inbox-retention are for redrive", errUsage)
 		}
-		if f.force != (strings.TrimSpace(f.reason) != "") {
-			return fmt.Errorf("%w: --force needs --reason \"why it is safe\", and --reason needs --force", errUsage)
+		if f.force && strings.TrimSpace(f.reason) == "" {
+			return fmt.Errorf("%w: --force needs --reason \"why it is safe\"", errUsage)
 		}
-		if f.retention <= 0 {
+		if retentionSet && f.retention <= 0 {
 			return fmt.Errorf("%w: --inbox-retention must be positive", errUsage)
 		}
 	default:
@@ -117,7 +121,11 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	} else if !ok {
 		return errors.New("the dead_letters table does not exist: run 'idem migrate up' first")
 	}
-	store, err := dlq.New(d, dlq.Config{InboxRetention: func(string) time.Duration { return f.retention }})
+	var claim func(string) time.Duration // nil: each consumer's recorded retention
+	if retentionSet {
+		claim = func(string) time.Duration { return f.retention }
+	}
+	store, err := dlq.New(d, dlq.Config{InboxRetention: claim})
 	if err != nil {
 		return err
 	}
@@ -153,7 +161,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 		}
 		n := 0
 		for _, id := range ids {
-			if err := store.Discard(ctx, id, f.by); err != nil {
+			if err := store.DiscardWith(ctx, id, f.by, dlq.DiscardOptions{Reason: f.reason}); err != nil {
 				return fmt.Errorf("discarded %d, then: %w", n, err)
 			}
 			n++
@@ -162,6 +170,11 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 	}
 
 	// redrive
+	if retentionSet {
+		if err := dlqCheckClaim(ctx, store, filter, ids); err != nil {
+			return err
+		}
+	}
 	pub, err := f.publisher(env)
 	if err != nil {
 		return err
@@ -196,6 +209,40 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("redrove %d, then: %w", n, err)
 	}
 	return dlqReport(env, f.asJSON, "redriven", n)
+}
+
+// dlqCheckClaim refuses, before anything is redriven, an --inbox-retention
+// longer than the retention a consumer of the letters to redrive (ids, or
+// the parked letters matching filter) recorded when it started.
+func dlqCheckClaim[TTx any](ctx context.Context, store *dlq.Store[TTx], filter dlq.Filter, ids []int64) error {
+	var ls []dlq.Letter
+	if len(ids) == 0 {
+		filter.State, filter.Limit = dlq.Parked, -1
+		var err error
+		if ls, err = store.List(ctx, filter); err != nil {
+			return err
+		}
+	}
+	for _, id := range ids {
+		l, err := store.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		ls = append(ls, l)
+	}
+	seen := map[string]bool{}
+	for _, l := range ls {
+		if seen[l.Consumer] {
+			continue
+		}
+		seen[l.Consumer] = true
+		if _, err := store.InboxRetention(ctx, l.Consumer); errors.Is(err, dlq.ErrRetentionOverstated) {
+			return fmt.Errorf("%w: --inbox-retention: %v", errUsage, err)
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // publisher opens the broker redrives republish to: --broker (any broker

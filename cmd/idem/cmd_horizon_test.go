@@ -73,9 +73,11 @@ func TestDLQRedriveForce(t *testing.T) {
 	if code, _, stderr = runCmd(t, vars, "dlq", "redrive", sid, "--nats", nats, "--force"); code != 2 || !strings.Contains(stderr, "--reason") {
 		t.Fatalf("--force without --reason: %d %s", code, stderr)
 	}
-	if code, _, _ = runCmd(t, vars, "dlq", "redrive", sid, "--nats", nats, "--inbox-retention", "720h"); code != 0 {
-		// 30 days of retention cover a 10-day-old letter.
-		t.Fatalf("redrive with a 30-day retention: exit %d", code)
+	// A longer retention on the command line is not believed: billing
+	// recorded none, so the 7-day default stands (see
+	// TestDLQRetentionFlagCannotWiden).
+	if code, _, stderr = runCmd(t, vars, "dlq", "redrive", sid, "--nats", nats, "--inbox-retention", "720h"); code != 2 || !strings.Contains(stderr, "recorded no inbox retention") {
+		t.Fatalf("redrive claiming a 30-day retention: %d %s, want a usage error", code, stderr)
 	}
 	l.MessageID = "old-2"
 	id2, err := letters.Park(ctx, l)

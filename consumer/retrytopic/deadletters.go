@@ -93,7 +93,7 @@ func DeadLetters[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier,
 // record's headers: its text is [HeaderErrorMessage] (or a note that the
 // header is missing) and its idem.ErrorClass is [HeaderErrorClass]
 // ("permanent", "invalid_input", "fingerprint_mismatch", "timeout",
-// "canceled"; any other class, or none, is "transient"), so errors.Is and
+// "canceled", "panic"; any other class, or none, is "transient"), so errors.Is and
 // idem.IsPermanent answer as for the original error.
 func RecordedError(headers map[string]string) error {
 	text, ok := headers[HeaderErrorMessage]
@@ -112,6 +112,8 @@ func RecordedError(headers map[string]string) error {
 		e.cause = context.DeadlineExceeded
 	case "canceled":
 		e.cause = context.Canceled
+	case "panic":
+		e.cause = idem.ErrPanic
 	}
 	return e
 }

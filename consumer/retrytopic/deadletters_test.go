@@ -217,7 +217,7 @@ func waitLetters(t *testing.T, s *dlq.Store[any], ids ...string) map[string][]dl
 }
 
 func TestRecordedError(t *testing.T) {
-	for _, class := range []string{"permanent", "invalid_input", "fingerprint_mismatch", "timeout", "canceled", "transient"} {
+	for _, class := range []string{"permanent", "invalid_input", "fingerprint_mismatch", "timeout", "canceled", "panic", "transient"} {
 		err := retrytopic.RecordedError(map[string]string{retrytopic.HeaderErrorClass: class, retrytopic.HeaderErrorMessage: "boom"})
 		if got := idem.ErrorClass(err); got != class {
 			t.Errorf("class %s: ErrorClass = %s", class, got)

@@ -98,6 +98,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/internal/errtext"
 )
 
 // The headers of a republished record; see the package documentation.
@@ -113,7 +114,8 @@ const (
 )
 
 // MaxErrorMessage is the most bytes of the error text put in
-// [HeaderErrorMessage].
+// [HeaderErrorMessage]: longer text is cut on a rune boundary and ends
+// with "…"; invalid UTF-8 is replaced by U+FFFD and NUL bytes removed.
 const MaxErrorMessage = 1024
 
 // DefaultDelays are the retry topics' delays when Config.Delays is nil:
@@ -259,7 +261,7 @@ func (r *Retrier) Reroute(ctx context.Context, msg idem.Message, err error) erro
 	}
 	out.Headers[HeaderAttempt] = strconv.Itoa(max(msg.Attempt, 1))
 	out.Headers[HeaderErrorClass] = idem.ErrorClass(err)
-	out.Headers[HeaderErrorMessage] = truncate(err.Error(), MaxErrorMessage)
+	out.Headers[HeaderErrorMessage] = errtext.Cut(err.Error(), MaxErrorMessage)
 	// A deliberate republish: a broker deduplicating by message id
 	// (JetStream) dedups it per stage and journey instead of dropping it: a
 	// copy republished twice to one stage (a crash before the ack) is
@@ -274,11 +276,4 @@ func (r *Retrier) Reroute(ctx context.Context, msg idem.Message, err error) erro
 		return fmt.Errorf("retrytopic: publish %q to %s: %w", msg.ID, topic, perr)
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
 }

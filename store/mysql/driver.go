@@ -27,6 +27,19 @@ const Dialect store.Dialect = "mysql"
 // idem's fenced writes would report a lost lease.
 var ErrNeedsFoundRows = errors.New("mysql: the connection must be opened with clientFoundRows=true")
 
+// ErrNeedsStrictMode reports a *sql.DB whose sessions are not in a strict
+// sql_mode (neither STRICT_ALL_TABLES nor STRICT_TRANS_TABLES): MySQL would
+// then truncate an identifier too long for its column with a warning, and
+// two distinct ids (two tenants) would share one row.
+var ErrNeedsStrictMode = errors.New("mysql: the connection must run in a strict sql_mode (see mysql.SQLMode)")
+
+// SQLMode is the sql_mode of every connection idem opens (Open, and DSN's
+// sql_mode parameter), whatever the URL asks: strict, so a value too long
+// for its column is an error (1406) and never truncated, and with none of
+// the modes that change how idem's SQL parses (ANSI_QUOTES,
+// PIPES_AS_CONCAT, NO_BACKSLASH_ESCAPES).
+const SQLMode = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION"
+
 // Config configures a Driver.
 type Config struct {
 	// Names sets the table prefix (default "idem_"); Names.Schema is
@@ -63,8 +76,9 @@ func (dialectSQL) Statements(n store.Names) *sqlset.Set { return Statements(n) }
 func (dialectSQL) Translate(err error) error            { return Translate(err) }
 
 // New returns a driver over the caller's *sql.DB, which must have been
-// opened with clientFoundRows=true (see [DSN]); New checks it and returns
-// [ErrNeedsFoundRows] otherwise. Close does not close db.
+// opened with clientFoundRows=true and a strict sql_mode (see [DSN]); New
+// checks both on one connection and returns [ErrNeedsFoundRows] or
+// [ErrNeedsStrictMode] otherwise. Close does not close db.
 func New(ctx context.Context, db *sql.DB, cfg Config) (*Driver, error) {
 	if db == nil {
 		return nil, errors.New("mysql: nil *sql.DB")
@@ -73,20 +87,28 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkFoundRows(ctx, db); err != nil {
+	if err := checkSession(ctx, db); err != nil {
 		return nil, err
 	}
 	return &Driver{Driver: sd, db: db, scripts: &scripts{}}, nil
 }
 
-// checkFoundRows updates a row of a temporary table to its own value: with
-// clientFoundRows the update affects 1 row, without it none.
-func checkFoundRows(ctx context.Context, db *sql.DB) error {
+// checkSession checks a connection of db: its sql_mode must be strict, and
+// an update of a row of a temporary table to its own value must affect 1
+// row (clientFoundRows; without it, none).
+func checkSession(ctx context.Context, db *sql.DB) error {
 	c, err := db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("mysql: connect: %w", err)
 	}
 	defer c.Close()
+	var mode string
+	if err := c.QueryRowContext(ctx, `SELECT @@SESSION.sql_mode`).Scan(&mode); err != nil {
+		return fmt.Errorf("mysql: probe: %w", err)
+	}
+	if !strictMode(mode) {
+		return fmt.Errorf("%w (the session's is %q)", ErrNeedsStrictMode, mode)
+	}
 	for _, s := range []string{
 		`CREATE TEMPORARY TABLE IF NOT EXISTS idem_found_rows_probe (id INT PRIMARY KEY)`,
 		`INSERT IGNORE INTO idem_found_rows_probe (id) VALUES (1)`,
@@ -108,8 +130,11 @@ func checkFoundRows(ctx context.Context, db *sql.DB) error {
 
 // DSN converts a mysql://user:pass@host:3306/db?param=value URL into a
 // go-sql-driver DSN with the options idem needs: clientFoundRows=true
-// (fenced writes count matched rows). Query parameters are go-sql-driver's
-// own and pass through; multiStatements is neither needed nor set.
+// (fenced writes count matched rows) and sql_mode=[SQLMode] in place of
+// any sql_mode the URL sets (a too-long identifier is refused, never
+// truncated). Other query parameters are go-sql-driver's own and pass
+// through; multiStatements is neither needed nor set. [Open] also sets
+// SQLMode on each connection after the parameters, whatever they say.
 func DSN(u string) (string, error) {
 	p, err := url.Parse(u)
 	if err != nil {
@@ -144,7 +169,60 @@ func DSN(u string) (string, error) {
 		cfg = parsed
 	}
 	cfg.ClientFoundRows = true
+	for k := range cfg.Params {
+		if isSQLModeParam(k) {
+			delete(cfg.Params, k)
+		}
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["sql_mode"] = "'" + SQLMode + "'"
 	return cfg.FormatDSN(), nil
+}
+
+// isSQLModeParam reports whether the go-sql-driver parameter k sets the
+// session's sql_mode (sql_mode, SQL_MODE, @@session.sql_mode, …).
+func isSQLModeParam(k string) bool {
+	k = strings.TrimPrefix(strings.ToLower(strings.TrimSpace(k)), "@@")
+	k = strings.TrimPrefix(strings.TrimPrefix(k, "session."), "local.")
+	return k == "sql_mode"
+}
+
+// strictMode reports whether an sql_mode value refuses, rather than
+// truncates, a value too long for an InnoDB column.
+func strictMode(mode string) bool {
+	for m := range strings.SplitSeq(strings.ToUpper(mode), ",") {
+		if m == "STRICT_ALL_TABLES" || m == "STRICT_TRANS_TABLES" {
+			return true
+		}
+	}
+	return false
+}
+
+// strictConnector opens go-sql-driver connections and sets [SQLMode] on
+// each after the DSN's own parameters ran, so no parameter (a sql_mode of
+// the URL, or one smuggled into another parameter's value, as the driver
+// sends them in one SET statement) leaves a connection non-strict.
+type strictConnector struct{ driver.Connector }
+
+// Connect opens a connection and sets its sql_mode; a connection that
+// cannot be set is closed and the error returned.
+func (c strictConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ex, ok := conn.(driver.ExecerContext)
+	if !ok {
+		conn.Close()
+		return nil, errors.New("mysql: the driver's connection cannot execute statements")
+	}
+	if _, err := ex.ExecContext(ctx, "SET SESSION sql_mode = '"+SQLMode+"'", nil); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("mysql: set sql_mode: %w", err)
+	}
+	return conn, nil
 }
 
 // ServerDSN is [DSN] selecting no database: for statements on the server
@@ -172,16 +250,22 @@ func redactURL(p *url.URL) string {
 }
 
 // Open opens the mysql:// URL (see [DSN]) and returns a driver that owns
-// its *sql.DB.
+// its *sql.DB. Every connection of the pool runs in [SQLMode], set after
+// the URL's parameters.
 func Open(ctx context.Context, u string, cfg Config) (*Driver, error) {
 	dsn, err := DSN(u)
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("mysql", dsn)
+	mc, err := mysqldrv.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: %w", err)
 	}
+	conn, err := mysqldrv.NewConnector(mc)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	db := sql.OpenDB(strictConnector{conn})
 	db.SetMaxIdleConns(32)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()

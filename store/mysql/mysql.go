@@ -29,8 +29,13 @@
 //     such INSERT per row, so existing rows are skipped one by one.
 //   - Identifiers are VARBINARY, compared byte for byte as PostgreSQL
 //     compares text: no collation folds case or ignores trailing spaces,
-//     which would make two distinct message ids duplicates. One that does
-//     not fit its column is an error, never truncated (strict mode).
+//     which would make two distinct message ids duplicates. Each column
+//     is as wide as the longest value idem accepts for it, and the widths
+//     that a feature checks are declared (Set.Limits), so an over-long
+//     value is refused as input before it is sent. One that would still not
+//     fit is an error, never truncated: every connection idem opens runs in
+//     SQLMode (strict) whatever its URL asks, and New refuses a pool whose
+//     sessions are not strict.
 //   - A concurrent duplicate under REPEATABLE READ: the second INSERT waits
 //     on the first transaction's key lock and fails with 1062 once it
 //     commits. The reads that follow a conflict (Inbox.Select,
@@ -110,7 +115,11 @@ func Statements(n store.Names) *sqlset.Set {
 		Sagas:       sagas(t),
 		Meta:        meta(t, n),
 		Audit:       audit(t),
+		Horizons:    horizons(t),
 		SQLMeta:     sqlMeta(),
+		// The widths of idempotency_keys' scope columns (migrations 0002,
+		// 0016): VARBINARY, so bytes.
+		Limits: sqlset.Limits{HTTPTenant: 512, HTTPOperation: 1024, HTTPKey: 1024},
 		NotNeeded: map[string]string{
 			"Inbox.BatchInsertStrict":    "no pipelining through database/sql: a strict first try would cost round trips of its own (Inbox.BatchInsert is used)",
 			"Inbox.BatchStrictSavepoint": "there is no Inbox.BatchInsertStrict on this dialect",

@@ -24,6 +24,7 @@ func deadLetters(t func(string) string) sqlset.DeadLetters {
  AND ($3::bigint = 0 OR last_failed_at < $3) AND ($4::text = '' OR error_class = $4)
  AND ($5::text = '' OR state = $5) AND id > $6::bigint
  ORDER BY id LIMIT $7::bigint`,
+		OfMessage: `SELECT ` + cols + ` FROM ` + table + ` WHERE message_id = $1 ORDER BY id LIMIT $2::bigint`,
 		ClaimRedrive: `UPDATE ` + table + ` SET state = 'redriven', redriven_by = $2, redriven_at = $3,
  resolved_by = $2, resolved_at = $3, redrive_reason = $4 WHERE id = $1 AND state = 'parked' RETURNING ` + cols,
 		Discard: `UPDATE ` + table + ` SET state = 'discarded', resolved_by = $2, resolved_at = $3

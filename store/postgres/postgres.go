@@ -42,6 +42,7 @@ func Statements(n store.Names) *sqlset.Set {
 		Sagas:       sagas(t),
 		Meta:        meta(t, n),
 		Audit:       audit(t),
+		Horizons:    horizons(t),
 		SQLMeta:     sqlMeta(),
 		NotNeeded:   notNeeded(n.Layout),
 	}

@@ -37,6 +37,7 @@ func Statements(n store.Names) *sqlset.Set {
 		Sagas:       sagas(t),
 		Meta:        meta(t, n),
 		Audit:       audit(t),
+		Horizons:    horizons(t),
 		SQLMeta:     sqlMeta(),
 		NotNeeded: map[string]string{
 			"Inbox.BatchInsertStrict":    "SQLite does not pipeline: a strict first try would cost a statement of its own, and its ON CONFLICT is no dearer than the insert (Inbox.BatchInsert is used)",

@@ -31,6 +31,10 @@ type DeadLetters struct {
 	// error_class (''), $5 state (''), $6 id greater than (0), $7 limit
 	// (a huge number for none).
 	List string
+	// OfMessage reads the letters of one message id, every consumer and
+	// every state, oldest id first (the letter columns). $1 message_id,
+	// $2 limit.
+	OfMessage string
 	// ClaimRedrive moves a parked letter to redriven and returns it (the
 	// letter columns); no row when it is not parked. On PostgreSQL the row
 	// lock it takes is held until the transaction ends, so a concurrent

@@ -29,10 +29,16 @@ type Set struct {
 	Sagas       Sagas
 	Meta        Meta
 	Audit       Audit
+	Horizons    Horizons
 	SQLMeta     SQLMeta
 	// Partitions is the partitioned layout's statements (PostgreSQL); nil
 	// where the dialect has no such layout (listed in NotNeeded).
 	Partitions *Partitions
+
+	// Limits are the longest values the dialect's columns hold, where that
+	// is below what idem itself accepts; features refuse a longer value
+	// before it reaches the store.
+	Limits Limits
 
 	// NotNeeded names, by field path ("Outbox.LockClaim"), the statements
 	// this dialect leaves empty on purpose, each with the reason. The
@@ -40,4 +46,16 @@ type Set struct {
 	// listed here — a field a new dialect forgot — and on a listed one
 	// that is not empty.
 	NotNeeded map[string]string
+}
+
+// Limits are the longest values, in bytes, a dialect's columns hold. A
+// field is 0 when the dialect adds no limit of its own (PostgreSQL and
+// SQLite text): the feature's own limit applies (idemhttp.MaxTenantLen,
+// …). A feature takes the smaller of its limit and the dialect's and
+// refuses a longer value as client input (idemhttp: 401 for a tenant, 400
+// for an operation or key), never as a store failure.
+type Limits struct {
+	// HTTPTenant, HTTPOperation and HTTPKey bound the scope of an HTTP
+	// idempotency key record (tenant, operation, idem_key).
+	HTTPTenant, HTTPOperation, HTTPKey int
 }

@@ -123,8 +123,8 @@ func walk(v reflect.Value, prefix string, out *[]Statement) error {
 			return fmt.Errorf("storetest: %s.%s is unexported: a Set holds exported statements only", typ, f.Name)
 		}
 		fv := v.Field(i)
-		if name == "NotNeeded" {
-			continue // the dialect's own list of empty statements, read by Complete
+		if name == "NotNeeded" || name == "Limits" {
+			continue // the dialect's list of empty statements (read by Complete), and its column limits
 		}
 		if b, ok := Builders[name]; ok {
 			if err := walkBuilt(fv, name, b, out); err != nil {

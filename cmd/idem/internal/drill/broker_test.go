@@ -16,9 +16,10 @@ import (
 // brokerScenarios are the scenarios the broker tests run: the ones whose
 // faults meet the broker (crashes before the ack, relay republishes
 // without a dedup window, two durables at once, the dead letters and their
-// redrive, a late redelivery after expiry, the late redrive's guard).
+// redrive, a late redelivery after expiry, the late redrive's guard, a
+// revision and a redrive for one consumer of three).
 var brokerScenarios = []string{"crash-before-ack", "relay-double-publish", "concurrent-delivery",
-	"transient-permanent-dlq", "expiry-late-retry", "horizon-late-redrive"}
+	"transient-permanent-dlq", "expiry-late-retry", "horizon-late-redrive", "revise-one-consumer"}
 
 // drillScenarios is the IDEM_TEST_DRILL_SCENARIOS override (a comma list,
 // or "all") of the broker tests' scenarios.

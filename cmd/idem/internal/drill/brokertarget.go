@@ -141,7 +141,8 @@ func (r *runner) closeBroker() {
 
 // drillDurables are the durable subscriptions a scenario may create: the
 // box office's consumers with every DurableSuffix the scenarios use, and
-// the ledger of horizon-late-redrive.
+// the ledger of horizon-late-redrive and the consumers of
+// revise-one-consumer.
 func drillDurables() []string {
 	var out []string
 	for _, suffix := range []string{"", "-a", "-b", "-late"} {
@@ -149,7 +150,7 @@ func drillDurables() []string {
 			out = append(out, c+suffix)
 		}
 	}
-	return append(out, ledgerConsumer)
+	return append(append(out, ledgerConsumer), reviseConsumers...)
 }
 
 // scenarioBroker points the scenario o at the drill's broker, each

@@ -42,6 +42,12 @@
 //     mismatch, the original's inbox record expires and is collected, and
 //     the operator then redrives the letter: the redrive must be refused,
 //     or the second payload would be applied as a new message.
+//  19. revise-one-consumer: one message is poisoned for three consumers of
+//     its subject; the operator edits and redrives one consumer's letter
+//     as a revision, redrives another's as is, and the producer sends the
+//     original again: each consumer must apply it exactly once (a
+//     revision or redrive reaches the letter's own consumer only, and a
+//     revision records the original as consumed).
 //
 // The saga scenarios (14–17) drive the box office's paid orders (the
 // "paid-order" saga: reserve seats, charge, confirm; release and refund

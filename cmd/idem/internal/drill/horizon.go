@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -166,28 +165,11 @@ func horizonLateRedrive(ctx context.Context, r *runner, res *Result) error {
 // dead-letter store and clock until the returned stop is called.
 func runLedger(ctx context.Context, e *env, c *clock, table string) (stop func(), err error) {
 	db := e.sys.DB()
-	ib, err := inbox.New(db, inbox.Config{Now: c.now})
-	if err != nil {
-		return nil, err
-	}
-	sub, err := e.sys.Config().Broker.Subscriber(ctx, ledgerConsumer)
-	if err != nil {
-		return nil, err
-	}
-	cons, err := consumer.New(db, ib, sub, consumer.Config[any]{Name: ledgerConsumer, DLQ: e.sys.DeadLetters(),
-		FetchWait: 100 * time.Millisecond,
+	return runConsumer(ctx, e, inbox.Config{Now: c.now}, consumer.Config[any]{Name: ledgerConsumer,
 		Handler: func(ctx context.Context, tx any, msg idem.Message) error {
 			_, err := db.Tx(tx).Exec(ctx, `INSERT INTO `+table+` (message_id, payload) VALUES ($1, $2)`, msg.ID, string(msg.Payload))
 			return err
 		}})
-	if err != nil {
-		sub.Close()
-		return nil, err
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = cons.Run(rctx) })
-	return func() { cancel(); wg.Wait(); sub.Close() }, nil
 }
 
 // ledgerRows counts the ledger's rows for message id.

@@ -36,6 +36,7 @@ func scenarios() []scenario {
 		{"provider-timeout", "12", "provider times out after sending: retried with its key, sent once", providerTimeout},
 		{"replay-equivalence", "13", "replayed response = original (status, body, Location) = stored order", replayEquivalence},
 		{"horizon-late-redrive", "8,10", "late redrive after the original expired: refused, one effect per id (forced: two)", horizonLateRedrive},
+		{"revise-one-consumer", "10", "one message poisoned for 3 consumers: revise one, redrive one, resend it: each applies it once", reviseOneConsumer},
 		{"saga-crash-after-step", "14", "saga worker dies after the charge, before recording it: same key resent, charged once", sagaCrashAfterStep},
 		{"saga-compensation-race", "15", "compensation while its action is in flight: never overtakes it; late action refused", sagaCompensationRace},
 		{"saga-compensation-timeout", "16", "charges and refunds time out after happening: each refunded once", sagaCompensationTimeout},

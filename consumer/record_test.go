@@ -1,0 +1,108 @@
+package consumer_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker/memory"
+	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/store"
+)
+
+// Run records the consumer's inbox retention in the database before it
+// serves, and a restart with another retention replaces the record, so
+// that a redrive in another process is judged by the retention in force.
+func TestRunRecordsInboxRetention(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testRunRecordsInboxRetention(t, e.D) })
+}
+
+func testRunRecordsInboxRetention[TTx any](t *testing.T, d store.Driver[TTx]) {
+	ctx := context.Background()
+	b, err := memory.New(memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if _, found, err := inbox.RecordedRetention(ctx, d, "billing"); err != nil || found {
+		t.Fatalf("before any start: found %v, %v", found, err)
+	}
+	for _, retain := range []time.Duration{72 * time.Hour, 36 * time.Hour} {
+		sub, err := b.Subscribe("orders", "billing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ib, err := inbox.New(d, inbox.Config{RetentionFor: map[string]time.Duration{"billing": retain}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The record is written before Run serves: it is there when a
+		// handled message is.
+		handled := make(chan struct{})
+		c, err := consumer.New(d, ib, sub, consumer.Config[TTx]{Name: "billing", FetchWait: 10 * time.Millisecond,
+			Handler: func(context.Context, TTx, idem.Message) error { close(handled); return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- c.Run(runCtx) }()
+		if err := b.Publisher().Publish(ctx, idem.Message{ID: "m-" + retain.String(), Subject: "orders", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-handled:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the consumer handled nothing")
+		}
+		r, found, err := inbox.RecordedRetention(ctx, d, "billing")
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		sub.Close()
+		if err != nil || !found || r.Retention != retain || r.RecordedAt.IsZero() {
+			t.Fatalf("after a start with %s: %+v found %v, %v", retain, r, found, err)
+		}
+	}
+}
+
+// A consumer that cannot record its retention (migration 0015 not
+// applied) does not start, and says what to run.
+func TestRunWithoutHorizonsTableDoesNotStart(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		testdb.Exec(t, e.D, `DROP TABLE `+e.D.Table("consumer_horizons"))
+		b, err := memory.New(memory.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		sub, err := b.Subscribe("orders", "billing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ib, err := inbox.New(e.D, inbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := consumer.New(e.D, ib, sub, consumer.Config[any]{Name: "billing",
+			Handler: func(context.Context, any, idem.Message) error { t.Error("a message was handled"); return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Publisher().Publish(context.Background(), idem.Message{ID: "m", Subject: "orders", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Run(ctx); err == nil || !strings.Contains(err.Error(), "idem migrate up") {
+			t.Fatalf("Run without consumer_horizons: %v, want a refusal naming 'idem migrate up'", err)
+		}
+	})
+}

@@ -1,0 +1,49 @@
+package effect_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/store"
+)
+
+// A performer that always panics is retried like a failing call and then
+// failed with class "panic"; an OnFailed hook that panics (once) rolls its
+// transaction back and the effect is retried, instead of killing the
+// worker. Before, the hook's panic crashed the process and a performer's
+// panic was an anonymous transient error.
+func TestWorkerRecoversPanics(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+		l := newLedger(t, d, effect.Config{})
+		schedule(t, d, l, effect.Effect{Key: "charge:1", Kind: "charge"}, effect.Effect{Key: "charge:2", Kind: "ok"})
+		var hookCalls atomic.Int64
+		var class atomic.Value
+		w := fastWorker(t, l, effect.WorkerConfig[any]{MaxAttempts: 3,
+			OnFailed: func(_ context.Context, _ any, _ effect.Effect, cause error) error {
+				if hookCalls.Add(1) == 1 {
+					class.Store(idem.ErrorClass(cause)) // the performer's panic
+					panic("hook bug")
+				}
+				return nil
+			},
+		})
+		_ = w.Register("charge", func(context.Context, string, []byte) ([]byte, error) {
+			var m map[string]int
+			m["x"]++
+			return nil, nil
+		})
+		_ = w.Register("ok", func(context.Context, string, []byte) ([]byte, error) { return []byte("done"), nil })
+		stop := runWorker(t, w)
+		waitFor(t, "the panicking effect failed", func() bool { return get(t, l, "charge:1").State == effect.Failed })
+		waitFor(t, "the other effect completed", func() bool { return get(t, l, "charge:2").State == effect.Completed })
+		stop()
+		if class.Load() != "panic" || hookCalls.Load() < 2 {
+			t.Errorf("OnFailed calls %d, first cause's class %v; want class panic and the hook retried after its panic",
+				hookCalls.Load(), class.Load())
+		}
+	})
+}
