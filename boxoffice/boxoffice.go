@@ -389,6 +389,10 @@ func (s *System[TTx]) StaleUpdates() int64 { return s.counts.guardStale.Load() }
 // Handler returns the HTTP API (nil without RoleAPI).
 func (s *System[TTx]) Handler() http.Handler { return s.handler }
 
+// Handlers returns the system's consumer handlers, for running them
+// outside the system's own consumers (idemtest.Inbox in its tests).
+func (s *System[TTx]) Handlers() *Handlers[TTx] { return s.hs }
+
 // DB returns the system's database driver.
 func (s *System[TTx]) DB() store.Driver[TTx] { return s.db }
 
