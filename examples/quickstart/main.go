@@ -15,11 +15,10 @@ import (
 	"log"
 	"os"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/migrate"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgxstore"
 )
 
@@ -63,11 +62,7 @@ func run(ctx context.Context, dbURL string) (int, error) {
 		return 0, err
 	}
 
-	handler := func(ctx context.Context, tx pgx.Tx, msg idem.Message) error {
-		// Your business write, in the same transaction as the inbox record.
-		_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id, amount_cents) VALUES ($1, 9000)`, msg.Key)
-		return err // an error rolls back both: the redelivery is processed
-	}
+	handler := invoice(d) // your business write, below
 
 	deliveries := []delivery{
 		{idem.Message{ID: "evt-1", Key: "order-1", Payload: []byte(`{"order_id":"order-1"}`)}},
@@ -91,4 +86,19 @@ func run(ctx context.Context, dbURL string) (int, error) {
 		return 0, err
 	}
 	return n, nil
+}
+
+// invoice is the consumer's business write: one invoice per order, on tx,
+// the transaction that records the message in the inbox. An error rolls
+// back both, so the redelivery is processed. ON CONFLICT is the business's
+// own guard: a second event about an order already invoiced (another
+// message id) changes nothing. It is generic over the transaction type so
+// the same handler runs on pgx (pgx.Tx) here and on database/sql in its
+// idemtest check.
+func invoice[TTx any](d store.Driver[TTx]) inbox.Handler[TTx] {
+	return func(ctx context.Context, tx TTx, msg idem.Message) error {
+		_, err := d.Tx(tx).Exec(ctx, `INSERT INTO invoices (order_id, amount_cents) VALUES ($1, 9000)
+			ON CONFLICT (order_id) DO NOTHING`, msg.Key)
+		return err
+	}
 }
