@@ -105,7 +105,7 @@ type Config struct {
 	Describe string
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
-	// Logger receives one line per operator action. Defaults to discarding.
+	// Logger receives one line per operator action. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
@@ -150,7 +150,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Console[TTx], error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	c := &Console[TTx]{d: d, cfg: cfg, tokenH: sha256.Sum256([]byte(cfg.Token)), log: obs.Component(cfg.Logger, "idem.console")}
 	var err error

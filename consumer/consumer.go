@@ -190,9 +190,8 @@ type Config[TTx any] struct {
 	Metrics Observer
 	// Logger receives warnings (retries, dead letters, failed acks) and
 	// errors (a message without a usable id, a dead letter that could not
-	// be stored and is retried). Defaults to discarding, following idem's
-	// convention: then only the dead-letter store and Metrics show what
-	// happened to a message, so set it in production.
+	// be stored and is retried). Defaults to slog.Default(), so a dead
+	// letter is never silent.
 	Logger *slog.Logger
 	// Tracer opens a span around each handler run. Defaults to a tracer
 	// that does nothing (idemmetrics.NopTracer).
@@ -296,7 +295,7 @@ func New[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], sub broker.Subscrib
 		return nil, idem.InvalidOptionf("consumer: Backoff.Max %s below Base %s", cfg.Backoff.Max, cfg.Backoff.Base)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	if cfg.Tracer == nil {
 		cfg.Tracer = obs.NopTraceHook{}

@@ -37,7 +37,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"math"
@@ -175,7 +174,7 @@ type Config struct {
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
 	// Logger receives a warning for every letter parked and an info line
-	// per redrive or discard. Defaults to discarding.
+	// per redrive or discard. Defaults to slog.Default().
 	Logger *slog.Logger
 	// InboxRetention, if set, returns how long the caller says the inbox
 	// of consumer remembers a message id: a redrive of a letter older than
@@ -207,7 +206,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Store[TTx], error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.Default()
 	}
 	return &Store[TTx]{d: d, q: d.Statements().DeadLetters, now: cfg.Now,
 		log: obs.Component(cfg.Logger, "dlq"), retention: cfg.InboxRetention}, nil

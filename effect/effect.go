@@ -151,7 +151,7 @@ type Config struct {
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
 	// Logger receives warnings (lost leases, store errors). Defaults to
-	// discarding. Records logged while a span is active carry trace_id and
+	// slog.Default(). Records logged while a span is active carry trace_id and
 	// span_id.
 	Logger *slog.Logger
 	// TracerProvider supplies the tracer of the idem.effect.call spans
@@ -222,7 +222,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Ledger[TTx], error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	return &Ledger[TTx]{
 		d:   d,

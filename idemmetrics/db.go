@@ -20,7 +20,7 @@ type DBConfig struct {
 	Timeout time.Duration
 	// Now returns the current time (outbox lag). Defaults to time.Now.
 	Now func() time.Time
-	// Logger receives scrape errors. Defaults to discarding.
+	// Logger receives scrape errors. Defaults to slog.Default().
 	Logger *slog.Logger
 	// ConstLabels are added to every metric.
 	ConstLabels prometheus.Labels
@@ -55,7 +55,7 @@ func NewDBCollector[TTx any](d store.Driver[TTx], cfg DBConfig) prometheus.Colle
 		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	cl := cfg.ConstLabels
 	return &dbCollector[TTx]{

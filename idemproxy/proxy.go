@@ -122,7 +122,7 @@ type Config struct {
 	// http.DefaultTransport with up to 256 idle connections.
 	Transport http.RoundTripper
 	// Logger receives warnings, upstream errors and key decisions.
-	// Defaults to discarding.
+	// Defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics, when set, counts replays as idem_duplicates_suppressed_total
 	// {component="proxy"} and 422s as idem_fingerprint_conflicts_total
@@ -168,7 +168,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
 		return nil, idem.InvalidOptionf("idemproxy: Upstream must be an http:// or https:// URL with a host")
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	if cfg.Transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()

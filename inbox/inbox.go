@@ -89,7 +89,7 @@ type Config struct {
 	// first deliveries race.
 	DisablePipelining bool
 	// Logger receives debug logs of duplicates and conflicts. Defaults to
-	// discarding. Records logged while a span is active carry trace_id and
+	// slog.Default(). Records logged while a span is active carry trace_id and
 	// span_id.
 	Logger *slog.Logger
 }
@@ -124,7 +124,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	return &Inbox[TTx]{d: d, cfg: cfg, q: &d.Statements().Inbox, log: obs.Component(cfg.Logger, "inbox")}, nil
 }

@@ -153,7 +153,7 @@ type Config struct {
 	NotifyInterval time.Duration
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
-	// Logger receives debug logs. Defaults to discarding. Records logged
+	// Logger receives debug logs. Defaults to slog.Default(). Records logged
 	// while a span is active carry trace_id and span_id.
 	Logger *slog.Logger
 	// TracerProvider supplies the tracer of the idem.outbox.enqueue span.
@@ -189,7 +189,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	cfg.NotifyInterval = cmp.Or(cfg.NotifyInterval, 5*time.Millisecond)
 	if err := schemacheck.Ready(d); err != nil {

@@ -78,7 +78,8 @@ type RelayConfig struct {
 	LeaseName string
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
-	// Logger receives the relay's logs. Defaults to discarding.
+	// Logger receives the relay's logs (a parked event at level Error). Defaults to
+	// slog.Default(), so a parked event is never silent.
 	Logger *slog.Logger
 	// TracerProvider supplies the tracer of the idem.relay.publish spans,
 	// one per published event, each a child of the context stored with its
@@ -192,7 +193,7 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	switch {
 	case len(cfg.Name) > idem.MaxKeyLen:

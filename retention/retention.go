@@ -93,7 +93,7 @@ type Config struct {
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
 	// Logger receives a summary of every pass that deleted rows and errors.
-	// Defaults to discarding.
+	// Defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics, if set, counts deleted rows (idem_gc_deleted_rows_total);
 	// *idemmetrics.Metrics implements it.
@@ -183,7 +183,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*GC[TTx], error) {
 		}
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	return &GC[TTx]{d: d, cfg: cfg, log: obs.Component(cfg.Logger, "retention"), exists: map[string]bool{}}, nil
 }

@@ -64,6 +64,7 @@
 package saga
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -215,7 +216,7 @@ type StepRecord struct {
 type Config struct {
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
-	// Logger receives warnings. Defaults to discarding.
+	// Logger receives warnings. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
@@ -251,7 +252,7 @@ func New[TTx any](d store.Driver[TTx], l *effect.Ledger[TTx], cfg Config, defs .
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Sagas[TTx]{d: d, l: l, cfg: cfg, log: obs.Component(cfg.Logger, "saga"), q: d.Statements().Sagas, defs: map[string]*def[TTx]{}}
+	s := &Sagas[TTx]{d: d, l: l, cfg: cfg, log: obs.Component(cmp.Or(cfg.Logger, slog.Default()), "saga"), q: d.Statements().Sagas, defs: map[string]*def[TTx]{}}
 	for _, df := range defs {
 		if err := validate(df); err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,7 +44,7 @@ type ReceiverConfig[TTx any] struct {
 	// time.Now.
 	Now func() time.Time
 	// Logger receives one line per rejected or failed delivery. Defaults to
-	// discarding. Records logged while a span is active carry trace_id and
+	// slog.Default(). Records logged while a span is active carry trace_id and
 	// span_id.
 	Logger *slog.Logger
 	// TracerProvider supplies the tracer of the idem.webhook span.
@@ -106,7 +107,7 @@ func NewReceiver[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], cfg Receive
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Receiver[TTx]{d: d, ib: ib, cfg: cfg, log: obs.Component(cfg.Logger, "webhook", "source", cfg.Source),
+	return &Receiver[TTx]{d: d, ib: ib, cfg: cfg, log: obs.Component(cmp.Or(cfg.Logger, slog.Default()), "webhook", "source", cfg.Source),
 		tr: obs.Tracer(cfg.TracerProvider)}, nil
 }
 

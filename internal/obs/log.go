@@ -55,7 +55,8 @@ func (l logHandler) WithAttrs(as []slog.Attr) slog.Handler { return logHandler{l
 func (l logHandler) WithGroup(name string) slog.Handler { return logHandler{l.h.WithGroup(name)} }
 
 // Component returns the logger a component of idem logs with: l (a nil l
-// discards), its handler joined to traces as by [Logger], with the
+// discards: a Config whose Logger defaults to slog.Default() sets it
+// before), its handler joined to traces as by [Logger], with the
 // "component" attribute set to name and attrs added.
 func Component(l *slog.Logger, name string, attrs ...any) *slog.Logger {
 	if l == nil {

@@ -103,7 +103,7 @@ func horizonLateRedrive(ctx context.Context, r *runner, res *Result) error {
 	// Eight days later the inboxes (7 days) forgot the original; the GC
 	// collects their records.
 	c.advance(8 * 24 * time.Hour)
-	gc, err := retention.New(db, retention.Config{Now: c.now})
+	gc, err := retention.New(db, retention.Config{Now: c.now, Logger: e.sys.Config().Logger})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -176,6 +177,7 @@ func runApplier(ctx context.Context, e *env, name, table string, poisoned *atomi
 // database, subscribed as cfg.Name, until the returned stop is called.
 func runConsumer(ctx context.Context, e *env, ib inbox.Config, cfg consumer.Config[any]) (stop func(), err error) {
 	db := e.sys.DB()
+	ib.Logger = cmp.Or(ib.Logger, e.sys.Config().Logger)
 	in, err := inbox.New(db, ib)
 	if err != nil {
 		return nil, err
@@ -185,6 +187,7 @@ func runConsumer(ctx context.Context, e *env, ib inbox.Config, cfg consumer.Conf
 		return nil, err
 	}
 	cfg.DLQ, cfg.FetchWait = e.sys.DeadLetters(), 100*time.Millisecond
+	cfg.Logger = cmp.Or(cfg.Logger, e.sys.Config().Logger)
 	cons, err := consumer.New(db, in, sub, cfg)
 	if err != nil {
 		sub.Close()

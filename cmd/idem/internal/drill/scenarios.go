@@ -514,7 +514,7 @@ func expiryLateRetry(ctx context.Context, r *runner, res *Result) error {
 	// Eight days later: past the HTTP key retention (24h) and the inbox
 	// retention (7 days). The GC deletes the expired records.
 	c.advance(8 * 24 * time.Hour)
-	gc, err := retention.New(e.sys.DB(), retention.Config{Now: c.now})
+	gc, err := retention.New(e.sys.DB(), retention.Config{Now: c.now, Logger: e.sys.Config().Logger})
 	if err != nil {
 		return err
 	}
