@@ -4,6 +4,16 @@
 // retries transient failures with exponential backoff and full jitter, and
 // parks poison messages in the dead-letter store.
 //
+//	ib, err := inbox.New(d, inbox.Config{})
+//	c, err := consumer.New(d, ib, subscriber, consumer.Config[pgx.Tx]{
+//		Name: "billing", // the inbox scope: one record per (Name, message id)
+//		Handler: func(ctx context.Context, tx pgx.Tx, msg idem.Message) error {
+//			_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, msg.Key)
+//			return err // idem.Permanent(err) dead-letters at once; other errors are retried
+//		},
+//	})
+//	err = idem.Run(ctx, c, relay) // acks after commit; poison messages go to the dead-letter store
+//
 // What happens to a delivery:
 //
 //   - new message, handler succeeds: inbox row + effect commit together,

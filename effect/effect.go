@@ -2,6 +2,19 @@
 // e-mail, a third-party call made once in effect even when the worker that
 // makes it crashes at the worst moment.
 //
+// Schedule the effect in the transaction that decides it, and let a worker
+// perform it under its key:
+//
+//	ledger, err := effect.New(d, effect.Config{})
+//	_, _, err = ledger.ScheduleTx(ctx, tx, effect.Effect{Key: "charge:" + orderID, Kind: "charge", Payload: req})
+//	w, err := effect.NewWorker(ledger, effect.WorkerConfig[pgx.Tx]{})
+//	err = w.Register("charge", func(ctx context.Context, key string, payload []byte) ([]byte, error) {
+//		return provider.Charge(ctx, key, payload) // key is the provider's Idempotency-Key
+//	})
+//	err = idem.Run(ctx, w)
+//
+// For a call made inline, [Ledger.Do] runs it once under its key.
+//
 // The ledger never pretends to make an external call atomic with the
 // database; nothing can. Instead every effect has a stable key that is
 // recorded in the database and handed to the provider as its idempotency

@@ -6,6 +6,22 @@
 // database, because every decision goes through the primary key of the
 // idempotency_keys table (migration 0002).
 //
+// In transactional mode (the default) the handler writes on the key's own
+// transaction, so its rows and the stored response commit together:
+//
+//	d, err := pgxstore.Open(ctx, dbURL, pgxstore.Config{}) // or sqlstore.OpenSQLite: *sql.Tx
+//	if err := migrate.Up(ctx, d); err != nil { … }           // New checks the schema
+//	mw, err := idemhttp.New(d, idemhttp.Config{Tenant: tenantOf}) // func(*http.Request) (string, error)
+//	if err != nil { … }
+//	mux.Handle("POST /orders", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+//		tx, _ := idemhttp.Tx[pgx.Tx](r.Context()) // the key's transaction: never commit it
+//		if _, err := tx.Exec(r.Context(), `INSERT INTO orders (id) VALUES ($1)`, newID()); err != nil {
+//			http.Error(w, "try again", http.StatusInternalServerError) // 5xx: rolled back, not stored
+//			return
+//		}
+//		w.WriteHeader(http.StatusCreated) // stored; a retry with the key replays it
+//	})))
+//
 // Contract:
 //
 //	first request with a new key          handler runs; response stored with the record

@@ -2,6 +2,22 @@
 // in the caller's transaction, through the table's primary key, and runs the
 // handler only for the first delivery of each message.
 //
+// One delivery, whatever the broker:
+//
+//	ib, err := inbox.New(d, inbox.Config{})
+//	res, err := ib.Process(ctx, "billing", msg, func(ctx context.Context, tx pgx.Tx, msg idem.Message) error {
+//		_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id) VALUES ($1) ON CONFLICT DO NOTHING`, msg.Key)
+//		return err // rolls the inbox record back too: the redelivery is processed
+//	})
+//	switch {
+//	case err == nil: // inbox.Processed or inbox.Duplicate: committed, acknowledge now
+//	case idem.IsPermanent(err): // dead-letter it (package dlq)
+//	default: // transient: let the broker redeliver
+//	}
+//
+// With a broker, package consumer runs this loop (acks, backoff, dead
+// letters, batches).
+//
 // The flow for one message:
 //
 //	begin

@@ -3,6 +3,20 @@
 // [Relay] gets every committed event to the broker at least once, in order per
 // ordering key, with a stable message id that brokers and consumers dedup on.
 //
+// The event is written in the business transaction; the relay publishes
+// it after the commit:
+//
+//	ob, err := outbox.New(d, outbox.Config{Source: "/shop"})
+//	err = store.InTx(ctx, d, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, orderID); err != nil {
+//			return err
+//		}
+//		_, err := ob.EnqueueTx(ctx, tx, outbox.Event{Type: "order.created", Topic: "orders", Key: orderID, Payload: body})
+//		return err
+//	})
+//	relay, err := outbox.NewRelay(d, publisher, outbox.RelayConfig{}) // any broker.Publisher
+//	err = idem.Run(ctx, relay) // with the service's other runners
+//
 // # Guarantees
 //
 //   - Atomic with the business change: [Outbox.EnqueueTx] inserts into the
