@@ -8,6 +8,7 @@
 //
 //	go run ./internal/tools/apicount            # the total
 //	go run ./internal/tools/apicount -packages  # one line a package, then the total
+//	go run ./internal/tools/apicount -names     # every identifier, one a line
 //	go run ./internal/tools/apicount -dir path/to/module
 package main
 
@@ -27,15 +28,16 @@ import (
 func main() {
 	dir := flag.String("dir", ".", "the module's root folder")
 	perPkg := flag.Bool("packages", false, "print the count of each package before the total")
+	names := flag.Bool("names", false, "print every counted identifier (package.Name, package.Type.Method) before the total")
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: apicount [-dir DIR] [-packages]")
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: apicount [-dir DIR] [-packages] [-names]")
 	}
 	flag.Parse()
 	if flag.NArg() != 0 {
 		fmt.Fprintf(os.Stderr, "apicount: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
-	counts, err := count(*dir)
+	counts, ids, err := count(*dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "apicount:", err)
 		os.Exit(1)
@@ -47,6 +49,12 @@ func main() {
 		total += n
 	}
 	sort.Strings(pkgs)
+	if *names {
+		sort.Strings(ids)
+		for _, id := range ids {
+			fmt.Println(id)
+		}
+	}
 	if *perPkg {
 		for _, p := range pkgs {
 			fmt.Printf("%5d  %s\n", counts[p], p)
@@ -58,10 +66,11 @@ func main() {
 // skipped are the folder names whose trees are not public API.
 var skipped = map[string]bool{"internal": true, "cmd": true, "examples": true, "testdata": true}
 
-// count returns the exported identifiers per package folder (relative to
-// root) of the module at root.
-func count(root string) (map[string]int, error) {
+// count returns the number of exported identifiers per package folder
+// (relative to root) of the module at root, and the identifiers themselves.
+func count(root string) (map[string]int, []string, error) {
 	out := map[string]int{}
+	var ids []string
 	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -81,53 +90,59 @@ func count(root string) (map[string]int, error) {
 		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		n, err := countFile(path)
-		if err != nil {
-			return err
-		}
 		rel, err := filepath.Rel(root, filepath.Dir(path))
 		if err != nil {
 			return err
+		}
+		found, err := exportedIn(path)
+		if err != nil {
+			return err
+		}
+		n := len(found)
+		for _, id := range found {
+			ids = append(ids, filepath.ToSlash(rel)+"."+id)
 		}
 		if n > 0 || out[rel] == 0 {
 			out[rel] += n
 		}
 		return nil
 	})
-	return out, err
+	return out, ids, err
 }
 
-// countFile counts the exported declarations of one file. A file of
-// package main declares no API.
-func countFile(path string) (int, error) {
+// exportedIn returns the exported declarations of one file (Name, or
+// Type.Method). A file of package main declares no API.
+func exportedIn(path string) ([]string, error) {
 	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if f.Name.Name == "main" {
-		return 0, nil
+		return nil, nil
 	}
-	n := 0
+	var n []string
 	for _, decl := range f.Decls {
 		switch d := decl.(type) {
 		case *ast.FuncDecl:
 			if !d.Name.IsExported() {
 				continue
 			}
-			if d.Recv == nil || exportedRecv(d.Recv) {
-				n++
+			if d.Recv == nil {
+				n = append(n, d.Name.Name)
+			} else if recv, ok := exportedRecv(d.Recv); ok {
+				n = append(n, recv+"."+d.Name.Name)
 			}
 		case *ast.GenDecl:
 			for _, s := range d.Specs {
 				switch s := s.(type) {
 				case *ast.TypeSpec:
 					if s.Name.IsExported() {
-						n++
+						n = append(n, s.Name.Name)
 					}
 				case *ast.ValueSpec:
 					for _, name := range s.Names {
 						if name.IsExported() {
-							n++
+							n = append(n, name.Name)
 						}
 					}
 				}
@@ -137,11 +152,11 @@ func countFile(path string) (int, error) {
 	return n, nil
 }
 
-// exportedRecv reports whether a method's receiver type is exported
-// (T, *T, T[P] or *T[P]).
-func exportedRecv(recv *ast.FieldList) bool {
+// exportedRecv returns the name of a method's receiver type (T, *T, T[P]
+// or *T[P]) and whether it is exported.
+func exportedRecv(recv *ast.FieldList) (string, bool) {
 	if len(recv.List) == 0 {
-		return false
+		return "", false
 	}
 	t := recv.List[0].Type
 	if s, ok := t.(*ast.StarExpr); ok {
@@ -154,5 +169,8 @@ func exportedRecv(recv *ast.FieldList) bool {
 		t = x.X
 	}
 	id, ok := t.(*ast.Ident)
-	return ok && id.IsExported()
+	if !ok || !id.IsExported() {
+		return "", false
+	}
+	return id.Name, true
 }
