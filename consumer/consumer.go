@@ -26,7 +26,7 @@
 //     dlq.Store.Revise): Ack without an inbox row or a handler run.
 //   - same id with a different payload (idem.ErrFingerprintMismatch),
 //     idem.Permanent errors, idem.ErrInvalidInput, undecodable payloads or
-//     payloads failing the JSON Schema: nothing is committed; the message
+//     payloads Config.Validate refuses: nothing is committed; the message
 //     is parked in the dead-letter store (its own transaction), then Term.
 //   - no usable message id (the producer set none, e.g. a plain JetStream
 //     publish without Nats-Msg-Id, and Config.MessageID is not set): the
@@ -63,7 +63,6 @@
 package consumer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -71,7 +70,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
@@ -191,9 +189,11 @@ type Config[TTx any] struct {
 	// DLQ is the dead-letter store. Defaults to dlq.New on the consumer's
 	// driver.
 	DLQ *dlq.Store[TTx]
-	// Schema, if set, is a JSON Schema every payload must satisfy before
-	// the handler runs; an invalid or non-JSON payload is dead-lettered.
-	Schema []byte
+	// Validate, if set, checks every payload before the handler runs (a
+	// JSON Schema validator, a protobuf decode, ...); a payload it refuses
+	// is dead-lettered as idem.ErrInvalidInput with its error as the
+	// reason, and nothing is committed.
+	Validate func(payload []byte) error
 	// Metrics, if set, receives processed / duplicate / conflict / failure
 	// / retry / dead-letter counts, in-flight and handler duration; pass
 	// an *idemmetrics.Metrics.
@@ -257,13 +257,12 @@ type Config[TTx any] struct {
 // same subscription: the inbox's unique key lets exactly one commit the
 // effect of a message.
 type Consumer[TTx any] struct {
-	d      store.Driver[TTx]
-	ib     *inbox.Inbox[TTx]
-	sub    broker.Subscriber
-	cfg    Config[TTx]
-	schema *jsonschema.Schema
-	log    *slog.Logger
-	tr     trace.Tracer
+	d   store.Driver[TTx]
+	ib  *inbox.Inbox[TTx]
+	sub broker.Subscriber
+	cfg Config[TTx]
+	log *slog.Logger
+	tr  trace.Tracer
 
 	mu      sync.Mutex
 	running bool // protected by mu
@@ -323,26 +322,7 @@ func New[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], sub broker.Subscrib
 	c := &Consumer[TTx]{d: d, ib: ib, sub: sub, cfg: cfg, log: obs.Component(cfg.Logger, "consumer", "consumer", cfg.Name),
 		tr: obs.Tracer(cfg.TracerProvider)}
 	c.pause.p, _ = sub.(broker.Pauser)
-	if cfg.Schema != nil {
-		sch, err := compileSchema(cfg.Schema)
-		if err != nil {
-			return nil, idem.InvalidOptionf("consumer: Schema: %v", err)
-		}
-		c.schema = sch
-	}
 	return c, nil
-}
-
-func compileSchema(b []byte) (*jsonschema.Schema, error) {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-	if err != nil {
-		return nil, err
-	}
-	comp := jsonschema.NewCompiler()
-	if err := comp.AddResource("idem-consumer-schema.json", doc); err != nil {
-		return nil, err
-	}
-	return comp.Compile("idem-consumer-schema.json")
 }
 
 // Run fetches and processes deliveries with Concurrency workers until ctx
@@ -529,17 +509,13 @@ func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
 	return msg, nil
 }
 
-// validate checks the payload against the JSON Schema, if any.
+// validate runs Config.Validate, if any, on the payload.
 func (c *Consumer[TTx]) validate(msg idem.Message) error {
-	if c.schema == nil {
+	if c.cfg.Validate == nil {
 		return nil
 	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(msg.Payload))
-	if err != nil {
-		return fmt.Errorf("%w: payload is not JSON: %v", idem.ErrInvalidInput, err)
-	}
-	if err := c.schema.Validate(inst); err != nil {
-		return fmt.Errorf("%w: payload fails the schema: %v", idem.ErrInvalidInput, err)
+	if err := c.cfg.Validate(msg.Payload); err != nil {
+		return fmt.Errorf("%w: payload refused by Config.Validate: %v", idem.ErrInvalidInput, err)
 	}
 	return nil
 }

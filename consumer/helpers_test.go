@@ -5,17 +5,12 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	js "github.com/nats-io/nats.go/jetstream"
-
-	"github.com/idemkit/idem/broker/jetstream"
-	"github.com/idemkit/idem/broker/jetstream/embedded"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/inbox"
@@ -103,66 +98,11 @@ func value(t *testing.T, g prometheus.Gatherer, name, labels string) float64 {
 	return promtest.Value(t, g, name, labels)
 }
 
-// natsEnv is an embedded JetStream server with one stream.
-type natsEnv struct {
-	js      js.JetStream
-	stream  string
-	subject string
-	pub     *jetstream.Publisher
-}
-
-// dupWindow is the test streams' duplicate window (JetStream's minimum),
-// so a redrive can republish the original id shortly after.
-const dupWindow = 100 * time.Millisecond
-
-func startNATS(t *testing.T) *natsEnv {
-	t.Helper()
-	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	return natsEnvAt(t, srv.ClientURL())
-}
-
-// natsEnvAt connects to the NATS server at url and creates a uniquely
-// named stream there.
-func natsEnvAt(t *testing.T, url string) *natsEnv {
-	t.Helper()
-	nc, j, err := jetstream.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	id := unique()
-	env := &natsEnv{js: j, stream: "ORDERS_" + strings.ToUpper(id), subject: "orders." + id}
-	if _, err := jetstream.EnsureStream(context.Background(), j, js.StreamConfig{Name: env.stream,
-		Subjects: []string{env.subject}, Duplicates: dupWindow, Storage: js.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
-	env.pub, err = jetstream.NewPublisher(j, jetstream.PublisherConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return env
-}
-
 // unique returns a random name suffix.
 func unique() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func (e *natsEnv) subscriber(t *testing.T, durable string, ackWait time.Duration) *jetstream.Subscriber {
-	t.Helper()
-	s, err := jetstream.NewSubscriber(context.Background(), e.js, jetstream.SubscriberConfig{Stream: e.stream,
-		Durable: durable, AckWait: ackWait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
 }
 
 // sqlTx is database/sql's transaction type, as the sqlstore driver uses it.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/fakeprovider"
+	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/fakeprovider"
+	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"

@@ -12,8 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store/sqlstore"
@@ -107,25 +105,6 @@ func Example() {
 	// 201 /orders/1 replayed="true" {"id":1,"item":"ticket"}
 	// 201 /orders/2 replayed="" {"id":2,"item":"ticket"}
 	// 422  replayed="" {"type":"https://pkg.go.dev/github.com/idemkit/idem/idemhttp#TypeKeyReused","title":"Idempotency-Key reused with a different request","status":422,"idempotency_key":"order-1"}
-}
-
-// The middleware on a chi route: chi sets r.Pattern, so the operation is
-// "POST /orders".
-func Example_chi() {
-	d, done := openExampleDB()
-	defer done()
-	mw, err := idemhttp.New(d, idemhttp.Config{Tenant: tenantFromAuth})
-	if err != nil {
-		log.Fatal(err)
-	}
-	r := chi.NewRouter()
-	r.With(mw.Handler).Post("/orders", createOrder)
-
-	send(r, "alice", `"order-7"`, `{"item":"ticket"}`) // structured-field string …
-	send(r, "alice", `order-7`, `{"item":"ticket"}`)   // … and bare token are one key
-	// Output:
-	// 201 /orders/1 replayed="" {"id":1,"item":"ticket"}
-	// 201 /orders/1 replayed="true" {"id":1,"item":"ticket"}
 }
 
 // Two-phase mode for a handler whose effect is outside the database (here

@@ -1,7 +1,6 @@
 package idemhttp_test
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/mysql"
 	"github.com/idemkit/idem/store/sqlset"
 )
 
@@ -80,16 +78,6 @@ func TestTenantsSharingLongPrefix(t *testing.T) {
 		}
 	}
 	forEachDriver(t, body)
-	t.Run("mysql-non-strict-url", func(t *testing.T) {
-		t.Parallel()
-		d, err := mysql.Open(context.Background(), testdb.MySQLDatabase(t)+"?sql_mode=%27%27", mysql.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		testdb.MustMigrate(t, d)
-		body(t, newEnv(t, d))
-	})
 }
 
 // checkLimits sends scopes around the limits tenantMax, opMax and keyMax:

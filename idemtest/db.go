@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,53 +13,54 @@ import (
 
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/mysql"
 	"github.com/idemkit/idem/store/sqlstore"
 )
 
 // Backend selects the database idemtest runs on. The zero value is a fresh
-// SQLite file under t.TempDir(), migrated: no server needed. A URL runs the
-// same checks on a fresh schema (PostgreSQL, through pgx's database/sql
-// adapter) or a fresh database (MySQL/MariaDB) of that server, dropped when
-// the test ends.
+// SQLite file under t.TempDir(), migrated: no server needed. PostgresURL
+// runs the same checks on a fresh schema of that server (through pgx's
+// database/sql adapter), dropped when the test ends. Open runs them on any
+// other store on *sql.Tx: MySQL and MariaDB through
+// idemmysqltest.Backend (module github.com/idemkit/idem/store/idemmysql).
 type Backend struct {
 	// PostgresURL is a postgres:// connection string (for example the
 	// value of IDEM_TEST_POSTGRES_URL).
 	PostgresURL string
-	// MySQLURL is a mysql://user@host:3306/db URL (for example the value
-	// of IDEM_TEST_MYSQL_URL). Ignored when PostgresURL is set.
-	MySQLURL string
+	// Open, when set, opens a fresh, empty store for t (idemtest migrates
+	// it) and arranges its cleanup with t.Cleanup. It takes precedence
+	// over PostgresURL.
+	Open func(ctx context.Context, t testing.TB) (Store, error)
+}
+
+// Store is what a backend's store offers: idem's store on *sql.Tx and the
+// *sql.DB underneath, which a Setup and the invariants use.
+type Store interface {
+	store.Driver[*sql.Tx]
+	DB() *sql.DB
 }
 
 // DB is the database the user's code runs on: the *sql.DB behind idem's
-// store and its dialect (store.SQLite, store.Postgres or "mysql"), so a
+// store and its dialect (store.SQLite, store.Postgres or store.MySQL), so a
 // Setup can write the DDL of each.
 type DB struct {
 	*sql.DB
 	Dialect store.Dialect
 }
 
-// sqlDriver is what every backend's driver offers: idem's store on *sql.Tx
-// and the *sql.DB underneath.
-type sqlDriver interface {
-	store.Driver[*sql.Tx]
-	DB() *sql.DB
-}
-
 // open opens and migrates the backend's store for t; everything is closed
 // or dropped when t ends.
-func (b Backend) open(t testing.TB) (sqlDriver, error) {
+func (b Backend) open(t testing.TB) (Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var (
-		d   sqlDriver
+		d   Store
 		err error
 	)
 	switch {
+	case b.Open != nil:
+		d, err = b.Open(ctx, t)
 	case b.PostgresURL != "":
 		d, err = openPostgres(ctx, t, b.PostgresURL)
-	case b.MySQLURL != "":
-		d, err = openMySQL(ctx, t, b.MySQLURL)
 	default:
 		// A short busy timeout: a handler that writes on another
 		// connection than the request transaction waits for that
@@ -88,7 +88,7 @@ func randomName(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-func openPostgres(ctx context.Context, t testing.TB, base string) (sqlDriver, error) {
+func openPostgres(ctx context.Context, t testing.TB, base string) (Store, error) {
 	admin, err := sql.Open("pgx", base)
 	if err != nil {
 		return nil, err
@@ -115,42 +115,6 @@ func openPostgres(ctx context.Context, t testing.TB, base string) (sqlDriver, er
 		return nil, err
 	}
 	d.DB().SetMaxOpenConns(16)
-	t.Cleanup(func() { _ = d.Close() })
-	return d, nil
-}
-
-func openMySQL(ctx context.Context, t testing.TB, base string) (sqlDriver, error) {
-	dsn, err := mysql.ServerDSN(base)
-	if err != nil {
-		return nil, err
-	}
-	admin, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return nil, err
-	}
-	defer admin.Close()
-	name := randomName("idemtest_")
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4"); err != nil {
-		return nil, fmt.Errorf("MySQL at the given URL: create database: %w", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if c, err := sql.Open("mysql", dsn); err == nil {
-			_, _ = c.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name)
-			_ = c.Close()
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		return nil, err
-	}
-	u.Path = "/" + name
-	d, err := mysql.Open(ctx, u.String(), mysql.Config{})
-	if err != nil {
-		return nil, err
-	}
-	d.DB().SetMaxOpenConns(32)
 	t.Cleanup(func() { _ = d.Close() })
 	return d, nil
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/fakeprovider"
+	"github.com/idemkit/idem/internal/fakeprovider"
 )
 
 // EffectCall is the user's external call under test.

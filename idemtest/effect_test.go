@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/fakeprovider"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/fakeprovider"
 )
 
 // sendReceipt is the correct call: the ledger's key is the provider's

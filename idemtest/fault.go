@@ -92,13 +92,13 @@ func (in *injector) disarm() bool {
 // (BEGIN, the claim, the handler, the record, COMMIT); the user's handler
 // sees the same *sql.Tx either way.
 type faultDriver struct {
-	sqlDriver
+	Store
 	in     *injector
 	record map[string]bool // the statements that record a response
 	effect string          // the statement that records an effect's result
 }
 
-func newFaultDriver(d sqlDriver, in *injector) *faultDriver {
+func newFaultDriver(d Store, in *injector) *faultDriver {
 	k := d.Statements().HTTPKeys
 	rec := map[string]bool{}
 	for _, s := range []string{k.Complete, k.InsertCompleted} {
@@ -106,7 +106,7 @@ func newFaultDriver(d sqlDriver, in *injector) *faultDriver {
 			rec[s] = true
 		}
 	}
-	return &faultDriver{sqlDriver: d, in: in, record: rec, effect: d.Statements().Effects.Complete}
+	return &faultDriver{Store: d, in: in, record: rec, effect: d.Statements().Effects.Complete}
 }
 
 var _ store.Driver[*sql.Tx] = (*faultDriver)(nil)
@@ -115,23 +115,23 @@ func (d *faultDriver) Begin(ctx context.Context) (*sql.Tx, error) {
 	if d.in.take(faultBeforeHandler) {
 		return nil, errInjected
 	}
-	return d.sqlDriver.Begin(ctx)
+	return d.Store.Begin(ctx)
 }
 
 func (d *faultDriver) Commit(ctx context.Context, tx *sql.Tx) error {
 	if d.in.take(faultAtCommit) {
-		_ = d.sqlDriver.Rollback(ctx, tx)
+		_ = d.Store.Rollback(ctx, tx)
 		return errInjected
 	}
-	return d.sqlDriver.Commit(ctx, tx)
+	return d.Store.Commit(ctx, tx)
 }
 
 func (d *faultDriver) Tx(tx *sql.Tx) store.Querier {
-	return faultQuerier{Querier: d.sqlDriver.Tx(tx), d: d}
+	return faultQuerier{Querier: d.Store.Tx(tx), d: d}
 }
 
 func (d *faultDriver) Pool() store.Querier {
-	return faultQuerier{Querier: d.sqlDriver.Pool(), d: d}
+	return faultQuerier{Querier: d.Store.Pool(), d: d}
 }
 
 func (d *faultDriver) SupportsPipeline() bool { return false }

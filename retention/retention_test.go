@@ -16,7 +16,6 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/retention"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/mysql"
 )
 
 func TestGC(t *testing.T) {
@@ -35,7 +34,7 @@ func TestGC(t *testing.T) {
 // seedInbox inserts n inbox rows for consumer, ids prefix0..prefix(n-1),
 // received at recv and expiring at exp.
 func seedInbox[TTx any](t *testing.T, d store.Driver[TTx], consumer, prefix string, n int, recv, exp time.Time) {
-	if d.Dialect() == mysql.Dialect { // no recursion past 1000 rows on MariaDB, CONCAT for ||
+	if d.Dialect() == store.MySQL { // no recursion past 1000 rows on MariaDB, CONCAT for ||
 		const digit = `(SELECT 0 AS i UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
  UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)`
 		testdb.Exec(t, d, `INSERT INTO `+d.Table("inbox")+` (consumer, message_id, fingerprint, received_at, expires_at)

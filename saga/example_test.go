@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/fakeprovider"
+	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/saga"
 	"github.com/idemkit/idem/store"

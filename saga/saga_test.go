@@ -16,7 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/fakeprovider"
+	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/saga"
 	"github.com/idemkit/idem/store"

@@ -37,6 +37,9 @@ type Dialect string
 const (
 	Postgres Dialect = "postgres"
 	SQLite   Dialect = "sqlite"
+	// MySQL is MySQL and MariaDB, through the idemmysql module
+	// (github.com/idemkit/idem/store/idemmysql).
+	MySQL Dialect = "mysql"
 )
 
 // Errors translated by the drivers, in one place, from the database's own

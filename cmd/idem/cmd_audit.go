@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem/console"
+	"github.com/idemkit/idem/cmd/idem/console"
 )
 
 // runAudit implements "idem audit list": the operator actions recorded in

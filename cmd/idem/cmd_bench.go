@@ -17,7 +17,7 @@ import (
 
 	"github.com/idemkit/idem/cmd/idem/internal/bench"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/mysql"
+	"github.com/idemkit/idem/store/idemmysql"
 )
 
 // runBench measures what idem's guarantees cost, as interleaved A/B pairs
@@ -100,7 +100,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		switch t.Dialect {
 		case store.Postgres:
 			cfg.Postgres = t.Conn
-		case mysql.Dialect:
+		case idemmysql.Dialect:
 			cfg.MySQL = t.Conn
 		default:
 			cfg.SQLiteDir = filepath.Dir(t.Path)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/cmd/idem/boxoffice"
 )
 
 // TestBrokerFlagErrors: an unknown --broker, a broker's address given for

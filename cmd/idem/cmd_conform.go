@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/conform"
-	"github.com/idemkit/idem/idemproxy"
+	"github.com/idemkit/idem/cmd/idem/conform"
+	"github.com/idemkit/idem/cmd/idem/idemproxy"
 )
 
 // runConform probes a server for the Idempotency-Key contract: "idem

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/conform"
+	"github.com/idemkit/idem/cmd/idem/conform"
 )
 
 const conformOrder = `{"event_id":"concert-1","customer_email":"ana@example.com","seats":2,"total_cents":9000,"currency":"EUR"}`

@@ -12,10 +12,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idemkit/idem/boxoffice"
 	"github.com/idemkit/idem/broker"
-	"github.com/idemkit/idem/console"
-	"github.com/idemkit/idem/internal/dsn"
+	"github.com/idemkit/idem/cmd/idem/boxoffice"
+	"github.com/idemkit/idem/cmd/idem/console"
+	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/internal/redact"
 )

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/console"
+	"github.com/idemkit/idem/cmd/idem/console"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/store/sqlstore"
 )

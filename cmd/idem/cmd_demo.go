@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/boxoffice"
-	"github.com/idemkit/idem/internal/dsn"
+	"github.com/idemkit/idem/cmd/idem/boxoffice"
+	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store"

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/cmd/idem/boxoffice"
 	"github.com/idemkit/idem/webhook"
 )
 

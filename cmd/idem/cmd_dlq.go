@@ -18,11 +18,11 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
-	"github.com/idemkit/idem/broker/amqp"
-	"github.com/idemkit/idem/broker/jetstream"
-	"github.com/idemkit/idem/broker/kafka"
+	"github.com/idemkit/idem/broker/idemamqp"
+	"github.com/idemkit/idem/broker/idemjetstream"
+	"github.com/idemkit/idem/broker/idemkafka"
+	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 	"github.com/idemkit/idem/dlq"
-	"github.com/idemkit/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/redact"
 )
 
@@ -304,18 +304,18 @@ func parsePublisherURL(u string, nats bool) (dsn.Broker, error) {
 func openPublisher(b dsn.Broker, exchange string) (broker.Publisher, error) {
 	switch b.Kind {
 	case dsn.NATS:
-		nc, js, err := jetstream.Dial(b.URL)
+		nc, js, err := idemjetstream.Dial(b.URL)
 		if err != nil {
 			return nil, hideURL(err, b.URL)
 		}
-		pub, err := jetstream.NewPublisher(js, jetstream.PublisherConfig{})
+		pub, err := idemjetstream.NewPublisher(js, idemjetstream.PublisherConfig{})
 		if err != nil {
 			nc.Close()
 			return nil, err
 		}
 		return closing{pub, nc.Close}, nil
 	case dsn.AMQP:
-		pub, err := amqp.NewPublisher(amqp.PublisherConfig{URL: b.URL, Exchange: exchange})
+		pub, err := idemamqp.NewPublisher(idemamqp.PublisherConfig{URL: b.URL, Exchange: exchange})
 		if err != nil {
 			return nil, hideURL(err, b.URL)
 		}
@@ -323,7 +323,7 @@ func openPublisher(b dsn.Broker, exchange string) (broker.Publisher, error) {
 	case dsn.Kafka:
 		// A bounded delivery, so an unreachable cluster fails the redrive
 		// (the letter stays parked) instead of hanging the command.
-		pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: b.Seeds, Opts: []kgo.Opt{kgo.RecordDeliveryTimeout(30 * time.Second)}})
+		pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: b.Seeds, Opts: []kgo.Opt{kgo.RecordDeliveryTimeout(30 * time.Second)}})
 		if err != nil {
 			return nil, hideURL(err, b.URL)
 		}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/console"
+	"github.com/idemkit/idem/cmd/idem/console"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/store/sqlstore"

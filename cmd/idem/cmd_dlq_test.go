@@ -18,10 +18,10 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
-	"github.com/idemkit/idem/broker/amqp"
-	"github.com/idemkit/idem/broker/jetstream"
-	"github.com/idemkit/idem/broker/jetstream/embedded"
-	"github.com/idemkit/idem/broker/kafka"
+	"github.com/idemkit/idem/broker/idemamqp"
+	"github.com/idemkit/idem/broker/idemjetstream"
+	"github.com/idemkit/idem/broker/idemjetstream/embedded"
+	"github.com/idemkit/idem/broker/idemkafka"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/store/sqlstore"
 )
@@ -48,12 +48,12 @@ func newDLQEnv(t *testing.T, vars map[string]string) (*dlq.Store[*sql.Tx], *embe
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, j, err := jetstream.Dial(srv.ClientURL())
+	nc, j, err := idemjetstream.Dial(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	if _, err := jetstream.EnsureStream(context.Background(), j, js.StreamConfig{Name: "ORDERS", Subjects: []string{"orders"}, Storage: js.MemoryStorage}); err != nil {
+	if _, err := idemjetstream.EnsureStream(context.Background(), j, js.StreamConfig{Name: "ORDERS", Subjects: []string{"orders"}, Storage: js.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
 	return letters, srv, j
@@ -265,11 +265,11 @@ func TestDLQRedriveAMQP(t *testing.T) {
 		t.Skip("IDEM_TEST_AMQP_URL not set; export IDEM_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ to run against RabbitMQ")
 	}
 	q := "idem-redrive-" + dlqUnique()
-	if err := amqp.DeclareQueue(url, amqp.QueueConfig{Name: q}); err != nil {
+	if err := idemamqp.DeclareQueue(url, idemamqp.QueueConfig{Name: q}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = amqp.DeleteQueue(url, q) })
-	sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{URL: url, Queue: q})
+	t.Cleanup(func() { _ = idemamqp.DeleteQueue(url, q) })
+	sub, err := idemamqp.NewSubscriber(idemamqp.SubscriberConfig{URL: url, Queue: q})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,15 +286,15 @@ func TestDLQRedriveKafka(t *testing.T) {
 	t.Cleanup(c.Close)
 	addrs := c.ListenAddrs()
 	topic := "orders-" + dlqUnique()
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: addrs})
+	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: addrs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	if err := kafka.EnsureTopic(t.Context(), pub.Client(), topic, 1, 1); err != nil {
+	if err := idemkafka.EnsureTopic(t.Context(), pub.Client(), topic, 1, 1); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: addrs, Group: topic + "-check", Topics: []string{topic}})
+	sub, err := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: addrs, Group: topic + "-check", Topics: []string{topic}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,16 +311,16 @@ func TestDLQRedriveNATSBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, j, err := jetstream.Dial(srv.ClientURL())
+	nc, j, err := idemjetstream.Dial(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
 	subject := "orders-" + dlqUnique()
-	if _, err := jetstream.EnsureStream(t.Context(), j, js.StreamConfig{Name: "R", Subjects: []string{subject}, Storage: js.MemoryStorage}); err != nil {
+	if _, err := idemjetstream.EnsureStream(t.Context(), j, js.StreamConfig{Name: "R", Subjects: []string{subject}, Storage: js.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := jetstream.NewSubscriber(t.Context(), j, jetstream.SubscriberConfig{Stream: "R", Durable: "check"})
+	sub, err := idemjetstream.NewSubscriber(t.Context(), j, idemjetstream.SubscriberConfig{Stream: "R", Durable: "check"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/cmd/idem/boxoffice"
 	"github.com/idemkit/idem/horizon"
 )
 

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/idemproxy"
 	upstreamnode "github.com/idemkit/idem/examples/upstream-node"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/idemproxy"
 )
 
 func nodeUpstream(t *testing.T, port int) *upstreamnode.Upstream {

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/boxoffice"
-	"github.com/idemkit/idem/internal/dsn"
+	"github.com/idemkit/idem/cmd/idem/boxoffice"
+	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 )
 
 // runWorker runs some of the boxoffice's background components (relay,

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/idemkit/idem/internal/dsn"
+	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"

@@ -5,15 +5,16 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
 	"net/http"
 	"os"
 	"testing"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/fakeprovider"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 )
@@ -28,7 +29,7 @@ func backends(mysql bool) map[string]idemtest.Backend {
 		b["postgres"] = idemtest.Backend{PostgresURL: u}
 	}
 	if u := os.Getenv("IDEM_TEST_MYSQL_URL"); u != "" && mysql {
-		b["mysql"] = idemtest.Backend{MySQLURL: u}
+		b["mysql"] = idemmysqltest.BackendAt(u)
 	}
 	return b
 }

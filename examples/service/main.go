@@ -65,13 +65,13 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
-	"github.com/idemkit/idem/broker/jetstream"
+	"github.com/idemkit/idem/broker/idemjetstream"
 	"github.com/idemkit/idem/broker/memory"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/fakeprovider"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
@@ -142,18 +142,18 @@ func run(ctx context.Context, o options, started func(*service)) error {
 			return err
 		}
 	} else {
-		nc, js, err := jetstream.Dial(o.NATS)
+		nc, js, err := idemjetstream.Dial(o.NATS)
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
-		if _, err := jetstream.EnsureStream(ctx, js, natsjs.StreamConfig{Name: o.Stream, Subjects: []string{o.Subject}}); err != nil {
+		if _, err := idemjetstream.EnsureStream(ctx, js, natsjs.StreamConfig{Name: o.Stream, Subjects: []string{o.Subject}}); err != nil {
 			return err
 		}
-		if s.Pub, err = jetstream.NewPublisher(js, jetstream.PublisherConfig{}); err != nil {
+		if s.Pub, err = idemjetstream.NewPublisher(js, idemjetstream.PublisherConfig{}); err != nil {
 			return err
 		}
-		if sub, err = jetstream.NewSubscriber(ctx, js, jetstream.SubscriberConfig{Stream: o.Stream, Durable: "charges"}); err != nil {
+		if sub, err = idemjetstream.NewSubscriber(ctx, js, idemjetstream.SubscriberConfig{Stream: o.Stream, Durable: "charges"}); err != nil {
 			return err
 		}
 	}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/fakeprovider"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 )

@@ -16,8 +16,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
-	"github.com/idemkit/idem/broker/jetstream"
-	"github.com/idemkit/idem/fakeprovider"
+	"github.com/idemkit/idem/broker/idemjetstream"
+	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -46,7 +46,7 @@ func TestServiceJetStream(t *testing.T) {
 	name := strings.TrimPrefix(db[strings.LastIndex(db, "/"):], "/t_db_")
 	o := options{DB: db, NATS: u, Stream: "EXSVC_" + name, Subject: "exsvc." + name}
 	t.Cleanup(func() { // the stream is the test's own: leave nothing on the server
-		nc, js, err := jetstream.Dial(u)
+		nc, js, err := idemjetstream.Dial(u)
 		if err != nil {
 			t.Logf("delete stream %s: %v", o.Stream, err)
 			return
@@ -340,12 +340,12 @@ func statuses(rs []response) []int {
 // receives with the same id; it waits until the consumer acknowledged it.
 func redeliverJetStream(ctx context.Context, t *testing.T, o options, msg idem.Message) {
 	t.Helper()
-	nc, js, err := jetstream.Dial(o.NATS)
+	nc, js, err := idemjetstream.Dial(o.NATS)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	pub, err := jetstream.NewPublisher(js, jetstream.PublisherConfig{})
+	pub, err := idemjetstream.NewPublisher(js, idemjetstream.PublisherConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/conform"
+	"github.com/idemkit/idem/cmd/idem/conform"
+	"github.com/idemkit/idem/cmd/idem/idemproxy"
 	upstreamnode "github.com/idemkit/idem/examples/upstream-node"
 	upstreampython "github.com/idemkit/idem/examples/upstream-python"
-	"github.com/idemkit/idem/idemproxy"
 	"github.com/idemkit/idem/internal/testdb"
 )
 

@@ -9,14 +9,15 @@ import (
 // Driver names one of the drivers [EachDriver] runs a test on.
 type Driver struct {
 	// Name is the subtest's name: "sqlite", "pgx", "sql-postgres" or
-	// "mysql".
+	// "pgx-partitioned". (MySQL lives in its own module, whose tests run
+	// the store conformance suite and idemtest's checks on it.)
 	Name string
 	// D is the migrated, isolated store, its transaction type erased so
 	// one test body serves every driver (the feature code under test is
 	// the same generic code for every TTx).
 	D store.Driver[any]
-	// Native is the concrete driver (*sqlstore.Driver, *pgxstore.Driver
-	// or *mysql.Driver), for a test that needs it.
+	// Native is the concrete driver (*sqlstore.Driver or
+	// *pgxstore.Driver), for a test that needs it.
 	Native any
 }
 
@@ -35,10 +36,9 @@ const (
 )
 
 // EachDriver runs body once per driver, as subtests: SQLite always, pgx and
-// database/sql on PostgreSQL when IDEM_TEST_POSTGRES_URL is set, MySQL
-// when IDEM_TEST_MYSQL_URL is set (the server subtests skip with a message
-// when their variable is not). Each subtest gets its own freshly migrated
-// store (on MySQL, its own database).
+// database/sql on PostgreSQL when IDEM_TEST_POSTGRES_URL is set (the
+// server subtests skip with a message when it is not). Each subtest gets
+// its own freshly migrated store.
 func EachDriver(t *testing.T, body func(t *testing.T, d Driver), opts ...Option) {
 	t.Helper()
 	serial, withSQLPG, bare := false, true, false
@@ -84,13 +84,6 @@ func EachDriver(t *testing.T, body func(t *testing.T, d Driver), opts ...Option)
 			return Erase(d), d
 		})
 	}
-	run("mysql", func(t *testing.T) (store.Driver[any], any) {
-		d := MySQLBare(t)
-		if !bare {
-			MustMigrate(t, d)
-		}
-		return Erase(d), d
-	})
 	if partitionedRequested() && !bare {
 		run("pgx-partitioned", func(t *testing.T) (store.Driver[any], any) {
 			d := PgxPartitioned(t)

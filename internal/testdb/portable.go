@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/mysql"
 )
 
 // Portable returns a test's own DDL (the business tables a test creates,
@@ -22,7 +21,7 @@ import (
 // Other statements, and every statement on the other dialects,
 // are returned unchanged. The text is a test's constant DDL, never a value.
 func Portable(dialect store.Dialect, sql string) string {
-	if dialect != mysql.Dialect {
+	if dialect != store.MySQL {
 		return sql
 	}
 	trimmed := strings.TrimSpace(sql)

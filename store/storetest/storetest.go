@@ -26,7 +26,6 @@ import (
 
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/mysql"
 )
 
 // Run runs the conformance suite against drivers made by newDriver.
@@ -116,7 +115,7 @@ func testErrorTranslation[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatalf("ON CONFLICT DO NOTHING: %d rows, %v; want 0 rows", n, err)
 	}
 	returning := `INSERT INTO conf_kv (k, v) VALUES ('new', 4), ('dup', 5) ON CONFLICT (k) DO NOTHING RETURNING k`
-	if d.Dialect() == mysql.Dialect { // no RETURNING: a script of duplicate-skipping inserts emitting their key
+	if d.Dialect() == store.MySQL { // no RETURNING: a script of duplicate-skipping inserts emitting their key
 		returning = `/*idem:nodup emit:$1*/ INSERT INTO conf_kv (k, v) VALUES ($1, 4); /*idem:nodup emit:$2*/ INSERT INTO conf_kv (k, v) VALUES ($2, 5)`
 	}
 	rows, err := d.Pool().Query(ctx, returning, returningArgs(d.Dialect())...)
@@ -282,7 +281,7 @@ func testNames[TTx any](t *testing.T, d store.Driver[TTx]) {
 // returningArgs are the arguments of the RETURNING check's statement: none
 // where it is one statement with literals, the keys on MySQL.
 func returningArgs(d store.Dialect) []any {
-	if d == mysql.Dialect {
+	if d == store.MySQL {
 		return []any{"new", "dup"}
 	}
 	return nil

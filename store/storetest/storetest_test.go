@@ -12,7 +12,6 @@ import (
 
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/mysql"
 	"github.com/idemkit/idem/store/pgxstore"
 	"github.com/idemkit/idem/store/postgres"
 	"github.com/idemkit/idem/store/sqlite"
@@ -105,8 +104,6 @@ func preparer(t *testing.T, e testdb.Driver) storetest.Prepare {
 			_, err = c.Conn().Prepare(ctx, "", sql) // the unnamed statement: nothing to deallocate
 			return err
 		}
-	case *mysql.Driver:
-		return n.Prepare
 	case *sqlstore.Driver:
 		db := n.DB()
 		if n.Dialect() == store.SQLite {

@@ -13,8 +13,8 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem/broker"
-	"github.com/idemkit/idem/broker/jetstream"
-	"github.com/idemkit/idem/broker/jetstream/embedded"
+	"github.com/idemkit/idem/broker/idemjetstream"
+	"github.com/idemkit/idem/broker/idemjetstream/embedded"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/migrate"
@@ -37,7 +37,7 @@ func (e *Env) jetStream() (natsjs.JetStream, error) {
 			e.closers = append(e.closers, srv.Close)
 			url = srv.ClientURL()
 		}
-		nc, js, err := jetstream.Dial(url, nats.Name("idem-bench"))
+		nc, js, err := idemjetstream.Dial(url, nats.Name("idem-bench"))
 		if err != nil {
 			e.jsErr = err
 			return
@@ -57,7 +57,7 @@ func (e *Env) stream(ctx context.Context, prefix string) (subject string, err er
 	}
 	name := strings.ToUpper(e.name("BENCH_" + e.runID + "_" + prefix))
 	subject = strings.ToLower(strings.ReplaceAll(name, "_", "."))
-	if _, err := jetstream.EnsureStream(ctx, js, natsjs.StreamConfig{Name: name, Subjects: []string{subject}}); err != nil {
+	if _, err := idemjetstream.EnsureStream(ctx, js, natsjs.StreamConfig{Name: name, Subjects: []string{subject}}); err != nil {
 		return "", err
 	}
 	e.closers = append(e.closers, func() error {
@@ -72,27 +72,27 @@ func (e *Env) stream(ctx context.Context, prefix string) (subject string, err er
 }
 
 // subscriber returns a durable pull subscriber on subject's stream.
-func (e *Env) subscriber(ctx context.Context, subject string) (*jetstream.Subscriber, error) {
+func (e *Env) subscriber(ctx context.Context, subject string) (*idemjetstream.Subscriber, error) {
 	js, err := e.jetStream()
 	if err != nil {
 		return nil, err
 	}
 	stream := strings.ToUpper(strings.ReplaceAll(subject, ".", "_"))
-	return jetstream.NewSubscriber(ctx, js, jetstream.SubscriberConfig{Stream: stream, Durable: "bench", MaxAckPending: 4 * batchSize})
+	return idemjetstream.NewSubscriber(ctx, js, idemjetstream.SubscriberConfig{Stream: stream, Durable: "bench", MaxAckPending: 4 * batchSize})
 }
 
 // publisher returns a JetStream publisher.
-func (e *Env) publisher() (*jetstream.Publisher, error) {
+func (e *Env) publisher() (*idemjetstream.Publisher, error) {
 	js, err := e.jetStream()
 	if err != nil {
 		return nil, err
 	}
-	return jetstream.NewPublisher(js, jetstream.PublisherConfig{})
+	return idemjetstream.NewPublisher(js, idemjetstream.PublisherConfig{})
 }
 
 // streamPublisher returns a fresh stream's subject (see stream) and a
 // publisher.
-func (e *Env) streamPublisher(ctx context.Context, prefix string) (string, *jetstream.Publisher, error) {
+func (e *Env) streamPublisher(ctx context.Context, prefix string) (string, *idemjetstream.Publisher, error) {
 	topic, err := e.stream(ctx, prefix)
 	if err != nil {
 		return "", nil, err

@@ -16,10 +16,10 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemkit/idem/internal/dsn"
+	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/mysql"
+	"github.com/idemkit/idem/store/idemmysql"
 	"github.com/idemkit/idem/store/pgxstore"
 	"github.com/idemkit/idem/store/sqlstore"
 )
@@ -71,7 +71,7 @@ type Env struct {
 	ownSQLite   bool
 	sqlite      *sqlstore.Driver
 	pg          *pgxstore.Driver
-	my          *mysql.Driver
+	my          *idemmysql.Driver
 	myDatabase  string // MySQL database of this run
 	closers     []func() error
 	closeOnce   sync.Once

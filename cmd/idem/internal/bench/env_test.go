@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/idemkit/idem/internal/dsn"
+	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 )
 
 // TestOpenPostgresSchema: Open creates the run's schema on PostgreSQL and

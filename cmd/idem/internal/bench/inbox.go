@@ -11,7 +11,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/mysql"
+	"github.com/idemkit/idem/store/idemmysql"
 )
 
 // businessTable creates a fresh business table (id text primary key,
@@ -24,7 +24,7 @@ func businessTable[TTx any](ctx context.Context, d store.Driver[TTx], name strin
 	switch d.Dialect() {
 	case store.SQLite:
 		blob = "blob"
-	case mysql.Dialect:
+	case idemmysql.Dialect:
 		// InnoDB: a key column needs a bounded type; bytes compare as
 		// PostgreSQL compares text.
 		id, blob = "VARBINARY(255)", "LONGBLOB"

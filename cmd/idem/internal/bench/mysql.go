@@ -7,10 +7,10 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/idemkit/idem/internal/dsn"
+	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/mysql"
+	"github.com/idemkit/idem/store/idemmysql"
 )
 
 // openMySQL creates the run's MySQL database bench_<run id> on the server
@@ -25,7 +25,7 @@ func (e *Env) openMySQL(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.my, err = dsn.OpenMySQL(ctx, dsn.Database{Dialect: mysql.Dialect, Conn: conn}, dsn.Options{MaxConns: 24})
+	e.my, err = dsn.OpenMySQL(ctx, dsn.Database{Dialect: idemmysql.Dialect, Conn: conn}, dsn.Options{MaxConns: 24})
 	if err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ func withDatabase(u, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if db.Dialect != mysql.Dialect {
+	if db.Dialect != idemmysql.Dialect {
 		return "", fmt.Errorf("bench: %s is not a mysql:// URL", db)
 	}
 	p, err := url.Parse(u)
@@ -56,7 +56,7 @@ func withDatabase(u, name string) (string, error) {
 // myExec runs statements on the server of cfg.MySQL, on a connection of
 // their own that selects no database (the URL's database need not exist).
 func (e *Env) myExec(ctx context.Context, stmts ...string) error {
-	d, err := mysql.ServerDSN(e.cfg.MySQL)
+	d, err := idemmysql.ServerDSN(e.cfg.MySQL)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func (e *Env) hasMySQL() bool { return e.my != nil }
 // mysqlNS is sqliteNS for MySQL: the run's database, idem's tables with a
 // fresh prefix, migrated.
 func (e *Env) mysqlNS(ctx context.Context) (store.Driver[*sql.Tx], error) {
-	d, err := mysql.New(ctx, e.my.DB(), mysql.Config{Names: store.Names{Prefix: e.name("ns") + "_"}})
+	d, err := idemmysql.New(ctx, e.my.DB(), idemmysql.Config{Names: store.Names{Prefix: e.name("ns") + "_"}})
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/store/mysql"
+	"github.com/idemkit/idem/store/idemmysql"
 )
 
 // TestMySQLPairs: with Config.MySQL, Open creates the run's database on
@@ -27,7 +27,7 @@ func TestMySQLPairs(t *testing.T) {
 	}
 	exists := func() bool {
 		t.Helper()
-		d, err := mysql.ServerDSN(u)
+		d, err := idemmysql.ServerDSN(u)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/cmd/idem/idemproxy"
 	upstreamnode "github.com/idemkit/idem/examples/upstream-node"
-	"github.com/idemkit/idem/idemproxy"
 	"github.com/idemkit/idem/store"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/dsn"
+	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 )
 
 // TestRiverPairs runs both River pairs for real (the peer harness built

@@ -16,7 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/cmd/idem/boxoffice"
 	"github.com/idemkit/idem/store"
 )
 

@@ -14,9 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/boxoffice"
-	bjs "github.com/idemkit/idem/broker/jetstream"
-	"github.com/idemkit/idem/internal/dsn"
+	bjs "github.com/idemkit/idem/broker/idemjetstream"
+	"github.com/idemkit/idem/cmd/idem/boxoffice"
+	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/redact"
 )
 

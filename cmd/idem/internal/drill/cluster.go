@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	bjs "github.com/idemkit/idem/broker/jetstream"
-	"github.com/idemkit/idem/broker/jetstream/embedded"
+	bjs "github.com/idemkit/idem/broker/idemjetstream"
+	"github.com/idemkit/idem/broker/idemjetstream/embedded"
 )
 
 // ClusterReport is what a --nats-cluster run did to its cluster.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/broker/jetstream/embedded"
+	"github.com/idemkit/idem/broker/idemjetstream/embedded"
 	"github.com/idemkit/idem/cmd/idem/internal/drill"
 )
 

@@ -10,24 +10,24 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/idemkit/idem/boxoffice"
-	"github.com/idemkit/idem/internal/dsn"
+	"github.com/idemkit/idem/cmd/idem/boxoffice"
+	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/mysql"
+	"github.com/idemkit/idem/store/idemmysql"
 )
 
 // ValidDatabaseURL reports whether raw is a --db URL the drill runs on:
 // postgres://… or mysql://user:pass@host:3306/db.
 func ValidDatabaseURL(raw string) bool {
 	db, err := dsn.ParseDatabase(raw)
-	return err == nil && (db.Dialect == store.Postgres || db.Dialect == mysql.Dialect)
+	return err == nil && (db.Dialect == store.Postgres || db.Dialect == idemmysql.Dialect)
 }
 
 // isMySQLURL reports whether raw is a mysql:// URL.
 func isMySQLURL(raw string) bool {
 	db, err := dsn.ParseDatabase(raw)
-	return err == nil && db.Dialect == mysql.Dialect
+	return err == nil && db.Dialect == idemmysql.Dialect
 }
 
 // checkDatabase makes sure the server of the --db URL raw accepts a
@@ -59,7 +59,7 @@ func checkMySQL(ctx context.Context, raw string) error {
 // statements (CREATE and DROP DATABASE); the URL's database need not
 // exist.
 func mysqlAdmin(raw string) (*sql.DB, error) {
-	d, err := mysql.ServerDSN(raw)
+	d, err := idemmysql.ServerDSN(raw)
 	if err != nil {
 		return nil, err
 	}

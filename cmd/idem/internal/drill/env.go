@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/cmd/idem/boxoffice"
 	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/webhook"

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemkit/idem/boxoffice"
-	"github.com/idemkit/idem/broker/jetstream/embedded"
+	"github.com/idemkit/idem/broker/idemjetstream/embedded"
+	"github.com/idemkit/idem/cmd/idem/boxoffice"
 )
 
 // child is one "idem worker" process the drill kills and restarts.

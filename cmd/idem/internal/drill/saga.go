@@ -14,9 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem/boxoffice"
+	"github.com/idemkit/idem/cmd/idem/boxoffice"
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/fakeprovider"
+	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/saga"
 )
 

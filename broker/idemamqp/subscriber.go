@@ -1,0 +1,316 @@
+package idemamqp
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/obs"
+)
+
+// SubscriberConfig configures a [Subscriber].
+type SubscriberConfig struct {
+	// URL is the AMQP URL. Required.
+	URL string
+	// Queue is the queue to consume (declare it with [DeclareQueue]).
+	// Required.
+	Queue string
+	// Prefetch bounds the unacknowledged deliveries held by the
+	// subscriber (basic.qos). Defaults to 100.
+	Prefetch int
+	// AckWait is how long a delivery may stay unsettled before the
+	// subscriber requeues it. Defaults to 30s.
+	AckWait time.Duration
+	// Logger receives debug logs. Defaults to discard.
+	Logger *slog.Logger
+}
+
+// Subscriber consumes a queue with manual acks. It implements
+// [broker.Subscriber] and is safe for concurrent use.
+//
+// Attempt is x-delivery-count + 1 on quorum queues; on classic queues it
+// is counted by this subscriber (per message id) and is at least 2 for a
+// message the broker flags as redelivered.
+type Subscriber struct {
+	cfg SubscriberConfig
+	log *slog.Logger
+
+	fetchMu sync.Mutex // serialises reads of deliveries
+
+	mu         sync.Mutex // protects the fields below
+	conn       *amqp.Connection
+	ch         *amqp.Channel
+	deliveries <-chan amqp.Delivery
+	attempts   map[string]int
+	closed     bool
+	tag        string // the consumer tag of ch's consumer (see pause.go)
+	paused     bool   // Pause cancelled the consumer until Resume
+}
+
+// NewSubscriber connects and starts consuming the queue.
+func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
+	switch {
+	case cfg.URL == "" || cfg.Queue == "":
+		return nil, idem.InvalidOptionf("amqp: URL and Queue are required")
+	case cfg.Prefetch < 0 || cfg.AckWait < 0:
+		return nil, idem.InvalidOptionf("amqp: negative Prefetch or AckWait")
+	}
+	cfg.Prefetch = cmp.Or(cfg.Prefetch, 100)
+	cfg.AckWait = cmp.Or(cfg.AckWait, 30*time.Second)
+	s := &Subscriber{cfg: cfg, log: obs.Component(cfg.Logger, "broker/amqp", "queue", cfg.Queue), attempts: map[string]int{}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.connectLocked(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Subscriber) connectLocked() (<-chan amqp.Delivery, error) {
+	if s.closed {
+		return nil, broker.ErrClosed
+	}
+	if s.ch != nil && !s.ch.IsClosed() {
+		return s.deliveries, nil
+	}
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+	s.conn, s.ch, s.deliveries = nil, nil, nil
+	conn, err := amqp.Dial(s.cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("amqp: dial: %w", errors.Join(err, broker.ErrUnavailable))
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Qos(s.cfg.Prefetch, 0, false)
+	}
+	var ds <-chan amqp.Delivery
+	if err == nil {
+		ds, err = s.consumeLocked(ch)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("amqp: consume %q: %w", s.cfg.Queue, errors.Join(err, broker.ErrUnavailable))
+	}
+	s.conn, s.ch, s.deliveries = conn, ch, ds
+	return ds, nil
+}
+
+// Fetch returns up to max deliveries (max < 1 means 1), waiting until one
+// arrives, maxWait passes (none, nil error) or ctx is done (ctx's error).
+// After a lost connection it reconnects; deliveries of the old connection
+// are requeued by the broker.
+func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) ([]broker.Delivery, error) {
+	max = cmp.Or(max, 1)
+	if max < 1 {
+		max = 1
+	}
+	s.fetchMu.Lock()
+	defer s.fetchMu.Unlock()
+	s.mu.Lock()
+	ds, err := s.connectLocked()
+	ch := s.ch
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	timer := time.NewTimer(maxWait)
+	defer timer.Stop()
+	var out []broker.Delivery
+	select {
+	case d, ok := <-ds:
+		if !ok {
+			if s.cancelled(ds) {
+				return waitPaused(ctx, timer)
+			}
+			return nil, fmt.Errorf("amqp: consumer of %q closed: %w", s.cfg.Queue, broker.ErrUnavailable)
+		}
+		out = append(out, s.newDelivery(ch, d))
+	case <-timer.C:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for len(out) < max {
+		select {
+		case d, ok := <-ds:
+			if !ok {
+				return out, nil
+			}
+			out = append(out, s.newDelivery(ch, d))
+		default:
+			return out, nil
+		}
+	}
+	return out, nil
+}
+
+func (s *Subscriber) newDelivery(ch *amqp.Channel, d amqp.Delivery) *delivery {
+	m := idem.Message{
+		ID:       d.MessageId,
+		Subject:  d.RoutingKey,
+		Payload:  d.Body,
+		Position: strconv.FormatUint(d.DeliveryTag, 10),
+		Time:     d.Timestamp,
+	}
+	xdc := -1
+	for k, v := range d.Headers {
+		switch k {
+		case HeaderKey:
+			m.Key, _ = v.(string)
+		case HeaderTime:
+			if str, ok := v.(string); ok {
+				if t, err := time.Parse(time.RFC3339Nano, str); err == nil {
+					m.Time = t
+				}
+			}
+		case "x-delivery-count":
+			switch n := v.(type) {
+			case int64:
+				xdc = int(n)
+			case int32:
+				xdc = int(n)
+			}
+		default:
+			if m.Headers == nil {
+				m.Headers = map[string]string{}
+			}
+			m.Headers[k] = fmt.Sprint(v)
+		}
+	}
+	s.mu.Lock()
+	n := s.attempts[m.ID] + 1
+	if d.Redelivered && n < 2 {
+		n = 2
+	}
+	if xdc >= 0 {
+		n = max(n, xdc+1)
+	}
+	s.attempts[m.ID] = n
+	s.mu.Unlock()
+	m.Attempt = n
+	dl := &delivery{s: s, ch: ch, tag: d.DeliveryTag, msg: m, exchange: d.Exchange}
+	dl.mu.Lock() // the timer's settle must see dl.timer
+	dl.timer = time.AfterFunc(s.cfg.AckWait, dl.expire)
+	dl.mu.Unlock()
+	return dl
+}
+
+// Close cancels the consumer and closes the connection; the broker
+// requeues every unsettled delivery at once.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+	s.conn, s.ch, s.deliveries = nil, nil, nil
+	return nil
+}
+
+type delivery struct {
+	s        *Subscriber
+	ch       *amqp.Channel
+	tag      uint64
+	msg      idem.Message
+	exchange string
+	timer    *time.Timer
+
+	mu      sync.Mutex
+	settled bool // protected by mu
+	expired bool // protected by mu: requeued by the ack wait
+}
+
+// ErrAckWaitExpired reports an Ack, Nak or Term after the subscriber had
+// requeued the delivery because its AckWait passed; the message will be
+// delivered again (and deduplicated by the inbox).
+var ErrAckWaitExpired = errors.New("amqp: ack wait expired, message requeued")
+
+func (d *delivery) expire() { _ = d.settleAs(true, true, false, true) }
+
+func (d *delivery) Message() idem.Message { return d.msg }
+
+// Origin implements [broker.Locator]: the queue, the delivery tag, and the
+// exchange ("" for the default exchange) and routing key of the message.
+func (d *delivery) Origin() map[string]string {
+	return map[string]string{
+		broker.OriginQueue:       d.s.cfg.Queue,
+		broker.OriginDeliveryTag: strconv.FormatUint(d.tag, 10),
+		broker.OriginExchange:    d.exchange,
+		broker.OriginRoutingKey:  d.msg.Subject,
+	}
+}
+
+// settle acks or nacks once; later calls are no-ops.
+func (d *delivery) settle(nack, requeue, forget bool) error {
+	return d.settleAs(nack, requeue, forget, false)
+}
+
+func (d *delivery) settleAs(nack, requeue, forget, expiring bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		if d.expired {
+			return ErrAckWaitExpired
+		}
+		return nil
+	}
+	d.settled, d.expired = true, expiring
+	d.timer.Stop()
+	if forget {
+		d.s.mu.Lock()
+		delete(d.s.attempts, d.msg.ID)
+		d.s.mu.Unlock()
+	}
+	var err error
+	if nack {
+		err = d.ch.Nack(d.tag, false, requeue)
+	} else {
+		err = d.ch.Ack(d.tag, false)
+	}
+	if err != nil {
+		return fmt.Errorf("amqp: settle %q: %w", d.msg.ID, errors.Join(err, broker.ErrUnavailable))
+	}
+	return nil
+}
+
+// Ack acknowledges the delivery. AMQP acks are not confirmed: a nil error
+// means the ack was written to the channel; if the connection drops first,
+// the broker redelivers and the inbox dedups.
+func (d *delivery) Ack(ctx context.Context) error { return d.settle(false, false, true) }
+
+// Nak keeps the message unacknowledged for delay, then rejects it with
+// requeue. If the process dies meanwhile the broker requeues it anyway.
+func (d *delivery) Nak(ctx context.Context, delay time.Duration) error {
+	if delay <= 0 {
+		return d.settle(true, true, false)
+	}
+	d.mu.Lock()
+	if d.settled {
+		expired := d.expired
+		d.mu.Unlock()
+		if expired {
+			return ErrAckWaitExpired
+		}
+		return nil
+	}
+	d.timer.Stop()
+	d.timer = time.AfterFunc(delay, func() { _ = d.settle(true, true, false) })
+	d.mu.Unlock()
+	return nil
+}
+
+// Term rejects the message without requeue: RabbitMQ drops it or routes it
+// to the queue's dead-letter exchange.
+func (d *delivery) Term(ctx context.Context) error { return d.settle(true, false, true) }

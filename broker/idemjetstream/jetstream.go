@@ -1,0 +1,516 @@
+// Package idemjetstream adapts NATS JetStream (github.com/nats-io/nats.go/jetstream)
+// to idem's broker seam.
+//
+// Publishing sets Nats-Msg-Id to the message id and waits for the stream's
+// PubAck, so a republish inside the stream's duplicate window (default 2
+// minutes, see [EnsureStream]) is stored once and reported as a duplicate.
+// Consuming uses a durable pull consumer with explicit acks: Ack is a
+// double ack (it waits for the server to confirm), Nak maps to
+// NakWithDelay, Term to Term; the delivery attempt is the consumer's
+// NumDelivered and the position is the stream sequence.
+//
+// The key travels in the Idem-Key header and the producer time in
+// Idem-Time (RFC 3339); both are removed from the headers handed to
+// consumers, as is Nats-Msg-Id (it becomes Message.ID).
+//
+// Package embedded runs an in-process JetStream server for the zero set-up
+// default.
+package idemjetstream
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/redact"
+)
+
+// Header names the adapter sets on every published message.
+const (
+	// HeaderIdemID carries the message id when it differs from Nats-Msg-Id
+	// (a redrive, see broker.HeaderRedrive); it then becomes Message.ID.
+	HeaderIdemID = "Idem-Msg-Id"
+	HeaderMsgID  = jetstream.MsgIDHeader // "Nats-Msg-Id": the message id, JetStream's dedup key
+	HeaderKey    = "Idem-Key"            // the ordering key, when not empty
+	HeaderTime   = "Idem-Time"           // the producer time (RFC 3339 nano), when not zero
+)
+
+// Dial connects to a NATS server with settings suited to idem: reconnect
+// forever, name "idem". opts are applied after those and may override
+// them. The caller closes the connection.
+func Dial(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("idem"), nats.MaxReconnects(-1)}, opts...)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jetstream: connect %s: %w", redact.URL(url), errors.Join(err, broker.ErrUnavailable))
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return nc, js, nil
+}
+
+// DefaultDuplicateWindow is the duplicate window [EnsureStream] uses when
+// the config sets none.
+const DefaultDuplicateWindow = 2 * time.Minute
+
+// EnsureStream creates the stream, or updates it to cfg if it exists.
+// cfg.Duplicates (the window in which a repeated Nats-Msg-Id is dropped
+// and reported as a duplicate) defaults to [DefaultDuplicateWindow];
+// storage defaults to file. Keep the window longer than the longest time a
+// relay may take to republish after a crash.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	if cfg.Name == "" {
+		return nil, idem.InvalidOptionf("jetstream: stream name is required")
+	}
+	cfg.Duplicates = cmp.Or(cfg.Duplicates, DefaultDuplicateWindow)
+	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: ensure stream %q: %w", cfg.Name, err)
+	}
+	return s, nil
+}
+
+// PublisherConfig configures a [Publisher].
+type PublisherConfig struct {
+	// AckTimeout bounds the wait for each PubAck when ctx has no deadline.
+	// Defaults to 5s.
+	AckTimeout time.Duration
+	// MaxInFlight is how many messages of one Publish call are sent before
+	// waiting for their PubAcks. Messages are sent in order on one
+	// connection, so the stream stores them in order; 1 makes publishing
+	// strictly one at a time. Defaults to 256.
+	MaxInFlight int
+	// OnResult, if set, is called for every PubAck (duplicates included),
+	// from the publishing goroutine.
+	OnResult func(broker.PublishResult)
+	// Logger receives debug logs. Defaults to discard.
+	Logger *slog.Logger
+}
+
+// Publisher publishes to JetStream. It implements [broker.Publisher] and
+// [broker.ResultPublisher] and is safe for concurrent use.
+type Publisher struct {
+	js         jetstream.JetStream
+	cfg        PublisherConfig
+	log        *slog.Logger
+	duplicates atomic.Int64
+	published  atomic.Int64
+	closed     atomic.Bool
+}
+
+// NewPublisher returns a publisher on js. The publisher does not own the
+// connection: closing it leaves js usable.
+func NewPublisher(js jetstream.JetStream, cfg PublisherConfig) (*Publisher, error) {
+	switch {
+	case js == nil:
+		return nil, idem.InvalidOptionf("jetstream: nil JetStream")
+	case cfg.AckTimeout < 0:
+		return nil, idem.InvalidOptionf("jetstream: negative AckTimeout")
+	case cfg.MaxInFlight < 0:
+		return nil, idem.InvalidOptionf("jetstream: negative MaxInFlight")
+	}
+	cfg.AckTimeout = cmp.Or(cfg.AckTimeout, 5*time.Second)
+	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, 256)
+	return &Publisher{js: js, cfg: cfg, log: obs.Component(cfg.Logger, "broker/jetstream")}, nil
+}
+
+// Duplicates returns how many PubAcks so far reported a duplicate: a
+// message whose id the stream had already stored inside its duplicate
+// window, and which it therefore did not store again.
+func (p *Publisher) Duplicates() int64 { return p.duplicates.Load() }
+
+// Published returns how many PubAcks (duplicates included) were received.
+func (p *Publisher) Published() int64 { return p.published.Load() }
+
+// Publish publishes msgs; see [Publisher.PublishResults].
+func (p *Publisher) Publish(ctx context.Context, msgs ...idem.Message) error {
+	_, err := p.PublishResults(ctx, msgs...)
+	return err
+}
+
+// PublishResults publishes msgs in order to their subjects (a stream must
+// capture them) with Nats-Msg-Id = msg.ID and returns once every PubAck
+// arrived, reporting each message's stream sequence and whether the stream
+// dropped it as a duplicate. On error (no stream, timeout, connection
+// lost) the results of the messages acknowledged so far are returned;
+// later messages of the call may or may not have been stored — republish
+// them all, the duplicate window absorbs the repeats.
+func (p *Publisher) PublishResults(ctx context.Context, msgs ...idem.Message) ([]broker.PublishResult, error) {
+	if p.closed.Load() {
+		return nil, broker.ErrClosed
+	}
+	if err := broker.ValidateMessages("jetstream", "subject", msgs); err != nil {
+		return nil, err
+	}
+	res := make([]broker.PublishResult, 0, len(msgs))
+	futures := make([]jetstream.PubAckFuture, 0, min(len(msgs), p.cfg.MaxInFlight))
+	wait := func() error {
+		for _, f := range futures {
+			r, err := p.await(ctx, f)
+			if err != nil {
+				return err
+			}
+			res = append(res, r)
+		}
+		futures = futures[:0]
+		return nil
+	}
+	for _, m := range msgs {
+		f, err := p.js.PublishMsgAsync(toNats(m))
+		if err != nil {
+			if werr := wait(); werr != nil {
+				return res, werr
+			}
+			return res, fmt.Errorf("jetstream: publish %q: %w", m.ID, errors.Join(err, broker.ErrUnavailable))
+		}
+		futures = append(futures, f)
+		if len(futures) >= p.cfg.MaxInFlight {
+			if err := wait(); err != nil {
+				return res, err
+			}
+		}
+	}
+	if err := wait(); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func (p *Publisher) await(ctx context.Context, f jetstream.PubAckFuture) (broker.PublishResult, error) {
+	id := f.Msg().Header.Get(HeaderIdemID)
+	if id == "" {
+		id = f.Msg().Header.Get(HeaderMsgID)
+	}
+	var timeout <-chan time.Time
+	if _, ok := ctx.Deadline(); !ok {
+		t := time.NewTimer(p.cfg.AckTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case ack := <-f.Ok():
+		p.published.Add(1)
+		r := broker.PublishResult{ID: id, Position: strconv.FormatUint(ack.Sequence, 10), Duplicate: ack.Duplicate}
+		if ack.Duplicate {
+			p.duplicates.Add(1)
+			p.log.DebugContext(ctx, "stream reported a duplicate", "msg_id", id, "stream", ack.Stream, "seq", ack.Sequence)
+		}
+		if p.cfg.OnResult != nil {
+			p.cfg.OnResult(r)
+		}
+		return r, nil
+	case err := <-f.Err():
+		return broker.PublishResult{}, fmt.Errorf("jetstream: publish %q: %w", id, p.classifyPublish(ctx, f.Msg().Subject, err))
+	case <-timeout:
+		return broker.PublishResult{}, fmt.Errorf("jetstream: publish %q: no PubAck within %v: %w", id, p.cfg.AckTimeout, broker.ErrUnavailable)
+	case <-ctx.Done():
+		return broker.PublishResult{}, fmt.Errorf("jetstream: publish %q: %w", id, ctx.Err())
+	}
+}
+
+// noRouteCheck bounds the stream lookup that tells a subject no stream
+// covers from a stream that does not answer for now.
+const noRouteCheck = 2 * time.Second
+
+// classifyPublish is classify for a publish to subject, which tells a
+// subject that no stream covers (a configuration mistake: a permanent
+// [broker.ErrNoRoute] naming the subject) apart from a stream that does not
+// answer for now (a leader election, an outage: [broker.ErrUnavailable]).
+// Both look alike to the publisher (no responders); the server's stream
+// index decides, and when it does not answer either, the broker is taken to
+// be unavailable.
+func (p *Publisher) classifyPublish(ctx context.Context, subject string, err error) error {
+	if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return classify(err)
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noRouteCheck)
+	defer cancel()
+	if _, serr := p.js.StreamNameBySubject(qctx, subject); errors.Is(serr, jetstream.ErrStreamNotFound) {
+		return idem.Permanent(fmt.Errorf("no stream covers subject %q (add the subject to a stream, then retry the parked events): %w",
+			subject, errors.Join(err, broker.ErrNoRoute)))
+	}
+	return classify(err)
+}
+
+// classify marks connection-level failures as broker.ErrUnavailable.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, context.DeadlineExceeded):
+		return errors.Join(err, broker.ErrUnavailable)
+	}
+	return err
+}
+
+func toNats(m idem.Message) *nats.Msg {
+	h := make(nats.Header, len(m.Headers)+3)
+	for k, v := range m.Headers {
+		h[k] = []string{v}
+	}
+	h[HeaderMsgID] = []string{broker.DedupID(m)}
+	if h[HeaderMsgID][0] != m.ID {
+		// A deliberate republish: the stream dedups it under its own id,
+		// consumers get the original one.
+		h[HeaderIdemID] = []string{m.ID}
+	}
+	if m.Key != "" {
+		h[HeaderKey] = []string{m.Key}
+	}
+	if !m.Time.IsZero() {
+		h[HeaderTime] = []string{m.Time.UTC().Format(time.RFC3339Nano)}
+	}
+	return &nats.Msg{Subject: m.Subject, Header: h, Data: m.Payload}
+}
+
+// Close marks the publisher closed; the connection stays open.
+func (p *Publisher) Close() error {
+	p.closed.Store(true)
+	return nil
+}
+
+// SubscriberConfig configures a [Subscriber].
+type SubscriberConfig struct {
+	// Stream is the stream to consume. Required.
+	Stream string
+	// Durable is the durable consumer name (the subscription): subscribers
+	// with the same name share its messages. Required.
+	Durable string
+	// FilterSubjects restricts the consumer to these subjects. Defaults to
+	// every subject of the stream.
+	FilterSubjects []string
+	// AckWait is how long a delivery may stay unacknowledged before the
+	// server redelivers it. Defaults to 30s.
+	AckWait time.Duration
+	// MaxDeliver stops redelivery after this many deliveries. Defaults to
+	// -1: unlimited (idem's consumer runtime dead-letters by itself).
+	MaxDeliver int
+	// MaxAckPending bounds the unacknowledged deliveries in flight.
+	// Defaults to 1000.
+	MaxAckPending int
+	// Logger receives debug logs. Defaults to discard.
+	Logger *slog.Logger
+}
+
+// Subscriber pulls from a durable JetStream consumer with explicit acks.
+// It implements [broker.Subscriber] and is safe for concurrent use.
+//
+// A crash or Close leaves unacknowledged deliveries with the server, which
+// redelivers them after AckWait with NumDelivered (Attempt) incremented.
+type Subscriber struct {
+	js     jetstream.JetStream
+	stream string
+	cons   jetstream.Consumer
+	log    *slog.Logger
+	mu     sync.Mutex
+	closed bool // protected by mu
+	paused bool // protected by mu; see Pause
+}
+
+// NewSubscriber creates (or updates) the durable pull consumer described
+// by cfg, delivering every message of the stream from the start, and
+// returns a subscriber on it.
+func NewSubscriber(ctx context.Context, js jetstream.JetStream, cfg SubscriberConfig) (*Subscriber, error) {
+	switch {
+	case js == nil:
+		return nil, idem.InvalidOptionf("jetstream: nil JetStream")
+	case cfg.Stream == "" || cfg.Durable == "":
+		return nil, idem.InvalidOptionf("jetstream: Stream and Durable are required")
+	case cfg.AckWait < 0 || cfg.MaxAckPending < 0:
+		return nil, idem.InvalidOptionf("jetstream: negative AckWait or MaxAckPending")
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:       cfg.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       cmp.Or(cfg.AckWait, 30*time.Second),
+		MaxDeliver:    cmp.Or(cfg.MaxDeliver, -1),
+		MaxAckPending: cmp.Or(cfg.MaxAckPending, 1000),
+	}
+	switch len(cfg.FilterSubjects) {
+	case 0:
+	case 1:
+		cc.FilterSubject = cfg.FilterSubjects[0]
+	default:
+		cc.FilterSubjects = cfg.FilterSubjects
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, cc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: consumer %q on %q: %w", cfg.Durable, cfg.Stream, classify(err))
+	}
+	return &Subscriber{js: js, stream: cfg.Stream, cons: cons, log: obs.Component(cfg.Logger, "broker/jetstream", "consumer", cfg.Durable)}, nil
+}
+
+// Fetch pulls up to max messages (max < 1 means 1), waiting at most
+// maxWait for the first. It returns no deliveries and a nil error when
+// maxWait passed, and ctx's error when ctx is done.
+func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) ([]broker.Delivery, error) {
+	s.mu.Lock()
+	closed, paused := s.closed, s.paused
+	s.mu.Unlock()
+	if closed {
+		return nil, broker.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if paused {
+		return s.pausedFetch(ctx, maxWait)
+	}
+	max = cmp.Or(max, 1)
+	if max < 1 {
+		max = 1
+	}
+	maxWait = max2(maxWait, time.Millisecond)
+	fctx, cancel := context.WithTimeout(ctx, maxWait)
+	defer cancel()
+	batch, err := s.cons.Fetch(max, jetstream.FetchContext(fctx))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if fctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
+	}
+	var out []broker.Delivery
+	for m := range batch.Messages() {
+		d, err := newDelivery(m)
+		if err != nil {
+			s.log.WarnContext(ctx, "message without metadata", "error", err)
+			continue
+		}
+		out = append(out, d)
+	}
+	if err := batch.Error(); err != nil && len(out) == 0 {
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case fctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			return nil, nil
+		}
+		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
+	}
+	return out, nil
+}
+
+func max2(a, b time.Duration) time.Duration {
+	if a < b {
+		return b
+	}
+	return a
+}
+
+// Close stops using the consumer. The durable consumer stays on the
+// server; its unacknowledged deliveries are redelivered after AckWait.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+type delivery struct {
+	m    jetstream.Msg
+	msg  idem.Message
+	meta *jetstream.MsgMetadata
+}
+
+func newDelivery(m jetstream.Msg) (*delivery, error) {
+	meta, err := m.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	msg := idem.Message{
+		Subject:  m.Subject(),
+		Payload:  m.Data(),
+		Attempt:  int(meta.NumDelivered),
+		Position: strconv.FormatUint(meta.Sequence.Stream, 10),
+		Time:     meta.Timestamp,
+	}
+	for k, v := range m.Headers() {
+		if len(v) == 0 {
+			continue
+		}
+		switch k {
+		case HeaderMsgID:
+			if msg.ID == "" {
+				msg.ID = v[0]
+			}
+		case HeaderIdemID:
+			msg.ID = v[0]
+		case HeaderKey:
+			msg.Key = v[0]
+		case HeaderTime:
+			if t, err := time.Parse(time.RFC3339Nano, v[0]); err == nil {
+				msg.Time = t
+			}
+		default:
+			if msg.Headers == nil {
+				msg.Headers = map[string]string{}
+			}
+			msg.Headers[k] = v[0]
+		}
+	}
+	return &delivery{m: m, msg: msg, meta: meta}, nil
+}
+
+func (d *delivery) Message() idem.Message { return d.msg }
+
+// Origin implements [broker.Locator]: the stream, the message's stream
+// sequence, the durable consumer and the subject.
+func (d *delivery) Origin() map[string]string {
+	return map[string]string{
+		broker.OriginStream:    d.meta.Stream,
+		broker.OriginStreamSeq: strconv.FormatUint(d.meta.Sequence.Stream, 10),
+		broker.OriginConsumer:  d.meta.Consumer,
+		broker.OriginSubject:   d.msg.Subject,
+	}
+}
+
+// Ack double-acks: it returns once the server confirmed the ack, so a nil
+// error means the message will not be redelivered.
+func (d *delivery) Ack(ctx context.Context) error {
+	if err := d.m.DoubleAck(ctx); err != nil {
+		return fmt.Errorf("jetstream: ack %q: %w", d.msg.ID, classify(err))
+	}
+	return nil
+}
+
+// Nak asks the server to redeliver after delay (NakWithDelay).
+func (d *delivery) Nak(ctx context.Context, delay time.Duration) error {
+	var err error
+	if delay > 0 {
+		err = d.m.NakWithDelay(delay)
+	} else {
+		err = d.m.Nak()
+	}
+	if err != nil {
+		return fmt.Errorf("jetstream: nak %q: %w", d.msg.ID, classify(err))
+	}
+	return nil
+}
+
+// Term tells the server never to redeliver the message.
+func (d *delivery) Term(ctx context.Context) error {
+	if err := d.m.Term(); err != nil {
+		return fmt.Errorf("jetstream: term %q: %w", d.msg.ID, classify(err))
+	}
+	return nil
+}

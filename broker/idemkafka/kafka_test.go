@@ -1,0 +1,167 @@
+package idemkafka_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/broker/brokertest"
+	"github.com/idemkit/idem/broker/idemkafka"
+)
+
+const ackWait = 500 * time.Millisecond
+
+func newCluster(t *testing.T) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+func unique() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func TestConformanceKfake(t *testing.T) {
+	addrs := newCluster(t)
+	brokertest.Run(t, func(t *testing.T) brokertest.Harness {
+		pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: addrs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		topic := "idemtest-" + unique()
+		if err := idemkafka.EnsureTopic(t.Context(), pub.Client(), topic, 3, 1); err != nil {
+			t.Fatal(err)
+		}
+		return brokertest.Harness{
+			Publisher: pub,
+			Subject:   topic,
+			AckWait:   ackWait,
+			Subscribe: func(t *testing.T, name string) broker.Subscriber {
+				s, err := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{
+					Brokers: addrs, Group: topic + "-" + name, Topics: []string{topic}, AckWait: ackWait,
+					Opts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			},
+		}
+	})
+}
+
+// Acks out of order commit only the settled prefix: a new member of the
+// group resumes at the first record not yet acked.
+func TestCommitOnlySettledPrefix(t *testing.T) {
+	addrs := newCluster(t)
+	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	topic := "prefix-" + unique()
+	if err := idemkafka.EnsureTopic(t.Context(), pub.Client(), topic, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []idem.Message
+	for _, id := range []string{"m0", "m1", "m2", "m3"} {
+		msgs = append(msgs, idem.Message{ID: id, Subject: topic, Key: "k"})
+	}
+	res, err := pub.PublishResults(t.Context(), msgs...)
+	if err != nil || len(res) != 4 || res[0].Position != "0/0" {
+		t.Fatalf("publish: %v %+v", err, res)
+	}
+	newSub := func() *idemkafka.Subscriber {
+		s, err := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: addrs, Group: "g-" + topic, Topics: []string{topic}, AckWait: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s1 := newSub()
+	var ds []broker.Delivery
+	for deadline := time.Now().Add(10 * time.Second); len(ds) < 4 && time.Now().Before(deadline); {
+		got, err := s1.Fetch(t.Context(), 4-len(ds), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, got...)
+	}
+	if len(ds) != 4 {
+		t.Fatalf("got %d deliveries", len(ds))
+	}
+	// Ack m0, m2, m3 but not m1: only offset 1 may be committed.
+	for _, i := range []int{0, 2, 3} {
+		if err := ds[i].Ack(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = s1.Close()
+	s2 := newSub()
+	defer s2.Close()
+	var ids []string
+	for deadline := time.Now().Add(10 * time.Second); len(ids) < 3 && time.Now().Before(deadline); {
+		got, err := s2.Fetch(t.Context(), 10, 500*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range got {
+			ids = append(ids, d.Message().ID)
+			_ = d.Ack(t.Context())
+		}
+	}
+	if len(ids) != 3 || ids[0] != "m1" || ids[1] != "m2" || ids[2] != "m3" {
+		t.Fatalf("after restart got %v, want [m1 m2 m3]", ids)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	if _, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{}); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Fatal(err)
+	}
+	if _, err := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: []string{"x:1"}}); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Fatal(err)
+	}
+	// The doc says disabling idempotent writes is refused; it must be.
+	p, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: []string{"127.0.0.1:1"}, Opts: []kgo.Opt{kgo.DisableIdempotentWrite()}})
+	if !errors.Is(err, idem.ErrInvalidOption) {
+		if p != nil {
+			p.Close()
+		}
+		t.Fatalf("DisableIdempotentWrite: err = %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestNoTopicIsNotAnOutage: producing to a topic that does not exist is a
+// configuration mistake that names the topic (a permanent
+// broker.ErrNoRoute: a relay parks the event with it), not an outage.
+func TestNoTopicIsNotAnOutage(t *testing.T) {
+	addrs := newCluster(t)
+	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	topic := "missing-" + unique()
+	_, err = pub.PublishResults(t.Context(), idem.Message{ID: "m0", Subject: topic, Payload: []byte("x")})
+	if !errors.Is(err, broker.ErrNoRoute) || !idem.IsPermanent(err) || errors.Is(err, broker.ErrUnavailable) {
+		t.Fatalf("produce to a missing topic: %v; want a permanent broker.ErrNoRoute, not ErrUnavailable", err)
+	}
+	if !strings.Contains(err.Error(), `no topic "`+topic+`"`) {
+		t.Fatalf("the error does not name the topic: %v", err)
+	}
+}

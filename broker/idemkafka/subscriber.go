@@ -1,0 +1,376 @@
+package idemkafka
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/obs"
+)
+
+// ErrRevoked reports an Ack, Nak or Term of a record whose partition was
+// revoked from this group member (rebalance) after it was delivered. The
+// new owner consumes the record again from the committed offset.
+var ErrRevoked = errors.New("kafka: partition revoked")
+
+// SubscriberConfig configures a [Subscriber].
+type SubscriberConfig struct {
+	// Brokers are the seed brokers. Required.
+	Brokers []string
+	// Group is the consumer group (the subscription). Required.
+	Group string
+	// Topics are the topics to consume. Required.
+	Topics []string
+	// AckWait is how long a delivery may stay unacknowledged before it is
+	// delivered again by this subscriber (in-process; Kafka itself never
+	// redelivers within a session). Defaults to 30s.
+	AckWait time.Duration
+	// Opts are extra franz-go options, applied last.
+	Opts []kgo.Opt
+	// Logger receives debug logs. Defaults to discard.
+	Logger *slog.Logger
+}
+
+// Subscriber consumes a Kafka consumer group with auto-commit disabled. It
+// implements [broker.Subscriber] and is safe for concurrent use.
+//
+// Records of a partition stay in memory from their fetch until the
+// committed offset passes them. Attempt counts deliveries by this
+// subscriber only: after a restart or rebalance it starts again at 1.
+type Subscriber struct {
+	cl      *kgo.Client
+	ackWait time.Duration
+	log     *slog.Logger
+
+	pollMu   sync.Mutex // serialises PollRecords
+	commitMu sync.Mutex // serialises commits
+
+	mu     sync.Mutex // protects the fields below
+	parts  map[tp]*partState
+	closed bool
+	token  uint64
+}
+
+type tp struct {
+	topic string
+	part  int32
+}
+
+type partState struct {
+	recs      []*rec // fetched, not yet committed, in offset order
+	committed int64  // last committed offset (next to consume), -1 if none by us
+}
+
+type rec struct {
+	r        *kgo.Record
+	ps       *partState
+	attempts int
+	settled  bool
+	inflight bool
+	deadline time.Time
+	readyAt  time.Time
+	token    uint64
+}
+
+// NewSubscriber joins the consumer group. A group without committed
+// offsets starts at the beginning of each partition.
+func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
+	switch {
+	case len(cfg.Brokers) == 0 || cfg.Group == "" || len(cfg.Topics) == 0:
+		return nil, idem.InvalidOptionf("kafka: Brokers, Group and Topics are required")
+	case cfg.AckWait < 0:
+		return nil, idem.InvalidOptionf("kafka: negative AckWait")
+	}
+	s := &Subscriber{
+		ackWait: cmp.Or(cfg.AckWait, 30*time.Second),
+		log:     obs.Component(cfg.Logger, "broker/kafka", "group", cfg.Group),
+		parts:   map[tp]*partState{},
+	}
+	drop := func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for t, ps := range m {
+			for _, p := range ps {
+				delete(s.parts, tp{t, p})
+			}
+		}
+	}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.OnPartitionsRevoked(drop),
+		kgo.OnPartitionsLost(drop),
+	}, cfg.Opts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", errors.Join(err, idem.ErrInvalidOption))
+	}
+	s.cl = cl
+	return s, nil
+}
+
+// Fetch returns up to max deliveries (max < 1 means 1): first records due
+// again (Nak delay passed, ack wait expired), then new records from the
+// group's partitions. It waits until one is available, maxWait passes
+// (none, nil error) or ctx is done (ctx's error).
+func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) ([]broker.Delivery, error) {
+	max = cmp.Or(max, 1)
+	if max < 1 {
+		max = 1
+	}
+	deadline := time.Now().Add(maxWait)
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, broker.ErrClosed
+		}
+		out, wake := s.dueLocked(max, deadline)
+		s.mu.Unlock()
+		if len(out) > 0 {
+			return out, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
+			return nil, nil
+		}
+		// Poll in short slices so Naks and ack waits of other goroutines
+		// are honoured promptly.
+		wait := min(wake.Sub(now), 100*time.Millisecond)
+		out, err := s.poll(ctx, max, max2(wait, time.Millisecond))
+		if err != nil || len(out) > 0 {
+			return out, err
+		}
+	}
+}
+
+func max2(a, b time.Duration) time.Duration {
+	if a < b {
+		return b
+	}
+	return a
+}
+
+// dueLocked delivers records that are due again and returns the earliest
+// time another one will be.
+func (s *Subscriber) dueLocked(max int, wake time.Time) ([]broker.Delivery, time.Time) {
+	now := time.Now()
+	var out []broker.Delivery
+	for _, ps := range s.parts {
+		for _, r := range ps.recs {
+			if r.settled {
+				continue
+			}
+			if r.inflight && !now.Before(r.deadline) {
+				r.inflight, r.readyAt = false, r.deadline
+			}
+			switch {
+			case r.inflight:
+				wake = minTime(wake, r.deadline)
+			case now.Before(r.readyAt):
+				wake = minTime(wake, r.readyAt)
+			case len(out) < max:
+				out = append(out, s.deliverLocked(r, now))
+			}
+		}
+	}
+	return out, wake
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func (s *Subscriber) deliverLocked(r *rec, now time.Time) *delivery {
+	s.token++
+	r.attempts++
+	r.inflight, r.deadline, r.token = true, now.Add(s.ackWait), s.token
+	return &delivery{s: s, r: r, token: r.token, msg: fromRecord(r.r, r.attempts)}
+}
+
+func (s *Subscriber) poll(ctx context.Context, max int, wait time.Duration) ([]broker.Delivery, error) {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	pctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	fs := s.cl.PollRecords(pctx, max)
+	if fs.IsClientClosed() {
+		return nil, broker.ErrClosed
+	}
+	var perr error
+	fs.EachError(func(t string, p int32, err error) {
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			s.log.WarnContext(ctx, "fetch error", "topic", t, "partition", p, "error", err)
+			perr = err
+		}
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	var out []broker.Delivery
+	for _, kr := range fs.Records() {
+		k := tp{kr.Topic, kr.Partition}
+		ps := s.parts[k]
+		if ps == nil {
+			ps = &partState{committed: -1}
+			s.parts[k] = ps
+		}
+		r := &rec{r: kr, ps: ps}
+		ps.recs = append(ps.recs, r)
+		out = append(out, s.deliverLocked(r, now))
+	}
+	if len(out) == 0 && perr != nil {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("kafka: fetch: %w", classify(perr))
+	}
+	return out, nil
+}
+
+// settle marks r settled and commits the offset after the longest settled
+// prefix of its partition, if it advanced.
+func (s *Subscriber) settle(ctx context.Context, d *delivery) error {
+	s.mu.Lock()
+	r := d.r
+	k := tp{r.r.Topic, r.r.Partition}
+	if s.parts[k] != r.ps {
+		s.mu.Unlock()
+		return fmt.Errorf("kafka: settle %s: %w", position(r.r), ErrRevoked)
+	}
+	r.settled = true
+	ps := r.ps
+	n := 0
+	for n < len(ps.recs) && ps.recs[n].settled {
+		n++
+	}
+	if n == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	last := ps.recs[n-1].r
+	s.mu.Unlock()
+
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	s.mu.Lock()
+	if s.parts[k] != ps {
+		s.mu.Unlock()
+		return fmt.Errorf("kafka: settle %s: %w", position(r.r), ErrRevoked)
+	}
+	if ps.committed > last.Offset { // a concurrent settle committed further
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	var cerr error
+	s.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{
+		k.topic: {k.part: {Epoch: last.LeaderEpoch, Offset: last.Offset + 1}},
+	}, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			cerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerrFor(p.ErrorCode); err != nil {
+					cerr = err
+				}
+			}
+		}
+	})
+	if cerr != nil {
+		// The record stays settled; a later settle commits past it.
+		return fmt.Errorf("kafka: commit %s/%d: %w", k.topic, last.Offset+1, classify(cerr))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps.committed = max(ps.committed, last.Offset+1)
+	i := 0
+	for i < len(ps.recs) && ps.recs[i].r.Offset < ps.committed {
+		i++
+	}
+	ps.recs = ps.recs[i:]
+	return nil
+}
+
+// Close leaves the group without committing; records after the committed
+// offsets are delivered again to the group.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cl.Close()
+	return nil
+}
+
+type delivery struct {
+	s     *Subscriber
+	r     *rec
+	token uint64
+	msg   idem.Message
+}
+
+func (d *delivery) Message() idem.Message { return d.msg }
+
+// Origin implements [broker.Locator]: the record's topic, partition and
+// offset.
+func (d *delivery) Origin() map[string]string {
+	return map[string]string{
+		broker.OriginTopic:     d.r.r.Topic,
+		broker.OriginPartition: strconv.FormatInt(int64(d.r.r.Partition), 10),
+		broker.OriginOffset:    strconv.FormatInt(d.r.r.Offset, 10),
+	}
+}
+
+// Ack settles the record and synchronously commits the partition's offset
+// past every settled record before the first unsettled one. A nil error
+// means the record is settled here; it is committed once every earlier
+// record of its partition is settled too.
+func (d *delivery) Ack(ctx context.Context) error { return d.s.settle(ctx, d) }
+
+// Term settles the record like Ack (Kafka has no dead-letter of its own;
+// the caller has stored it elsewhere).
+func (d *delivery) Term(ctx context.Context) error { return d.s.settle(ctx, d) }
+
+// Nak redelivers the record from this subscriber after delay. The
+// partition's committed offset does not move past it meanwhile. It is
+// ignored if the record was redelivered or settled since this delivery.
+func (d *delivery) Nak(ctx context.Context, delay time.Duration) error {
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := d.r
+	if s.parts[tp{r.r.Topic, r.r.Partition}] != r.ps {
+		return fmt.Errorf("kafka: nak %s: %w", position(r.r), ErrRevoked)
+	}
+	if r.settled || r.token != d.token || !r.inflight {
+		return nil
+	}
+	r.inflight, r.readyAt = false, time.Now().Add(max(delay, 0))
+	return nil
+}

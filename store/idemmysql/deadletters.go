@@ -1,0 +1,44 @@
+package idemmysql
+
+import "github.com/idemkit/idem/store/sqlset"
+
+func deadLetters(t func(string) string) sqlset.DeadLetters {
+	table := t("dead_letters")
+	const cols = `id, consumer, source, position, message_id, msg_key, headers, payload, fingerprint,
+ error, error_class, attempts, first_failed_at, last_failed_at, state, redriven_by, redriven_at,
+ resolved_by, resolved_at, created_at, redrive_reason`
+	const resolved = `state IN ('redriven', 'discarded') AND resolved_at > 0 AND resolved_at < $1`
+	return sqlset.DeadLetters{
+		// ON CONFLICT … DO UPDATE on the parked letter's unique key
+		// (consumer, message_id, fingerprint, parked): the new row is
+		// parked, so it meets only a parked letter, which ON DUPLICATE KEY
+		// UPDATE folds the failure into under its exclusive lock (GREATEST
+		// reads attempts before it is assigned: assignments run left to
+		// right). Then the letter's id.
+		Park: `/*idem:quiet*/ INSERT INTO ` + table + ` (consumer, source, position, message_id, msg_key, headers, payload,
+ fingerprint, error, error_class, attempts, first_failed_at, last_failed_at, state, created_at)
+ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, 'parked', $12)
+ ON DUPLICATE KEY UPDATE attempts = GREATEST(attempts + 1, VALUES(attempts)),
+ error = VALUES(error), error_class = VALUES(error_class), source = VALUES(source), position = VALUES(position),
+ headers = VALUES(headers), last_failed_at = VALUES(last_failed_at);
+ SELECT id FROM ` + table + ` WHERE consumer = $1 AND message_id = $4 AND fingerprint = $8 AND state = 'parked'`,
+		Get: `SELECT ` + cols + ` FROM ` + table + ` WHERE id = $1`,
+		List: `SELECT ` + cols + ` FROM ` + table + `
+ WHERE ($1 = '' OR consumer = $1) AND ($2 = 0 OR last_failed_at >= $2)
+ AND ($3 = 0 OR last_failed_at < $3) AND ($4 = '' OR error_class = $4)
+ AND ($5 = '' OR state = $5) AND id > $6
+ ORDER BY id LIMIT $7`,
+		OfMessage: `SELECT ` + cols + ` FROM ` + table + ` WHERE message_id = $1 ORDER BY id LIMIT $2`,
+		ClaimRedrive: `UPDATE ` + table + ` SET state = 'redriven', redriven_by = $2, redriven_at = $3,
+ resolved_by = $2, resolved_at = $3, redrive_reason = $4 WHERE id = $1 AND state = 'parked';
+ /*idem:need*/ SELECT ` + cols + ` FROM ` + table + ` WHERE id = $1`,
+		Discard: `UPDATE ` + table + ` SET state = 'discarded', resolved_by = $2, resolved_at = $3
+ WHERE id = $1 AND state = 'parked'`,
+		CountParked: `SELECT consumer, count(*) FROM ` + table + ` WHERE state = 'parked' GROUP BY consumer`,
+		CountClass:  `SELECT count(*) FROM ` + table + ` WHERE error_class = $1`,
+		CountParkedNoID: `SELECT consumer, count(*) FROM ` + table + `
+ WHERE state = 'parked' AND LEFT(message_id, LENGTH($1)) = $1 GROUP BY consumer`,
+		Counts: `SELECT state, count(*) FROM ` + table + ` GROUP BY state`,
+		Expire: `DELETE FROM ` + table + ` WHERE ` + resolved + ` LIMIT $2`,
+	}
+}
