@@ -110,7 +110,7 @@ func TestParseRoute(t *testing.T) {
 
 // The sample routes file of the example stays valid.
 func TestSampleConfigLoads(t *testing.T) {
-	fc, routes, err := idemproxy.LoadConfig("../examples/upstream-node/proxy.yaml", nil)
+	fc, routes, err := idemproxy.LoadConfig("../../../examples/upstream-node/proxy.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
