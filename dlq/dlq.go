@@ -49,8 +49,8 @@ import (
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // State is the lifecycle state of a dead letter.

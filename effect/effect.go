@@ -39,8 +39,8 @@
 //
 // The table is {{t}}effects (migration 0004_effects; 0007_trace_context
 // adds the trace context columns, 0009 the key-lifetime columns). This
-// package owns it: its states, its statements (store/sqlset.Effects,
-// written once per dialect in store/postgres and store/sqlite), its
+// package owns it: its states, its statements (internal/sqlset.Effects,
+// written once per dialect in internal/dialect/postgres and internal/dialect/sqlite), its
 // counts ([Counts]) and its expiry ([Expire]). Claims, take-overs and
 // fenced writes run on idem's one lease machine (internal/lease).
 package effect
@@ -62,8 +62,8 @@ import (
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/panics"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // State is the lifecycle state of an effect.

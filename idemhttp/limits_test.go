@@ -8,9 +8,9 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // opFrom takes the operation from X-Op when the request sets it, so a test

@@ -150,8 +150,8 @@ import (
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/schemacheck"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Middleware enforces Idempotency-Key semantics in front of handlers. It is

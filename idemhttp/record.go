@@ -11,8 +11,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // State is the state of a key record.

@@ -56,8 +56,8 @@ import (
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/panics"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Handler applies one message's effect using the caller's transaction tx.

@@ -1,5 +1,5 @@
 // Package migrate ships idem's schema as embedded, versioned SQL migrations,
-// kept with each dialect (store/postgres/migrations, store/sqlite/migrations), and applies them.
+// kept with each dialect (internal/dialect/postgres/migrations, internal/dialect/sqlite/migrations), and applies them.
 //
 // Every idem table is created here, one numbered file per part (0001 inbox,
 // 0002 HTTP idempotency keys, 0003 outbox, 0004 effects, 0005 dead letters,
@@ -29,15 +29,15 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemkit/idem/internal/dialect/postgres"
+	"github.com/idemkit/idem/internal/dialect/sqlite"
 	"github.com/idemkit/idem/internal/sqlmeta"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/postgres"
-	"github.com/idemkit/idem/store/sqlite"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // FS returns the migration files of dialect d, which live next to that
-// dialect's statements (store/postgres, store/sqlite).
+// dialect's statements (internal/dialect/postgres, internal/dialect/sqlite).
 func FS(d store.Dialect) (fs.FS, error) {
 	names, _ := store.Names{}.WithDefaults() // the defaults are valid names
 	st, err := statements(d, names)

@@ -87,8 +87,8 @@ import (
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/schemacheck"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 const (

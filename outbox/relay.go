@@ -24,8 +24,8 @@ import (
 	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // RelayConfig configures a Relay. Zero fields take their defaults.

@@ -77,8 +77,8 @@ import (
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Op is the half of a step: its action or its compensation.

@@ -3,7 +3,7 @@ package store
 import (
 	"context"
 
-	"github.com/idemkit/idem/store/sqlset"
+	"github.com/idemkit/idem/internal/sqlset"
 )
 
 // Erase turns a Driver[TTx] into a Driver[any] (the transaction, a TTx,

@@ -11,7 +11,7 @@
 //
 // The type parameter TTx is the caller's own transaction type, so handlers
 // receive exactly the transaction their business code already uses. Both
-// drivers pass the one conformance suite in store/storetest, which also
+// drivers pass the one conformance suite in internal/storetest, which also
 // prepares every statement of [Driver.Statements] on each of them.
 //
 // SQL in idem is written once per dialect, with PostgreSQL-style $1
@@ -27,7 +27,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/idemkit/idem/store/sqlset"
+	"github.com/idemkit/idem/internal/sqlset"
 )
 
 // Dialect names the SQL dialect a driver speaks.

@@ -25,8 +25,8 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Spec describes one guarded write to a caller-owned table.

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/dialect/postgres"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/postgres"
 	"github.com/idemkit/idem/versionguard"
 )
 

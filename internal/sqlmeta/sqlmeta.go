@@ -2,7 +2,7 @@
 // operator-facing packages (retention, idemmetrics, the console, the idem
 // command) share: does a table exist yet, and roughly how many rows does
 // it hold. Its statements are the driver's (sqlset.SQLMeta, one text per
-// dialect in store/postgres and store/sqlite).
+// dialect in internal/dialect/postgres and internal/dialect/sqlite).
 package sqlmeta
 
 import (

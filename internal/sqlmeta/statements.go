@@ -1,8 +1,8 @@
 package sqlmeta
 
 import (
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // statements returns d's catalogue statements.

@@ -11,12 +11,12 @@ import (
 
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/schemadoc"
+	"github.com/idemkit/idem/internal/storetest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/idemmysql"
 	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
-	"github.com/idemkit/idem/store/storetest"
 )
 
 // The store conformance suite on MySQL/MariaDB: every driver behaviour

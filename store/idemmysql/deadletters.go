@@ -1,6 +1,6 @@
 package idemmysql
 
-import "github.com/idemkit/idem/store/sqlset"
+import "github.com/idemkit/idem/internal/sqlset"
 
 func deadLetters(t func(string) string) sqlset.DeadLetters {
 	table := t("dead_letters")

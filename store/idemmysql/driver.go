@@ -13,8 +13,8 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 	"github.com/idemkit/idem/store/sqlstore"
 )
 

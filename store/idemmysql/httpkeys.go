@@ -1,6 +1,6 @@
 package idemmysql
 
-import "github.com/idemkit/idem/store/sqlset"
+import "github.com/idemkit/idem/internal/sqlset"
 
 // httpKeys has no InsertLocked, InsertStrict or TakeOverLocked (see
 // Statements' NotNeeded).

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idemkit/idem/store/sqlset"
+	"github.com/idemkit/idem/internal/sqlset"
 )
 
 func inbox(t func(string) string) sqlset.Inbox {

@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 func meta(t func(string) string, n store.Names) sqlset.Meta {

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/internal/lease"
-	"github.com/idemkit/idem/store/sqlset"
+	"github.com/idemkit/idem/internal/sqlset"
 )
 
 // outboxCols is the column list of an enqueued row (13 per row, the order of

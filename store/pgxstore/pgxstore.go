@@ -24,9 +24,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/internal/dialect/postgres"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/postgres"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Config configures a Driver.

@@ -4,8 +4,8 @@ import (
 	"context"
 	"database/sql"
 
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Statements returns idem's statements in the driver's dialect.

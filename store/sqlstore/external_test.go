@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	sqlitesql "github.com/idemkit/idem/internal/dialect/sqlite"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
-	sqlitesql "github.com/idemkit/idem/store/sqlite"
-	"github.com/idemkit/idem/store/sqlset"
 	"github.com/idemkit/idem/store/sqlstore"
 )
 

@@ -26,10 +26,10 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/idemkit/idem/internal/dialect/postgres"
+	sqlitesql "github.com/idemkit/idem/internal/dialect/sqlite"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/postgres"
-	sqlitesql "github.com/idemkit/idem/store/sqlite"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // SQL is what a dialect package hands this driver for a database it does

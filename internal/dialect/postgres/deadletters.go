@@ -1,6 +1,6 @@
-package sqlite
+package postgres
 
-import "github.com/idemkit/idem/store/sqlset"
+import "github.com/idemkit/idem/internal/sqlset"
 
 func deadLetters(t func(string) string) sqlset.DeadLetters {
 	table := t("dead_letters")
@@ -13,18 +13,18 @@ func deadLetters(t func(string) string) sqlset.DeadLetters {
  fingerprint, error, error_class, attempts, first_failed_at, last_failed_at, state, created_at)
  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, 'parked', $12)
  ON CONFLICT (consumer, message_id, fingerprint) WHERE state = 'parked' DO UPDATE SET
- attempts = max(dl.attempts + 1, excluded.attempts),
+ attempts = GREATEST(dl.attempts + 1, excluded.attempts),
  error = excluded.error, error_class = excluded.error_class,
  source = excluded.source, position = excluded.position, headers = excluded.headers,
  last_failed_at = excluded.last_failed_at
  RETURNING id`,
 		Get: `SELECT ` + cols + ` FROM ` + table + ` WHERE id = $1`,
 		List: `SELECT ` + cols + ` FROM ` + table + `
- WHERE ($1 = '' OR consumer = $1) AND ($2 = 0 OR last_failed_at >= $2)
- AND ($3 = 0 OR last_failed_at < $3) AND ($4 = '' OR error_class = $4)
- AND ($5 = '' OR state = $5) AND id > $6
- ORDER BY id LIMIT $7`,
-		OfMessage: `SELECT ` + cols + ` FROM ` + table + ` WHERE message_id = $1 ORDER BY id LIMIT $2`,
+ WHERE ($1::text = '' OR consumer = $1) AND ($2::bigint = 0 OR last_failed_at >= $2)
+ AND ($3::bigint = 0 OR last_failed_at < $3) AND ($4::text = '' OR error_class = $4)
+ AND ($5::text = '' OR state = $5) AND id > $6::bigint
+ ORDER BY id LIMIT $7::bigint`,
+		OfMessage: `SELECT ` + cols + ` FROM ` + table + ` WHERE message_id = $1 ORDER BY id LIMIT $2::bigint`,
 		ClaimRedrive: `UPDATE ` + table + ` SET state = 'redriven', redriven_by = $2, redriven_at = $3,
  resolved_by = $2, resolved_at = $3, redrive_reason = $4 WHERE id = $1 AND state = 'parked' RETURNING ` + cols,
 		Discard: `UPDATE ` + table + ` SET state = 'discarded', resolved_by = $2, resolved_at = $3
@@ -32,8 +32,8 @@ func deadLetters(t func(string) string) sqlset.DeadLetters {
 		CountParked: `SELECT consumer, count(*) FROM ` + table + ` WHERE state = 'parked' GROUP BY consumer`,
 		CountClass:  `SELECT count(*) FROM ` + table + ` WHERE error_class = $1`,
 		CountParkedNoID: `SELECT consumer, count(*) FROM ` + table + `
- WHERE state = 'parked' AND substr(message_id, 1, length($1)) = $1 GROUP BY consumer`,
+ WHERE state = 'parked' AND substr(message_id, 1, length($1::text)) = $1 GROUP BY consumer`,
 		Counts: `SELECT state, count(*) FROM ` + table + ` GROUP BY state`,
-		Expire: `DELETE FROM ` + table + ` WHERE rowid IN (SELECT rowid FROM ` + table + ` WHERE ` + resolved + ` LIMIT $2) AND ` + resolved,
+		Expire: `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table + ` WHERE ` + resolved + ` LIMIT $2) AND ` + resolved,
 	}
 }

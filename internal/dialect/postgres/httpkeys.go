@@ -1,6 +1,6 @@
 package postgres
 
-import "github.com/idemkit/idem/store/sqlset"
+import "github.com/idemkit/idem/internal/sqlset"
 
 func httpKeys(t func(string) string) sqlset.HTTPKeys {
 	k := t("idempotency_keys")

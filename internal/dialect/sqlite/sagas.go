@@ -1,6 +1,6 @@
 package sqlite
 
-import "github.com/idemkit/idem/store/sqlset"
+import "github.com/idemkit/idem/internal/sqlset"
 
 // SQLite needs no FOR UPDATE: a write transaction (BEGIN IMMEDIATE) holds
 // the database lock already.

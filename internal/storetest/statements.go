@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // Statement is one statement of a [sqlset.Set], as [Walk] finds it.

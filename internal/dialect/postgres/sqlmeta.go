@@ -1,6 +1,6 @@
 package postgres
 
-import "github.com/idemkit/idem/store/sqlset"
+import "github.com/idemkit/idem/internal/sqlset"
 
 // sqlMeta is the catalogue statements of internal/sqlmeta. $1 is a
 // qualified table name ("idem".inbox), resolved by to_regclass (NULL, and

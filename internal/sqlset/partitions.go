@@ -24,7 +24,7 @@ package sqlset
 // statements; the rest are the plain layout's.
 //
 // The statements below are run by package retention on a PostgreSQL
-// store; they are not prepared by store/storetest (Convert holds scripts,
+// store; they are not prepared by internal/storetest (Convert holds scripts,
 // and the others call functions only Functions creates): the retention
 // package's partition tests convert a store and run each of them.
 type Partitions struct {

@@ -1,6 +1,6 @@
 package sqlite
 
-import "github.com/idemkit/idem/store/sqlset"
+import "github.com/idemkit/idem/internal/sqlset"
 
 // horizons is the statements on the horizons consumers record (package
 // inbox).

@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 // outboxCols is the column list of an enqueued row (13 per row, the order of

@@ -1,10 +1,10 @@
-package sqlite
+package postgres
 
 import (
 	"strconv"
 	"strings"
 
-	"github.com/idemkit/idem/store/sqlset"
+	"github.com/idemkit/idem/internal/sqlset"
 )
 
 func inbox(t func(string) string) sqlset.Inbox {
@@ -31,18 +31,11 @@ RETURNING token, attempts`,
 		Abandoned: `SELECT message_id, token, attempts, lease_until, received_at FROM ` + table + `
 WHERE consumer = $1 AND state = 'in_progress' AND lease_until <= $2 ORDER BY lease_until LIMIT $3`,
 
-		BatchInsert: func(n int) string {
-			var b strings.Builder
-			b.WriteString(`INSERT INTO ` + table + ` (consumer, message_id, fingerprint, state, received_at, processed_at, expires_at) VALUES `)
-			for i := range n {
-				if i > 0 {
-					b.WriteByte(',')
-				}
-				b.WriteString("($1, $" + strconv.Itoa(4+2*i) + ", $" + strconv.Itoa(5+2*i) + ", 'completed', $2, $2, $3)")
-			}
-			b.WriteString(` ON CONFLICT (consumer, message_id) DO NOTHING RETURNING message_id`)
-			return b.String()
-		},
+		BatchInsert:          func(n int) string { return batchInsert(table, n, ` ON CONFLICT (consumer, message_id) DO NOTHING`) },
+		BatchInsertStrict:    func(n int) string { return batchInsert(table, n, "") },
+		BatchStrictSavepoint: `SAVEPOINT idem_inbox_strict`,
+		BatchStrictRelease:   `RELEASE SAVEPOINT idem_inbox_strict`,
+		BatchStrictRollback:  `ROLLBACK TO SAVEPOINT idem_inbox_strict`,
 		BatchSelect: func(n int) string {
 			var b strings.Builder
 			b.WriteString(`SELECT message_id, fingerprint, state FROM ` + table + ` WHERE consumer = $1 AND message_id IN (`)
@@ -64,7 +57,7 @@ WHERE consumer = $1 AND state = 'in_progress' AND lease_until <= $2 ORDER BY lea
 		SavepointRollback:      `ROLLBACK TO SAVEPOINT idem_inbox_msg`,
 		SavepointRelease:       `RELEASE SAVEPOINT idem_inbox_msg`,
 
-		Expire:          `DELETE FROM ` + table + ` WHERE rowid IN (SELECT rowid FROM ` + table + ` WHERE expires_at < $1 LIMIT $2) AND expires_at < $1`,
+		Expire:          `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table + ` WHERE expires_at < $1 LIMIT $2) AND expires_at < $1`,
 		CountByState:    `SELECT state, count(*) FROM ` + table + ` GROUP BY state`,
 		CountByConsumer: `SELECT consumer, count(*) FROM ` + table + ` GROUP BY consumer`,
 		ExpireKeeping: func(n int) string {
@@ -74,7 +67,22 @@ WHERE consumer = $1 AND state = 'in_progress' AND lease_until <= $2 ORDER BY lea
 				cond.WriteString(` AND NOT (consumer = $` + strconv.Itoa(2+2*i) + ` AND received_at >= $` + strconv.Itoa(3+2*i) + `)`)
 			}
 			c := cond.String()
-			return `DELETE FROM ` + table + ` WHERE rowid IN (SELECT rowid FROM ` + table + ` WHERE ` + c + ` LIMIT $` + strconv.Itoa(2+2*n) + `) AND ` + c
+			return `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table + ` WHERE ` + c + ` LIMIT $` + strconv.Itoa(2+2*n) + `) AND ` + c
 		},
 	}
+}
+
+// batchInsert is sqlset.Inbox.BatchInsert for n messages, with conflict
+// (an ON CONFLICT clause, or none for BatchInsertStrict).
+func batchInsert(table string, n int, conflict string) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO ` + table + ` (consumer, message_id, fingerprint, state, received_at, processed_at, expires_at) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("($1, $" + strconv.Itoa(4+2*i) + ", $" + strconv.Itoa(5+2*i) + ", 'completed', $2, $2, $3)")
+	}
+	b.WriteString(conflict + ` RETURNING message_id`)
+	return b.String()
 }

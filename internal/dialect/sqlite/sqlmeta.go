@@ -1,6 +1,6 @@
 package sqlite
 
-import "github.com/idemkit/idem/store/sqlset"
+import "github.com/idemkit/idem/internal/sqlset"
 
 // sqlMeta is the catalogue statements of internal/sqlmeta. $1 is a
 // prefixed table name (idem_inbox). SQLite keeps no row estimate

@@ -1,6 +1,6 @@
 package postgres
 
-import "github.com/idemkit/idem/store/sqlset"
+import "github.com/idemkit/idem/internal/sqlset"
 
 func sagas(t func(string) string) sqlset.Sagas {
 	sg, st, ef := t("sagas"), t("saga_steps"), t("effects")

@@ -1,6 +1,6 @@
 // Package sqlset declares the statements idem runs, one field per
 // statement, grouped by the feature that owns the table. It holds no SQL:
-// each dialect package (store/postgres, store/sqlite) fills a [Set] with its
+// each dialect package (internal/dialect/postgres, internal/dialect/sqlite) fills a [Set] with its
 // own text, and a driver hands it to the features through
 // store.Driver.Statements.
 //
@@ -13,7 +13,7 @@
 //     that serialises writers anyway) is the empty string, and the feature
 //     skips it.
 //
-// The conformance suite in store/storetest prepares every statement of the
+// The conformance suite in internal/storetest prepares every statement of the
 // Set on every driver, so a statement that does not parse, or names a
 // column the migrations do not create, fails there first.
 package sqlset
@@ -42,7 +42,7 @@ type Set struct {
 
 	// NotNeeded names, by field path ("Outbox.LockClaim"), the statements
 	// this dialect leaves empty on purpose, each with the reason. The
-	// conformance suite (store/storetest) fails on an empty statement not
+	// conformance suite (internal/storetest) fails on an empty statement not
 	// listed here — a field a new dialect forgot — and on a listed one
 	// that is not empty.
 	NotNeeded map[string]string

@@ -1,6 +1,6 @@
 package postgres
 
-import "github.com/idemkit/idem/store/sqlset"
+import "github.com/idemkit/idem/internal/sqlset"
 
 // effectCols is the column list of every statement returning an effect
 // (sqlset.Effects); effectColsE is the same list qualified by e.

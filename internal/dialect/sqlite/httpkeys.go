@@ -1,6 +1,6 @@
 package sqlite
 
-import "github.com/idemkit/idem/store/sqlset"
+import "github.com/idemkit/idem/internal/sqlset"
 
 // httpKeys has no InsertLocked, InsertStrict, TakeOverLocked, LockKey or
 // Unlock: SQLite's BEGIN IMMEDIATE serialises writers, so no

@@ -10,14 +10,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem/internal/dialect/postgres"
+	"github.com/idemkit/idem/internal/dialect/sqlite"
+	"github.com/idemkit/idem/internal/sqlset"
+	"github.com/idemkit/idem/internal/storetest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgxstore"
-	"github.com/idemkit/idem/store/postgres"
-	"github.com/idemkit/idem/store/sqlite"
-	"github.com/idemkit/idem/store/sqlset"
 	"github.com/idemkit/idem/store/sqlstore"
-	"github.com/idemkit/idem/store/storetest"
 )
 
 func TestSQLite(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"embed"
 	"io/fs"
 
+	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/sqlset"
 )
 
 //go:embed migrations/*.sql

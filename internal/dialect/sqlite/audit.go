@@ -1,6 +1,6 @@
 package sqlite
 
-import "github.com/idemkit/idem/store/sqlset"
+import "github.com/idemkit/idem/internal/sqlset"
 
 // audit is the operator audit log's statements (package console).
 func audit(t func(string) string) sqlset.Audit {
