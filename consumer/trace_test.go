@@ -9,14 +9,13 @@ import (
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker/memory"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/obs/spantest"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -32,8 +31,7 @@ func TestConsumeSpans(t *testing.T) {
 
 func consumeSpans(t *testing.T, batch int) {
 	d := testdb.SQLite(t)
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	rec := spantest.NewRecorder()
 	b, err := memory.New(memory.Config{AckWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +46,7 @@ func consumeSpans(t *testing.T, batch int) {
 	causation := map[string]string{}
 	failedOnce := false
 	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[*sql.Tx]{
-		Name: "billing", BatchSize: batch, FetchWait: 50 * time.Millisecond, MaxAttempts: 3, TracerProvider: tp,
+		Name: "billing", BatchSize: batch, FetchWait: 50 * time.Millisecond, MaxAttempts: 3, TracerProvider: rec,
 		Backoff: consumer.Backoff{Base: time.Millisecond, Max: 2 * time.Millisecond},
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
 			mu.Lock()

@@ -9,15 +9,13 @@ import (
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/obs/spantest"
 	"github.com/idemkit/idem/store"
 )
 
-func attrOf(s sdktrace.ReadOnlySpan, key string) string {
+func attrOf(s *spantest.Span, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
 			return kv.Value.Emit()
@@ -33,9 +31,8 @@ func attrOf(s sdktrace.ReadOnlySpan, key string) string {
 // call the same way.
 func TestEffectCallSpans(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
-		rec := tracetest.NewSpanRecorder()
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-		l := newLedger(t, d, effect.Config{TracerProvider: tp})
+		rec := spantest.NewRecorder()
+		l := newLedger(t, d, effect.Config{TracerProvider: rec})
 
 		var mu sync.Mutex
 		var keys, parents []string
@@ -65,7 +62,7 @@ func TestEffectCallSpans(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		ctx, parent := tp.Tracer("test").Start(context.Background(), "consume")
+		ctx, parent := rec.Tracer("test").Start(context.Background(), "consume")
 		err := store.InTx(ctx, d, func(tx any) error {
 			_, _, err := l.ScheduleTx(ctx, tx, effect.Effect{Key: "mail:1", Kind: "mail", Payload: []byte("{}")})
 			return err
@@ -96,7 +93,7 @@ func TestEffectCallSpans(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		var callSpans []sdktrace.ReadOnlySpan
+		var callSpans []*spantest.Span
 		for _, s := range rec.Ended() {
 			if s.Name() == "idem.effect.call" {
 				callSpans = append(callSpans, s)

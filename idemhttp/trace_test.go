@@ -9,15 +9,14 @@ import (
 	"strings"
 	"testing"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/obs/spantest"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-func spanAttr(s sdktrace.ReadOnlySpan, key string) string {
+func spanAttr(s *spantest.Span, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
 			return kv.Value.Emit()
@@ -30,10 +29,9 @@ func spanAttr(s sdktrace.ReadOnlySpan, key string) string {
 // took, the scope, and a hash of the key instead of the key; the client's
 // traceparent makes it a child of the client's span.
 func TestSpanDecisions(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	rec := spantest.NewRecorder()
 	d := testdb.SQLite(t)
-	mw, err := idemhttp.New(d, idemhttp.Config{TracerProvider: tp,
+	mw, err := idemhttp.New(d, idemhttp.Config{TracerProvider: rec,
 		Tenant: func(r *http.Request) (string, error) { return r.Header.Get("X-Tenant"), nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -124,9 +122,8 @@ func TestTransportCarriesKey(t *testing.T) {
 	defer down.Close()
 	client := &http.Client{Transport: &idemhttp.Transport{}}
 
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	mw, err := idemhttp.New(testdb.SQLite(t), idemhttp.Config{TracerProvider: tp})
+	rec := spantest.NewRecorder()
+	mw, err := idemhttp.New(testdb.SQLite(t), idemhttp.Config{TracerProvider: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,9 +188,8 @@ func TestTransportCarriesKey(t *testing.T) {
 // A request that finds its key owned by a running execution is an
 // idem.http span with decision in_flight.
 func TestSpanDecisionInFlight(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	mw, err := idemhttp.New(testdb.SQLite(t), idemhttp.Config{TracerProvider: tp, Mode: idemhttp.TwoPhase})
+	rec := spantest.NewRecorder()
+	mw, err := idemhttp.New(testdb.SQLite(t), idemhttp.Config{TracerProvider: rec, Mode: idemhttp.TwoPhase})
 	if err != nil {
 		t.Fatal(err)
 	}

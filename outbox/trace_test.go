@@ -4,10 +4,8 @@ import (
 	"context"
 	"testing"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/obs/spantest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -21,13 +19,12 @@ func TestTraceThroughOutbox(t *testing.T) {
 }
 
 func traceThroughOutbox[TTx any](t *testing.T, d store.Driver[TTx]) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	o, err := New(d, Config{TracerProvider: tp})
+	rec := spantest.NewRecorder()
+	o, err := New(d, Config{TracerProvider: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
+	ctx, parent := rec.Tracer("test").Start(context.Background(), "request")
 	ctx = obs.WithCausation(ctx, "msg-cause-1")
 	err = store.InTx(ctx, d, func(tx TTx) error {
 		_, err := o.EnqueueTx(ctx, tx, ev("k", 0), Event{Type: "t", Topic: "x", Headers: map[string]string{HeaderCausation: "own"}})
@@ -43,7 +40,7 @@ func traceThroughOutbox[TTx any](t *testing.T, d store.Driver[TTx]) {
 
 	pub := &fakePub{}
 	cfg := fastRelay("trace")
-	cfg.TracerProvider = tp
+	cfg.TracerProvider = rec
 	r, err := NewRelay(d, pub, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +51,7 @@ func traceThroughOutbox[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatal(err)
 	}
 
-	spans := map[string][]sdktrace.ReadOnlySpan{}
+	spans := map[string][]*spantest.Span{}
 	for _, s := range rec.Ended() {
 		spans[s.Name()] = append(spans[s.Name()], s)
 	}
@@ -65,7 +62,7 @@ func traceThroughOutbox[TTx any](t *testing.T, d store.Driver[TTx]) {
 	if enq[0].Parent().SpanID() != parent.SpanContext().SpanID() || enq[0].SpanContext().TraceID() != parent.SpanContext().TraceID() {
 		t.Fatalf("enqueue span is not a child of the caller's span")
 	}
-	pubs := map[string]sdktrace.ReadOnlySpan{}
+	pubs := map[string]*spantest.Span{}
 	for _, s := range spans["idem.relay.publish"] {
 		for _, kv := range s.Attributes() {
 			if kv.Key == obs.AttrMessageID {

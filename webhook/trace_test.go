@@ -10,10 +10,8 @@ import (
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/obs/spantest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/webhook"
 )
@@ -26,11 +24,10 @@ func TestWebhookSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	rec := spantest.NewRecorder()
 	std, _ := webhook.NewStandard(webhook.StandardConfig{Secrets: []string{stdSecret}})
 	rc, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{
-		Source: "billing", Verifier: std, TracerProvider: tp,
+		Source: "billing", Verifier: std, TracerProvider: rec,
 		EnqueueTx: func(context.Context, *sql.Tx, webhook.Delivery, []byte) error { return nil },
 	})
 	if err != nil {

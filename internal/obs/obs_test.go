@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/obs/spantest"
 )
 
 // Log records carry trace_id and span_id when a span is active, and
@@ -18,8 +18,7 @@ import (
 func TestLogHandlerJoinsTraces(t *testing.T) {
 	var buf bytes.Buffer
 	log := obs.Logger(obs.Logger(slog.New(slog.NewTextHandler(&buf, nil)))).With("component", "x")
-	tp := sdktrace.NewTracerProvider()
-	ctx, span := tp.Tracer("t").Start(context.Background(), "s")
+	ctx, span := spantest.NewRecorder().Tracer("t").Start(context.Background(), "s")
 	log.InfoContext(ctx, "inside", "key", "k1")
 	span.End()
 	log.InfoContext(context.Background(), "outside")
@@ -46,14 +45,14 @@ func TestRowRoundTrip(t *testing.T) {
 	if tp, ts := obs.Current(context.Background()); tp != "" || ts != "" {
 		t.Fatalf("no span: stored %q %q", tp, ts)
 	}
-	ctx, span := sdktrace.NewTracerProvider().Tracer("t").Start(context.Background(), "s")
+	ctx, span := spantest.NewRecorder().Tracer("t").Start(context.Background(), "s")
 	defer span.End()
 	tp, _ := obs.Current(ctx)
 	back := obs.FromRow(context.Background(), tp, "")
 	if got := obs.Tracer(noop.NewTracerProvider()); got == nil {
 		t.Fatal("nil tracer")
 	}
-	_, child := sdktrace.NewTracerProvider().Tracer("t").Start(back, "child")
+	_, child := spantest.NewRecorder().Tracer("t").Start(back, "child")
 	defer child.End()
 	if child.SpanContext().TraceID() != span.SpanContext().TraceID() {
 		t.Errorf("row context lost the trace: %q", tp)
