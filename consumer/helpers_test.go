@@ -5,16 +5,13 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/idemkit/idem/consumer"
-	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/promtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -48,20 +45,53 @@ func newInbox[TTx any](t *testing.T, d store.Driver[TTx]) *inbox.Inbox[TTx] {
 	return ib
 }
 
-// idemmetrics attaches to the consumer through consumer.Observer and
-// consumer.Tracer.
-var (
-	_ consumer.Observer = (*idemmetrics.Metrics)(nil)
-	_ consumer.Tracer   = idemmetrics.NopTracer{}
-)
+// observed is a consumer.Observer that counts what the consumer reports,
+// under the names idemmetrics gives those counts (its own tests check the
+// metrics); labels are "key=value" pairs in key order.
+type observed struct {
+	mu sync.Mutex
+	n  map[string]float64
+}
 
-func newMetrics(t *testing.T) (*prometheus.Registry, *idemmetrics.Metrics) {
-	reg := prometheus.NewRegistry()
-	m, err := idemmetrics.New(reg, idemmetrics.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reg, m
+var _ consumer.Observer = (*observed)(nil)
+
+func newMetrics(t *testing.T) (*observed, *observed) {
+	o := &observed{n: map[string]float64{}}
+	return o, o
+}
+
+func (o *observed) add(metric string, labels ...string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n[metric+"|"+strings.Join(labels, ",")]++
+}
+
+// get is a count by metric name and labels, 0 when never reported.
+func (o *observed) get(metric, labels string) float64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n[metric+"|"+labels]
+}
+
+func (o *observed) Start(string) func() { return func() {} }
+func (o *observed) Processed(consumer string) {
+	o.add("idem_messages_processed_total", "consumer="+consumer)
+}
+func (o *observed) DuplicateContext(_ context.Context, component, consumer string) {
+	o.add("idem_duplicates_suppressed_total", "component="+component, "consumer="+consumer)
+}
+func (o *observed) FingerprintConflict(component, consumer string) {
+	o.add("idem_fingerprint_conflicts_total", "component="+component, "consumer="+consumer)
+}
+func (o *observed) Failed(consumer, class string) {
+	o.add("idem_messages_failed_total", "class="+class, "consumer="+consumer)
+}
+func (o *observed) Retry(consumer string) { o.add("idem_retries_total", "consumer="+consumer) }
+func (o *observed) DeadLetteredContext(_ context.Context, consumer, class string) {
+	o.add("idem_dead_letters_total", "class="+class, "consumer="+consumer)
+}
+func (o *observed) Unidentified(consumer string) {
+	o.add("idem_messages_unidentified_total", "consumer="+consumer)
 }
 
 // start runs c until the test ends (or stop is called) and checks that
@@ -92,10 +122,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// value is promtest.Value.
-func value(t *testing.T, g prometheus.Gatherer, name, labels string) float64 {
+// value is a count the consumer reported to o.
+func value(t *testing.T, o *observed, name, labels string) float64 {
 	t.Helper()
-	return promtest.Value(t, g, name, labels)
+	return o.get(name, labels)
 }
 
 // unique returns a random name suffix.

@@ -60,5 +60,6 @@ replace (
 	github.com/idemkit/idem/broker/idemjetstream => ../broker/idemjetstream
 	github.com/idemkit/idem/broker/idemkafka => ../broker/idemkafka
 	github.com/idemkit/idem/cmd/idem => ../cmd/idem
+	github.com/idemkit/idem/idemmetrics => ../idemmetrics
 	github.com/idemkit/idem/store/idemmysql => ../store/idemmysql
 )

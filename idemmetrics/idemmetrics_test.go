@@ -16,7 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/idemmetrics"
-	"github.com/idemkit/idem/internal/promtest"
+	"github.com/idemkit/idem/idemmetrics/idemmetricstest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -144,8 +144,8 @@ func testDBCollector[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 }
 
-// value is promtest.Value.
+// value is idemmetricstest.Value.
 func value(t *testing.T, g prometheus.Gatherer, name, labels string) float64 {
 	t.Helper()
-	return promtest.Value(t, g, name, labels)
+	return idemmetricstest.Value(t, g, name, labels)
 }

@@ -11,6 +11,7 @@ require (
 	github.com/idemkit/idem/broker/idemjetstream v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/broker/idemkafka v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/examples v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemmetrics v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/store/idemmysql v0.0.0-00010101000000-000000000000
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
 	github.com/jackc/pgx/v5 v5.12.0
@@ -92,5 +93,6 @@ replace (
 	github.com/idemkit/idem/broker/idemjetstream => ../../broker/idemjetstream
 	github.com/idemkit/idem/broker/idemkafka => ../../broker/idemkafka
 	github.com/idemkit/idem/examples => ../../examples
+	github.com/idemkit/idem/idemmetrics => ../../idemmetrics
 	github.com/idemkit/idem/store/idemmysql => ../../store/idemmysql
 )

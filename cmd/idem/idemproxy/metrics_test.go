@@ -8,7 +8,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/idemproxy"
 	"github.com/idemkit/idem/idemmetrics"
-	"github.com/idemkit/idem/internal/promtest"
+	"github.com/idemkit/idem/idemmetrics/idemmetricstest"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -43,7 +43,7 @@ func TestProxyMetrics(t *testing.T) {
 		{"idem_fingerprint_conflicts_total", "component=proxy,consumer=orders.create", 1},
 		{"idem_proxy_in_flight", "", 0},
 	} {
-		if got := promtest.Value(t, reg, c.name, c.labels); got != c.want {
+		if got := idemmetricstest.Value(t, reg, c.name, c.labels); got != c.want {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}

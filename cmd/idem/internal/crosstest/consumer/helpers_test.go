@@ -20,7 +20,7 @@ import (
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/promtest"
+	"github.com/idemkit/idem/idemmetrics/idemmetricstest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -98,10 +98,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// value is promtest.Value.
+// value is idemmetricstest.Value.
 func value(t *testing.T, g prometheus.Gatherer, name, labels string) float64 {
 	t.Helper()
-	return promtest.Value(t, g, name, labels)
+	return idemmetricstest.Value(t, g, name, labels)
 }
 
 // natsEnv is an embedded JetStream server with one stream.

@@ -1,5 +1,5 @@
-// Package promtest reads Prometheus metrics back in tests.
-package promtest
+// Package idemmetricstest reads Prometheus metrics back in tests.
+package idemmetricstest
 
 import (
 	"strings"
