@@ -66,6 +66,9 @@ func (e *Env) peerBinary(ctx context.Context) (string, error) {
 		bin := filepath.Join(tmp, "peer")
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
 		cmd.Dir = dir
+		// The peer is a module of its own, outside the workspace: its
+		// peers' versions must not meet idem's modules in one build list.
+		cmd.Env = append(os.Environ(), "GOWORK=off")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
