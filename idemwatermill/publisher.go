@@ -63,9 +63,11 @@ type PublisherConfig struct {
 //
 // The transaction comes from the messages' context (TxFromContext: a handler
 // under the Middleware gives its outgoing messages msg.Context()), or from
-// PublisherTx. A message UUID already in the outbox (a retried Publish) is
-// not written again; the same UUID with another payload fails with
-// idem.ErrFingerprintMismatch. Safe for concurrent use.
+// PublisherTx. A message UUID is one event: a UUID already in the outbox
+// (a retried Publish) is not written again, and the same UUID with another
+// payload, type or topic fails with idem.ErrFingerprintMismatch, so give
+// each topic's copy of a message a UUID of its own. Safe for concurrent
+// use.
 type Publisher[TTx any] struct {
 	d      store.Driver[TTx]
 	ob     *outbox.Outbox[TTx]
