@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -126,6 +127,22 @@ func count[TTx any](t *testing.T, d store.Driver[TTx], q string, args ...any) in
 	return testdb.Count(t, d, q, args...)
 }
 
+// plainMiddleware creates the writes table and returns the middleware with
+// its defaults on d.
+func plainMiddleware[TTx any](t *testing.T, d store.Driver[TTx]) message.HandlerMiddleware {
+	t.Helper()
+	testdb.Exec(t, d, writesDDL)
+	ib, err := inbox.New(d, inbox.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	once, err := idemwatermill.Middleware(ib, idemwatermill.Config[TTx]{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return once
+}
+
 // TestRouterRedeliveryRunsWritesOnce publishes one message (same UUID)
 // twice through Watermill's Router: the first run fails after its writes
 // (the Router nacks, gochannel redelivers), the second commits, and the
@@ -137,15 +154,7 @@ func TestRouterRedeliveryRunsWritesOnce(t *testing.T) {
 
 func testRedelivery[TTx any](t *testing.T, b backend[TTx]) {
 	ctx := context.Background()
-	testdb.Exec(t, b.d, writesDDL)
-	ib, err := inbox.New(b.d, inbox.Config{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	once, err := idemwatermill.Middleware(ib, idemwatermill.Config[TTx]{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	once := plainMiddleware(t, b.d)
 	ps := blockingPubSub(t)
 	router := newRouter(t)
 	var r runs
@@ -317,8 +326,11 @@ func testEvents[TTx any](t *testing.T, b backend[TTx]) {
 // as permanent; each delivery is acknowledged, and no inbox record is
 // left for any of them.
 func TestDeadLetters(t *testing.T) {
-	ctx := context.Background()
-	d := testdb.SQLite(t)
+	eachBackend(t, testDeadLetters[*sql.Tx], testDeadLetters[pgx.Tx])
+}
+
+func newDeadLetters[TTx any](t *testing.T, d store.Driver[TTx], maxAttempts int) (message.HandlerMiddleware, *dlq.Store[TTx]) {
+	t.Helper()
 	ib, err := inbox.New(d, inbox.Config{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -327,12 +339,18 @@ func TestDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	once, err := idemwatermill.Middleware(ib, idemwatermill.Config[*sql.Tx]{
-		DeadLetters: dls, MaxAttempts: 3, Backoff: idem.Backoff{Base: time.Millisecond, Max: time.Millisecond}, Logger: quiet(),
+	once, err := idemwatermill.Middleware(ib, idemwatermill.Config[TTx]{
+		DeadLetters: dls, MaxAttempts: maxAttempts, Backoff: idem.Backoff{Base: time.Millisecond, Max: time.Millisecond}, Logger: quiet(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return once, dls
+}
+
+func testDeadLetters[TTx any](t *testing.T, b backend[TTx]) {
+	ctx := context.Background()
+	once, dls := newDeadLetters(t, b.d, 3)
 	ps := blockingPubSub(t)
 	router := newRouter(t)
 	var r runs
@@ -395,9 +413,133 @@ func TestDeadLetters(t *testing.T) {
 			t.Errorf("o-1: letter error %q, want ErrOutputWithoutOutbox", l.Error)
 		}
 		if l.MessageID != "ok-1" {
-			if _, found, _ := inbox.StateOf(ctx, d, "billing", l.MessageID); found {
+			if _, found, _ := inbox.StateOf(ctx, b.d, "billing", l.MessageID); found {
 				t.Errorf("%s: an inbox record was left for a dead-lettered message", l.MessageID)
 			}
 		}
+	}
+}
+
+// TestRedrive dead-letters a message for one of the two consumers of its
+// topic, then redrives the letter through a RelayPublisher: the letter's
+// consumer processes it (its write once), the other consumer, which
+// processed the original, acknowledges the redrive without running.
+func TestRedrive(t *testing.T) {
+	eachBackend(t, testRedrive[*sql.Tx], testRedrive[pgx.Tx])
+}
+
+func testRedrive[TTx any](t *testing.T, b backend[TTx]) {
+	ctx := context.Background()
+	testdb.Exec(t, b.d, writesDDL)
+	once, dls := newDeadLetters(t, b.d, 1)
+	// Not the blocking gochannel: Redrive commits its claim on the letter
+	// after the publish returns, and on SQLite that claim holds the one
+	// write lock the handlers need to settle the redriven message.
+	ps := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = ps.Close() })
+	settled := make(chan string, 10) // handler names, once a delivery is settled
+	router := newRouter(t)
+	var r runs
+	var mu sync.Mutex
+	broken := true
+	for _, name := range []string{"billing", "audit"} {
+		h := router.AddNoPublisherHandler(name, "orders", ps, func(msg *message.Message) error {
+			tx, _ := idemwatermill.TxFromContext[TTx](msg.Context())
+			if err := b.write(msg.Context(), tx, msg.UUID, name); err != nil {
+				return err
+			}
+			r.inc(name, msg.UUID)
+			mu.Lock()
+			defer mu.Unlock()
+			if name == "billing" && broken {
+				return idem.Permanent(errors.New("unknown customer"))
+			}
+			return nil
+		})
+		h.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc { // outside once
+			return func(msg *message.Message) ([]*message.Message, error) {
+				out, err := h(msg)
+				if err == nil {
+					settled <- name
+				}
+				return out, err
+			}
+		}, once)
+	}
+	startRouter(t, router)
+	awaitSettled := func(n int) {
+		t.Helper()
+		for range n {
+			select {
+			case <-settled:
+			case <-time.After(30 * time.Second):
+				t.Fatal("a delivery was not settled in 30s")
+			}
+		}
+	}
+
+	if err := ps.Publish("orders", message.NewMessage("evt-1", []byte(`{"order":"o-1"}`))); err != nil {
+		t.Fatal(err)
+	}
+	awaitSettled(2)
+	letters, err := dls.List(ctx, dlq.Filter{Consumer: "billing"})
+	if err != nil || len(letters) != 1 {
+		t.Fatalf("billing letters %v (%v), want 1", letters, err)
+	}
+	mu.Lock()
+	broken = false // the operator fixed the customer
+	mu.Unlock()
+	if _, err := dls.Redrive(ctx, letters[0].ID, "operator", idemwatermill.NewRelayPublisher(ps, idemwatermill.RelayPublisherConfig{})); err != nil {
+		t.Fatal(err)
+	}
+	awaitSettled(2)
+	for name, want := range map[string]int{"billing": 2, "audit": 1} {
+		if got := r.get(name, "evt-1"); got != want {
+			t.Errorf("%s ran %d times, want %d", name, got, want)
+		}
+		if n := count(t, b.d, `SELECT count(*) FROM writes WHERE msg_uuid = $1 AND handler = $2`, "evt-1", name); n != 1 {
+			t.Errorf("%s: %d writes, want 1", name, n)
+		}
+		if state, found, err := inbox.StateOf(ctx, b.d, name, "evt-1"); err != nil || !found || state != "completed" {
+			t.Errorf("%s: inbox record %q %v %v, want completed", name, state, found, err)
+		}
+	}
+	if l, err := dls.Get(ctx, letters[0].ID); err != nil || l.State != dlq.Redriven {
+		t.Errorf("letter after the redrive: %v %v, want redriven", l.State, err)
+	}
+}
+
+// TestRouterTwoInstances runs two routers with the same handler name on
+// one topic, as two instances of a service: both receive the message at
+// once, and the inbox lets one of them run the handler.
+func TestRouterTwoInstances(t *testing.T) {
+	eachBackend(t, testTwoInstances[*sql.Tx], testTwoInstances[pgx.Tx])
+}
+
+func testTwoInstances[TTx any](t *testing.T, b backend[TTx]) {
+	once := plainMiddleware(t, b.d)
+	ps := blockingPubSub(t)
+	var r runs
+	for range 2 {
+		router := newRouter(t)
+		h := router.AddNoPublisherHandler("billing", "orders", ps, func(msg *message.Message) error {
+			tx, _ := idemwatermill.TxFromContext[TTx](msg.Context())
+			r.inc("billing", msg.UUID)
+			return b.write(msg.Context(), tx, msg.UUID, "billing")
+		})
+		h.AddMiddleware(once)
+		startRouter(t, router)
+	}
+	for i := range 20 {
+		id := "evt-" + strconv.Itoa(i)
+		if err := ps.Publish("orders", message.NewMessage(id, []byte(id))); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.get("billing", id); got != 1 {
+			t.Errorf("%s: the handler ran %d times across the two instances, want 1", id, got)
+		}
+	}
+	if n := count(t, b.d, `SELECT count(*) FROM writes`); n != 20 {
+		t.Errorf("%d writes for 20 messages, want 20", n)
 	}
 }
