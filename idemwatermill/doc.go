@@ -46,8 +46,10 @@
 // With Config.DeadLetters, a permanent error (idem.Permanent, a reused id
 // with another payload) parks the message in idem's dead-letter store at
 // once and a transient one after Config.MaxAttempts tries; the message is
-// then acknowledged. An operator redrives it (idem dlq redrive, the console)
-// through a RelayPublisher; the redrive reaches only the letter's consumer.
-// Without DeadLetters errors go back to the Router (nack), as Watermill's
-// PoisonQueue middleware expects if it is used instead.
+// then acknowledged. A redrive (dlq.Store.Redrive through a RelayPublisher
+// on the service's Watermill publisher) republishes it with its original id,
+// and only the letter's consumer processes it; the topic's other handlers
+// acknowledge it unrun. Without DeadLetters errors go back to the Router
+// (nack), as Watermill's PoisonQueue middleware expects if it is used
+// instead.
 package idemwatermill
