@@ -60,7 +60,6 @@ func deepBodies[TTx any](t *testing.T, d store.Driver[TTx]) {
 	const (
 		clients   = 8
 		size      = 4 << 20
-		maxTime   = 2 * time.Second
 		maxGrowth = 100 << 20
 	)
 	if _, err := vmRSS(); err != nil {
@@ -158,15 +157,9 @@ func deepBodies[TTx any](t *testing.T, d store.Driver[TTx]) {
 	rssGrowth, heapGrowth := peakRSS.Load()-baseRSS, peakHeap.Load()-baseHeap
 	t.Logf("%d × %d MiB of '[': took %v; peak RSS +%d MiB, peak heap +%d MiB (race detector: %v)",
 		clients, size>>20, took, rssGrowth>>20, heapGrowth>>20, raceEnabled())
-	for i, d := range took {
-		if d > maxTime {
-			if raceEnabled() {
-				t.Logf("deep-%d took %v (over %v, not checked under the race detector)", i, d, maxTime)
-				continue
-			}
-			t.Errorf("deep-%d took %v, want under %v", i, d, maxTime)
-		}
-	}
+	// The time each took is logged, not asserted: timing depends on the
+	// machine's load (the guarantee checked is memory: bounded growth, no
+	// quadratic copy).
 	if heapGrowth >= maxGrowth {
 		t.Errorf("heap grew by %d MiB, want under %d MiB", heapGrowth>>20, maxGrowth>>20)
 	}
