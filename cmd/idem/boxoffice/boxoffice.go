@@ -494,20 +494,13 @@ func (s *System[TTx]) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	errs := make(chan error, len(runners))
+	// The parts run under idem's one runner, as a service of idem's would:
+	// the first error stops the others, and the stop is bounded.
+	svc := idem.Service{Logger: s.log}
 	for _, run := range runners {
-		go func() { errs <- run(ctx) }()
+		svc.Runners = append(svc.Runners, idem.RunFunc(run))
 	}
-	var first error
-	for range runners {
-		err := <-errs
-		if err != nil && !errors.Is(err, context.Canceled) && first == nil {
-			first = err
-			s.log.Error("component stopped", "error", err)
-			cancel()
-		}
-	}
-	return first
+	return svc.Run(ctx)
 }
 
 // Start runs [System.Run] in the background until [System.Close].
