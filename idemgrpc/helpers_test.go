@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
 )
 
 // ordersTable is the business table the handler writes.
@@ -158,11 +159,20 @@ func create(ctx context.Context, conn *grpc.ClientConn, req proto.Message) reply
 	return r
 }
 
-// eachDriver runs body on every store (SQLite always; pgx and
-// database/sql on PostgreSQL when IDEM_TEST_POSTGRES_URL is set, MySQL
-// when IDEM_TEST_MYSQL_URL is), each with a fresh orders table.
+// eachDriver runs body on every store idemhttp supports (SQLite always;
+// pgx and database/sql on PostgreSQL when IDEM_TEST_POSTGRES_URL is set,
+// MySQL when IDEM_TEST_MYSQL_URL is; each skips with a message
+// otherwise), each with a fresh orders table.
 func eachDriver(t *testing.T, body func(t *testing.T, d testdb.Driver)) {
+	t.Helper()
 	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) {
+		testdb.Exec(t, d.D, ordersTable)
+		body(t, d)
+	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		native := idemmysqltest.Open(t)
+		d := testdb.Driver{Name: "mysql", D: testdb.Erase(native), Native: native}
 		testdb.Exec(t, d.D, ordersTable)
 		body(t, d)
 	})
