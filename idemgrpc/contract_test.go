@@ -58,7 +58,7 @@ func TestReplay(t *testing.T) {
 				if !proto.Equal(first.order, second.order) {
 					t.Fatalf("replay %v differs from the first response %v", second.order, first.order)
 				}
-				if n := a.execs.Load(); n != 1 {
+				if n := a.Execs.Load(); n != 1 {
 					t.Fatalf("handler ran %d times, want 1", n)
 				}
 				if n := rows(t, d.D); n != 1 {
@@ -80,7 +80,7 @@ func TestReplay(t *testing.T) {
 func TestStoredError(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d testdb.Driver) {
 		a := &app{}
-		a.before = func(_ context.Context, n int64, item string) error {
+		a.Before = func(_ context.Context, n int64, item string) error {
 			switch {
 			case item == "gone":
 				st, _ := status.New(codes.NotFound, "no such item").WithDetails(&errdetails.ResourceInfo{ResourceType: "item", ResourceName: "gone"})
@@ -96,8 +96,8 @@ func TestStoredError(t *testing.T) {
 		wantCode(t, first.err, codes.NotFound, "")
 		second := create(ctx, conn, testsvc.NewCreate("gone", 1, nil))
 		wantCode(t, second.err, codes.NotFound, "")
-		if !second.replayed() || a.execs.Load() != 1 {
-			t.Fatalf("stored NotFound: replayed %v, executions %d", second.replayed(), a.execs.Load())
+		if !second.replayed() || a.Execs.Load() != 1 {
+			t.Fatalf("stored NotFound: replayed %v, executions %d", second.replayed(), a.Execs.Load())
 		}
 		if !proto.Equal(status.Convert(first.err).Proto(), status.Convert(second.err).Proto()) {
 			t.Fatalf("replayed status %v differs from %v", status.Convert(second.err).Proto(), status.Convert(first.err).Proto())
@@ -135,7 +135,7 @@ func TestKeyReused(t *testing.T) {
 		} {
 			wantCode(t, create(ctx, conn, req).err, codes.FailedPrecondition, idemgrpc.ReasonKeyReused)
 		}
-		if n := a.execs.Load(); n != 1 {
+		if n := a.Execs.Load(); n != 1 {
 			t.Fatalf("handler ran %d times, want 1", n)
 		}
 		// The same key in another tenant's scope is another record.
@@ -156,7 +156,7 @@ func TestKeyMissing(t *testing.T) {
 		wantCode(t, create(ctx, conn, testsvc.NewCreate("book", 1, nil)).err, codes.InvalidArgument, idemgrpc.ReasonKeyMissing)
 		wantCode(t, create(withKey(ctx, "has space", ""), conn, testsvc.NewCreate("book", 1, nil)).err, codes.InvalidArgument, idemgrpc.ReasonKeyInvalid)
 		wantCode(t, create(withKey(withKey(ctx, "k1", ""), "k2", ""), conn, testsvc.NewCreate("book", 1, nil)).err, codes.InvalidArgument, idemgrpc.ReasonKeyInvalid)
-		if n := a.execs.Load(); n != 0 {
+		if n := a.Execs.Load(); n != 0 {
 			t.Fatalf("handler ran %d times, want 0", n)
 		}
 		// Get is NO_SIDE_EFFECTS: it passes through without a key.
@@ -167,8 +167,8 @@ func TestKeyMissing(t *testing.T) {
 
 		// Optional: a call without a key runs, untracked.
 		opt := serve(t, d.D, idemgrpc.Config{Optional: true}, a, nil)
-		if r := create(ctx, opt, testsvc.NewCreate("book", 1, nil)); r.err != nil || a.execs.Load() != 1 {
-			t.Fatalf("optional key: %v, executions %d", r.err, a.execs.Load())
+		if r := create(ctx, opt, testsvc.NewCreate("book", 1, nil)); r.err != nil || a.Execs.Load() != 1 {
+			t.Fatalf("optional key: %v, executions %d", r.err, a.Execs.Load())
 		}
 		// IncludeIdempotent: Get needs a key too.
 		all := serve(t, d.D, idemgrpc.Config{IncludeIdempotent: true}, a, nil)
@@ -191,7 +191,7 @@ func TestInFlight(t *testing.T) {
 				}
 				testdb.Exec(t, d.D, `DELETE FROM orders`)
 				entered, release := make(chan struct{}), make(chan struct{})
-				a := &app{after: func(_ context.Context, n int64) {
+				a := &app{After: func(_ context.Context, n int64) {
 					if n == 1 {
 						close(entered)
 						<-release
@@ -220,7 +220,7 @@ func TestInFlight(t *testing.T) {
 				if third.err != nil || !third.replayed() || !proto.Equal(third.order, first.order) {
 					t.Fatalf("retry after the first finished: %v, replayed %v", third.err, third.replayed())
 				}
-				if n := a.execs.Load(); n != 1 {
+				if n := a.Execs.Load(); n != 1 {
 					t.Fatalf("handler ran %d times, want 1", n)
 				}
 			})
@@ -242,7 +242,7 @@ func TestConcurrentWaits(t *testing.T) {
 
 func concurrentWait(t *testing.T, d store.Driver[any]) {
 	entered, release := make(chan struct{}), make(chan struct{})
-	a := &app{after: func(_ context.Context, n int64) {
+	a := &app{After: func(_ context.Context, n int64) {
 		if n == 1 {
 			close(entered)
 			<-release
@@ -259,8 +259,8 @@ func concurrentWait(t *testing.T, d store.Driver[any]) {
 	if first.err != nil || second.err != nil {
 		t.Fatal(first.err, second.err)
 	}
-	if !proto.Equal(first.order, second.order) || a.execs.Load() != 1 || rows(t, d) != 1 {
-		t.Fatalf("executions %d, orders %d, responses %v and %v", a.execs.Load(), rows(t, d), first.order, second.order)
+	if !proto.Equal(first.order, second.order) || a.Execs.Load() != 1 || rows(t, d) != 1 {
+		t.Fatalf("executions %d, orders %d, responses %v and %v", a.Execs.Load(), rows(t, d), first.order, second.order)
 	}
 }
 
@@ -290,7 +290,7 @@ func retryDelay(err error) time.Duration {
 // same key, and one order exists.
 func TestClientRetryPolicy(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d testdb.Driver) {
-		a := &app{before: func(_ context.Context, n int64, _ string) error {
+		a := &app{Before: func(_ context.Context, n int64, _ string) error {
 			if n == 1 {
 				return status.Error(codes.Unavailable, "try again")
 			}
@@ -306,7 +306,7 @@ func TestClientRetryPolicy(t *testing.T) {
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
-		keys := a.seenKeys()
+		keys := a.Keys()
 		if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
 			t.Fatalf("keys of the attempts %q, want two equal keys", keys)
 		}
@@ -317,7 +317,7 @@ func TestClientRetryPolicy(t *testing.T) {
 		if r := create(t.Context(), conn, testsvc.NewCreate("book", 1, nil)); r.err != nil || r.replayed() {
 			t.Fatalf("second logical call: %v, replayed %v", r.err, r.replayed())
 		}
-		if keys := a.seenKeys(); len(keys) != 3 || keys[2] == keys[0] {
+		if keys := a.Keys(); len(keys) != 3 || keys[2] == keys[0] {
 			t.Fatalf("keys %q: the second logical call reused the first one's key", keys)
 		}
 	})
@@ -330,7 +330,7 @@ func TestClientOwnRetry(t *testing.T) {
 	d := testdb.Erase(testdb.SQLite(t))
 	testdb.Exec(t, d, ordersTable)
 	entered, release := make(chan struct{}), make(chan struct{})
-	a := &app{after: func(_ context.Context, n int64) {
+	a := &app{After: func(_ context.Context, n int64) {
 		if n == 1 {
 			close(entered)
 			<-release
@@ -357,10 +357,10 @@ func TestClientOwnRetry(t *testing.T) {
 	if first.err != nil || second.err != nil {
 		t.Fatal(first.err, second.err)
 	}
-	if !once || !second.replayed() || !proto.Equal(first.order, second.order) || a.execs.Load() != 1 {
-		t.Fatalf("aborted seen %v, replayed %v, executions %d", once, second.replayed(), a.execs.Load())
+	if !once || !second.replayed() || !proto.Equal(first.order, second.order) || a.Execs.Load() != 1 {
+		t.Fatalf("aborted seen %v, replayed %v, executions %d", once, second.replayed(), a.Execs.Load())
 	}
-	if keys := a.seenKeys(); len(keys) != 1 || keys[0] != "k-own" {
+	if keys := a.Keys(); len(keys) != 1 || keys[0] != "k-own" {
 		t.Fatalf("keys %q, want [k-own]", keys)
 	}
 }

@@ -87,9 +87,9 @@ func runChild() error {
 		fmt.Println("CRASHPOINT")
 		select {} // until SIGKILL
 	}
-	a := &app{d: d}
+	a := &app{D: d}
 	if crash == crashAfterWrite {
-		a.after = func(context.Context, int64) { block() }
+		a.After = func(context.Context, int64) { block() }
 	}
 	ic, err := idemgrpc.UnaryServerInterceptor(d, idemgrpc.Config{})
 	if err != nil {
