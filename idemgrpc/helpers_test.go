@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/idemgrpc/internal/testsvc"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
 )
 
 // The shared test service.
@@ -105,8 +106,13 @@ func create(ctx context.Context, conn *grpc.ClientConn, req proto.Message) reply
 
 func eachDriver(t *testing.T, body func(t *testing.T, d testdb.Driver)) {
 	t.Helper()
-	testsvc.EachDriver(t, body)
+	testsvc.EachDriver(t, body, mysqlStore)
 }
+
+// mysqlStore is MySQL, when IDEM_TEST_MYSQL_URL is set.
+var mysqlStore = testsvc.Extra{Name: "mysql", Open: func(t testing.TB) store.Driver[any] {
+	return testdb.Erase(idemmysqltest.Open(t))
+}}
 
 func rows(t *testing.T, d store.Driver[any]) int {
 	t.Helper()

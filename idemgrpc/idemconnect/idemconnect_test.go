@@ -18,7 +18,15 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
 )
+
+func eachDriver(t *testing.T, body func(t *testing.T, d testdb.Driver)) {
+	t.Helper()
+	testsvc.EachDriver(t, body, testsvc.Extra{Name: "mysql", Open: func(t testing.TB) store.Driver[any] {
+		return testdb.Erase(idemmysqltest.Open(t))
+	}})
+}
 
 type orders = *connect.Client[dynamicpb.Message, dynamicpb.Message]
 
@@ -107,7 +115,7 @@ var protocols = map[string][]connect.ClientOption{
 // stored response with Idempotent-Replayed, and the handler runs once;
 // the same message sent as JSON after binary proto is the same request.
 func TestReplay(t *testing.T) {
-	testsvc.EachDriver(t, func(t *testing.T, d testdb.Driver) {
+	eachDriver(t, func(t *testing.T, d testdb.Driver) {
 		a := &testsvc.App{}
 		url, hc := serve(t, d.D, idemconnect.Config{}, a)
 		for name, opts := range protocols {
@@ -140,7 +148,7 @@ func TestReplay(t *testing.T) {
 }
 
 func TestContract(t *testing.T) {
-	testsvc.EachDriver(t, func(t *testing.T, d testdb.Driver) {
+	eachDriver(t, func(t *testing.T, d testdb.Driver) {
 		a := &testsvc.App{Before: func(_ context.Context, _ int64, item string) error {
 			if item == "gone" {
 				e := connect.NewError(connect.CodeNotFound, errors.New("no such item"))
@@ -197,7 +205,7 @@ func TestContract(t *testing.T) {
 // client interceptor's own attempts then retry it with the same key until
 // the first finished and replay its response.
 func TestInFlight(t *testing.T) {
-	testsvc.EachDriver(t, func(t *testing.T, d testdb.Driver) {
+	eachDriver(t, func(t *testing.T, d testdb.Driver) {
 		entered, release := make(chan struct{}), make(chan struct{})
 		a := &testsvc.App{After: func(_ context.Context, n int64) {
 			if n == 1 {
@@ -258,7 +266,7 @@ func TestInFlight(t *testing.T) {
 // Unavailable (not stored, rolled back) and the one that succeeded carry
 // the same key, and one order exists.
 func TestClientKey(t *testing.T) {
-	testsvc.EachDriver(t, func(t *testing.T, d testdb.Driver) {
+	eachDriver(t, func(t *testing.T, d testdb.Driver) {
 		a := &testsvc.App{Before: func(_ context.Context, n int64, _ string) error {
 			if n == 1 {
 				return connect.NewError(connect.CodeUnavailable, errors.New("try again"))

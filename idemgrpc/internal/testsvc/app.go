@@ -12,7 +12,6 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
 )
 
 // OrdersTable is the business table App writes.
@@ -74,23 +73,30 @@ func (a *App) Keys() []string {
 	return append([]string(nil), a.keys...)
 }
 
-// EachDriver runs body on every store idemhttp supports (SQLite always;
-// pgx and database/sql on PostgreSQL when IDEM_TEST_POSTGRES_URL is set,
-// MySQL when IDEM_TEST_MYSQL_URL is; each skips with a message
-// otherwise), each with a fresh orders table.
-func EachDriver(t *testing.T, body func(t *testing.T, d testdb.Driver)) {
+// Extra is a store EachDriver runs on besides testdb's (the tests add
+// MySQL, whose driver is a module this package does not require).
+type Extra struct {
+	Name string
+	Open func(t testing.TB) store.Driver[any] // migrated, fresh; skips t when unavailable
+}
+
+// EachDriver runs body on SQLite always, on pgx and database/sql on
+// PostgreSQL when IDEM_TEST_POSTGRES_URL is set (they skip with a message
+// otherwise) and on the extra stores, each with a fresh orders table.
+func EachDriver(t *testing.T, body func(t *testing.T, d testdb.Driver), extra ...Extra) {
 	t.Helper()
 	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) {
 		testdb.Exec(t, d.D, OrdersTable)
 		body(t, d)
 	})
-	t.Run("mysql", func(t *testing.T) {
-		t.Parallel()
-		native := idemmysqltest.Open(t)
-		d := testdb.Driver{Name: "mysql", D: testdb.Erase(native), Native: native}
-		testdb.Exec(t, d.D, OrdersTable)
-		body(t, d)
-	})
+	for _, e := range extra {
+		t.Run(e.Name, func(t *testing.T) {
+			t.Parallel()
+			d := testdb.Driver{Name: e.Name, D: e.Open(t)}
+			testdb.Exec(t, d.D, OrdersTable)
+			body(t, d)
+		})
+	}
 }
 
 // Rows counts the orders.
