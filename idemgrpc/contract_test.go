@@ -3,6 +3,7 @@ package idemgrpc_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -362,5 +363,31 @@ func TestClientOwnRetry(t *testing.T) {
 	}
 	if keys := a.Keys(); len(keys) != 1 || keys[0] != "k-own" {
 		t.Fatalf("keys %q, want [k-own]", keys)
+	}
+}
+
+// TestLimits: a request above MaxBodyBytes is refused before the handler;
+// a response above MaxStoredBody is not recorded (its insert rolls back)
+// and the call fails, so a retry executes again.
+func TestLimits(t *testing.T) {
+	d := testdb.Erase(testdb.SQLite(t))
+	testdb.Exec(t, d, ordersTable)
+	a := &app{}
+	conn := serve(t, d, idemgrpc.Config{Middleware: idemhttp.Config{MaxBodyBytes: 64, MaxStoredBody: 64}}, a, nil)
+	ctx := withKey(t.Context(), "k-big", "")
+	wantCode(t, create(ctx, conn, testsvc.NewCreate(strings.Repeat("x", 100), 1, nil)).err, codes.ResourceExhausted, idemgrpc.ReasonRequestTooLarge)
+	if n := a.Execs.Load(); n != 0 {
+		t.Fatalf("handler ran %d times for a request above the limit", n)
+	}
+	// The request fits (54 bytes), its response (item, id and key: 68)
+	// does not.
+	item := strings.Repeat("y", 50)
+	wantCode(t, create(ctx, conn, testsvc.NewCreate(item, 1, nil)).err, codes.ResourceExhausted, idemgrpc.ReasonResponseTooLarge)
+	if a.Execs.Load() != 1 || rows(t, d) != 0 {
+		t.Fatalf("executions %d, orders %d: want 1 execution rolled back", a.Execs.Load(), rows(t, d))
+	}
+	wantCode(t, create(ctx, conn, testsvc.NewCreate(item, 1, nil)).err, codes.ResourceExhausted, idemgrpc.ReasonResponseTooLarge)
+	if a.Execs.Load() != 2 {
+		t.Fatalf("the retry did not execute again: %d executions", a.Execs.Load())
 	}
 }

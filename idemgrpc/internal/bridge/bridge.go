@@ -363,7 +363,7 @@ func StatusOf(p *idemhttp.Problem) (*spb.Status, time.Duration) {
 	default:
 		code, reason = Internal, strings.TrimPrefix(p.Type, "https://pkg.go.dev/github.com/idemkit/idem/idemhttp#")
 	}
-	msg := "idem: " + strings.ToLower(p.Title[:1]) + p.Title[1:]
+	msg := "idem: " + p.Title
 	if p.Detail != "" {
 		msg += ": " + p.Detail
 	}
