@@ -2,12 +2,28 @@
 // only after the broker durably accepted a message, and a pull Subscriber
 // whose deliveries are acknowledged explicitly.
 //
+//	nc, js, err := idemjetstream.Dial("nats://127.0.0.1:4222")
+//	pub, err := idemjetstream.NewPublisher(js, idemjetstream.PublisherConfig{}) // a broker.Publisher
+//	relay, err := outbox.NewRelay(d, pub, outbox.RelayConfig{})                 // publishes committed events
+//	sub, err := idemjetstream.NewSubscriber(ctx, js, idemjetstream.SubscriberConfig{
+//		Stream: "ORDERS", Durable: "billing", // a broker.Subscriber: one durable pull consumer
+//	})
+//	c, err := consumer.New(d, ib, sub, consumer.Config[pgx.Tx]{Name: "billing", Handler: apply})
+//	err = idem.Run(ctx, relay, c) // acks after commit
+//
+//	// Kafka: idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: seeds}),
+//	// idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: seeds, Group: "billing", Topics: …});
+//	// RabbitMQ: idemamqp.NewPublisher / NewSubscriber; tests: memory.New(memory.Config{})
+//
 // The message id (idem.Message.ID) travels as the broker's own dedup id
 // (JetStream Nats-Msg-Id, a Kafka header, AMQP message-id) and comes back
 // unchanged on every redelivery, so consumers can dedup on it.
 //
-// Adapters live in sub-packages (jetstream, kafka, amqp, memory) and pass
-// the shared conformance suite in broker/brokertest.
+// The adapters are modules of their own, so a service pulls in only its
+// broker's client: github.com/idemkit/idem/broker/idemjetstream,
+// broker/idemkafka and broker/idemamqp; broker/memory, an in-process broker
+// for tests, is in the core. All pass the shared conformance suite in
+// broker/brokertest.
 package broker
 
 import (

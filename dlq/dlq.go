@@ -5,6 +5,15 @@
 // consumer, source subject/topic, position, message id, key, headers,
 // payload, error text and class, attempts and failure times.
 //
+//	letters, err := dlq.New(d, dlq.Config{}) // what consumer.Config.DLQ defaults to
+//	parked, err := letters.List(ctx, dlq.Filter{Consumer: "billing", State: dlq.Parked})
+//	for _, l := range parked {
+//		log.Println(l.ID, l.MessageID, l.ErrorClass, l.Error) // what failed, and why
+//	}
+//	// after the fix: the original message, with its id and headers, for its consumer only
+//	_, err = letters.Redrive(ctx, parked[0].ID, "alice", publisher) // any broker.Publisher
+//	err = letters.Discard(ctx, parked[1].ID, "alice")              // or give it up; each at most once
+//
 // An operator lists and inspects letters, then redrives them (republishes
 // the original message, with its original id and headers, to the broker) or
 // discards them. A letter is redriven or discarded at most once: both only

@@ -1,6 +1,18 @@
 // Package horizon declares idem's replay horizons once and computes the
 // chain they form and its weakest link.
 //
+//	sys := horizon.System{
+//		Name:           "shop",
+//		ClientRetry:    24 * time.Hour,
+//		HTTPOperations: []horizon.HTTPOperation{{Name: "POST /orders", KeyRetention: 24 * time.Hour}},
+//		Streams:        []horizon.Stream{{Name: "ORDERS", MaxAge: 14 * 24 * time.Hour, DuplicateWindow: 2 * time.Minute}},
+//		Consumers:      []horizon.Consumer{{Name: "billing", Stream: "ORDERS", InboxRetention: 7 * 24 * time.Hour}},
+//		RedriveWindow:  30 * 24 * time.Hour,
+//	}
+//	if c, ok := sys.Weakest(); ok && !c.OK {
+//		log.Printf("%s outlives %s by %s", c.Replay, c.Guard, horizon.Format(-c.Margin)) // a replay applied as new
+//	}
+//
 // A record that deduplicates (an HTTP key, an inbox row, a provider's
 // idempotency key) protects only while it exists. Every party that may
 // replay a request or a message does so inside its own horizon: the client

@@ -1,6 +1,13 @@
 // Package migrate ships idem's schema as embedded, versioned SQL migrations,
 // kept with each dialect (internal/dialect/postgres/migrations, internal/dialect/sqlite/migrations), and applies them.
 //
+//	d, err := pgxstore.Open(ctx, dbURL, pgxstore.Config{}) // or sqlstore.OpenSQLite, idemmysql.Open
+//	if err := migrate.Up(ctx, d); err != nil { … }         // at start-up, before idemhttp.New, outbox.New…
+//	st, err := migrate.New(d).Status(ctx)                  // per migration: version, name, applied
+//	err = migrate.Check(ctx, d)                            // read-only: errors.Is(err, migrate.ErrNotMigrated)
+//
+// The command does the same: idem migrate up --db postgres://… (and idem migrate status).
+//
 // Every idem table is created here, one numbered file per part (0001 inbox,
 // 0002 HTTP idempotency keys, 0003 outbox, 0004 effects, 0005 dead letters,
 // …); a part that changes its schema later adds a new numbered file, never

@@ -13,6 +13,17 @@
 //     than Config.SagaRetention, with their barrier rows (saga_steps):
 //     the steps first, then the sagas.
 //
+// In a service, beside its other runners:
+//
+//	gc, err := retention.New(d, retention.Config{
+//		OutboxRetention: 7 * 24 * time.Hour,  // published events
+//		DLQRetention:    30 * 24 * time.Hour, // resolved dead letters
+//	})
+//	report, err := gc.RunOnce(ctx) // one pass: report.Deleted per table
+//	err = idem.Run(ctx, gc, relay, orders) // or a pass every Config.Interval with the service
+//	// the inbox must remember a message as long as the stream can redeliver it:
+//	err = retention.CheckRetention("billing", 7*24*time.Hour, streamMaxAge)
+//
 // Pending work is never deleted: pending or parked outbox events, parked
 // dead letters, effects not completed, sagas running, compensating or held
 // (and their steps). Each batch is its own short

@@ -6,6 +6,21 @@
 // it visible: a compensation ("refund the payment") that runs twice would
 // create a new bug, so it carries a key of its own, exactly like the action.
 //
+//	checkout := saga.Definition[pgx.Tx]{Name: "checkout", Steps: []saga.Step[pgx.Tx]{
+//		{Name: "reserve", DoTx: holdSeats, UndoTx: releaseSeats}, // local: in the barrier's transaction
+//		{Name: "charge",
+//			Do: func(ctx context.Context, c saga.Call) ([]byte, error) {
+//				return psp.Charge(ctx, c.Key, c.Input) // c.Key = "saga/<id>/charge/do"
+//			},
+//			Undo: func(ctx context.Context, c saga.Call) ([]byte, error) {
+//				return psp.Refund(ctx, c.Key, c.DoKey) // a key of its own; refunds what DoKey charged
+//			}},
+//	}}
+//	sagas, err := saga.New(d, ledger, saga.Config{}, checkout) // ledger: *effect.Ledger[pgx.Tx]
+//	_, started, err := sagas.StartTx(ctx, tx, "checkout", orderID, input) // with the order's rows
+//	w, err := saga.NewWorker(sagas, saga.WorkerConfig[pgx.Tx]{})
+//	err = idem.Run(ctx, w) // actions, then compensations in reverse order on a permanent failure
+//
 // Flow:
 //
 //   - [Sagas.StartTx] records the saga and schedules its first action inside

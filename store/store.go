@@ -2,6 +2,16 @@
 // of idem (inbox, HTTP keys, outbox, effects, dead letters) uses to run SQL
 // inside the caller's own transaction, with a driver per database library.
 //
+//	d, err := pgxstore.New(pool, pgxstore.Config{}) // store.Driver[pgx.Tx] on your *pgxpool.Pool
+//	err = store.InTx(ctx, d, func(tx pgx.Tx) error { // begin, commit; roll back on error or panic
+//		if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, orderID); err != nil {
+//			return err
+//		}
+//		_, err := ob.EnqueueTx(ctx, tx, event) // every idem part takes the caller's TTx
+//		return err
+//	})
+//	// the same code on *sql.Tx: sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+//
 // Drivers:
 //   - store/pgxstore: PostgreSQL through pgx v5 (pgxpool.Pool, pgx.Tx), the
 //     production store.

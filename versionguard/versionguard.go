@@ -12,6 +12,14 @@
 // write serialises them and the version comparison is re-checked against
 // the committed row.
 //
+//	err := store.InTx(ctx, d, func(tx pgx.Tx) error {
+//		r, err := versionguard.ApplyTx(ctx, d, tx, versionguard.Spec{
+//			Table: "seats", KeyColumns: []string{"show_id"}, KeyValues: []any{ev.ShowID},
+//			Set: map[string]any{"seats_left": ev.SeatsLeft}, Upsert: true,
+//		}, ev.Version)
+//		return err // r.Applied: the row holds ev.Version; r.Stale: an older or redelivered event, nothing written
+//	})
+//
 // A redelivered event (same version as stored) is stale too, which makes the
 // guard idempotent on its own.
 package versionguard

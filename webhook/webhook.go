@@ -6,6 +6,18 @@
 // replayed many times, sequentially and concurrently, pays once, and a
 // forged one gets 401.)
 //
+//	verifier, err := webhook.NewStandard(webhook.StandardConfig{Secrets: []string{secret}}) // or NewGitHub, NewStripe
+//	ib, err := inbox.New(d, inbox.Config{})
+//	receiver, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[pgx.Tx]{
+//		Source:   "billing", // dedup scope: (source, delivery id)
+//		Verifier: verifier,
+//		EnqueueTx: func(ctx context.Context, tx pgx.Tx, del webhook.Delivery, body []byte) error {
+//			_, err := tx.Exec(ctx, `INSERT INTO jobs (delivery_id, body) VALUES ($1, $2)`, del.ID, body)
+//			return err // commits with the delivery's inbox record, or neither does
+//		},
+//	})
+//	mux.Handle("POST /webhooks/billing", receiver) // a replay answers 2xx and enqueues nothing; a forgery 401
+//
 // Verifiers (all check signatures over the exact bytes received, never a
 // re-encoded body; HMACs are compared in constant time with [hmac.Equal],
 // Ed25519 signatures checked with crypto/ed25519):

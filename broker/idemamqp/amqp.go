@@ -1,6 +1,14 @@
 // Package idemamqp adapts RabbitMQ (github.com/rabbitmq/amqp091-go) to idem's
 // broker seam.
 //
+//	url := "amqp://guest:guest@127.0.0.1:5672/"
+//	err := idemamqp.DeclareQueue(url, idemamqp.QueueConfig{Name: "order-events"}) // durable
+//	pub, err := idemamqp.NewPublisher(idemamqp.PublisherConfig{URL: url}) // confirm mode
+//	relay, err := outbox.NewRelay(d, pub, outbox.RelayConfig{})         // message-id = the event's id
+//	sub, err := idemamqp.NewSubscriber(idemamqp.SubscriberConfig{URL: url, Queue: "order-events"})
+//	c, err := consumer.New(d, ib, sub, consumer.Config[pgx.Tx]{Name: "billing", Handler: apply})
+//	err = idem.Run(ctx, relay, c) // manual acks after the handler's commit
+//
 // Publishing uses a channel in confirm mode: Publish returns after the
 // broker confirmed every message (persistent, mandatory: an unroutable
 // message is an error, never silently dropped). The message id travels in

@@ -1,6 +1,15 @@
 // Package idemjetstream adapts NATS JetStream (github.com/nats-io/nats.go/jetstream)
 // to idem's broker seam.
 //
+//	nc, js, err := idemjetstream.Dial("nats://127.0.0.1:4222")
+//	_, err = idemjetstream.EnsureStream(ctx, js, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"order-events"}})
+//	pub, err := idemjetstream.NewPublisher(js, idemjetstream.PublisherConfig{})
+//	relay, err := outbox.NewRelay(d, pub, outbox.RelayConfig{}) // Nats-Msg-Id = the event's id
+//	sub, err := idemjetstream.NewSubscriber(ctx, js, idemjetstream.SubscriberConfig{Stream: "ORDERS", Durable: "billing"})
+//	c, err := consumer.New(d, ib, sub, consumer.Config[pgx.Tx]{Name: "billing", Handler: apply})
+//	err = idem.Run(ctx, relay, c) // acked after the handler's commit
+//	// no server at hand: srv, err := embedded.Start(embedded.Config{DataDir: dir}), then Dial(srv.ClientURL())
+//
 // Publishing sets Nats-Msg-Id to the message id and waits for the stream's
 // PubAck, so a republish inside the stream's duplicate window (default 2
 // minutes, see [EnsureStream]) is stored once and reported as a duplicate.

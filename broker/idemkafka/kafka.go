@@ -1,6 +1,16 @@
 // Package idemkafka adapts Apache Kafka (github.com/twmb/franz-go) to idem's
 // broker seam.
 //
+//	seeds := []string{"kafka-1:9092", "kafka-2:9092"}
+//	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: seeds})
+//	err = idemkafka.EnsureTopic(ctx, pub.Client(), "order-events", 6, 3) // partitions, replication factor
+//	relay, err := outbox.NewRelay(d, pub, outbox.RelayConfig{})         // record key = the ordering key
+//	sub, err := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{
+//		Brokers: seeds, Group: "billing", Topics: []string{"order-events"},
+//	})
+//	c, err := consumer.New(d, ib, sub, consumer.Config[pgx.Tx]{Name: "billing", Handler: apply})
+//	err = idem.Run(ctx, relay, c) // offsets committed only past records whose handler committed
+//
 // Publishing uses franz-go's idempotent producer (the default: retries
 // never duplicate or reorder records within a producer session), puts the
 // subject in the topic, the ordering key in the record key (so one key

@@ -5,6 +5,13 @@
 // and delay publishes, redeliver now, replay a subscription, fail publishes
 // and take the whole broker down.
 //
+//	b, err := memory.New(memory.Config{AckWait: time.Second})
+//	sub, err := b.Subscribe("order-events", "billing") // a broker.Subscriber for consumer.New
+//	b.DuplicateNext(1)                                 // the next publish is stored twice
+//	err = b.Publisher().Publish(ctx, idem.Message{ID: "evt-1", Subject: "order-events", Payload: body})
+//	b.RedeliverNow()                                   // every unacknowledged delivery comes back now
+//	b.SetDown(true)                                    // publishes and fetches fail with broker.ErrUnavailable
+//
 // It keeps everything in memory and loses it all on Close; it is meant for
 // unit tests and drills, never for production. A [Broker] is safe for
 // concurrent use; the only randomness (reordering) comes from Config.Seed,

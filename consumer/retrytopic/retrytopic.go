@@ -5,6 +5,14 @@
 // topic T-dlt. A permanent failure (idem.Permanent, invalid input, a
 // payload reused under another id) goes to T-dlt at once.
 //
+//	r, err := retrytopic.New(retrytopic.Config{Topic: "order-events", Publisher: pub}) // delays 1s, 4s, 16s
+//	cfg := consumer.Config[pgx.Tx]{Name: "notification", Handler: apply, Reroute: r}   // failures move on
+//	first, err := consumer.New(d, ib, mainSub, cfg)
+//	retries, err := retrytopic.Consumers(d, ib, r, cfg, func(topic string, delay time.Duration) (broker.Subscriber, error) {
+//		return subscribe(topic) // one subscription per retry topic, and one for order-events-dlt
+//	})
+//	err = retrytopic.Run(ctx, append([]*consumer.Consumer[pgx.Tx]{first}, retries...)...)
+//
 // Topic names are an interface: a retry topic is T + "-retry-" + the delay
 // in Go's short form (1s, 4s, 16s, 500ms, 1m, 1h30m: see [RetryTopic]),
 // the dead-letter topic T + "-dlt" ([DLT]).

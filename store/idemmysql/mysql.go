@@ -4,6 +4,16 @@
 // It is written for MySQL 8.0 and MariaDB 10.6+ alike and tested on
 // MariaDB 10.11.
 //
+//	d, err := idemmysql.Open(ctx, "mysql://app:secret@db:3306/shop", idemmysql.Config{})
+//	if err := migrate.Up(ctx, d); err != nil { … } // idem_* tables in the shop database
+//	ib, err := inbox.New(d, inbox.Config{})
+//	res, err := ib.Process(ctx, "billing", msg, func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
+//		_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_id) VALUES (?)`, msg.Key) // your *sql.Tx
+//		return err
+//	})
+//	// a *sql.DB of your own: sql.Open("mysql", dsn) with dsn from idemmysql.DSN(url), then idemmysql.New(ctx, db, idemmysql.Config{})
+//	// in tests: d := idemmysqltest.Open(t), a fresh migrated database per test
+//
 // Open a driver with [Open] on a mysql://user:pass@host:3306/db URL, or
 // [New] on a *sql.DB opened with clientFoundRows=true ([DSN] builds such a
 // DSN). idem's tables live in the connection's database, named with the

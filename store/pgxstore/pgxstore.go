@@ -1,6 +1,16 @@
 // Package pgxstore is idem's PostgreSQL driver on pgx v5: handlers receive
 // the caller's pgx.Tx, and idem's statements run on a pgxpool.Pool.
 //
+//	pool, err := pgxpool.New(ctx, "postgres://app@db:5432/shop") // your pool, shared with your code
+//	d, err := pgxstore.New(pool, pgxstore.Config{Names: store.Names{Schema: "idem"}}) // idem's tables' schema
+//	if err := migrate.Up(ctx, d); err != nil { … }
+//	ib, err := inbox.New(d, inbox.Config{})
+//	res, err := ib.Process(ctx, "billing", msg, func(ctx context.Context, tx pgx.Tx, msg idem.Message) error {
+//		_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, msg.Key) // your pgx.Tx
+//		return err
+//	})
+//	// pgxstore.Open(ctx, url, pgxstore.Config{}) opens a pool of its own, closed by d.Close
+//
 // It is the production store. It runs unchanged on PostgreSQL-compatible
 // engines that support ON CONFLICT, RETURNING, SAVEPOINT and FOR UPDATE SKIP
 // LOCKED.

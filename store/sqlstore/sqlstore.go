@@ -2,6 +2,17 @@
 // caller's *sql.Tx. It serves SQLite through modernc.org/sqlite (pure Go, the
 // embedded default) and PostgreSQL through github.com/jackc/pgx/v5/stdlib.
 //
+//	d, err := sqlstore.OpenSQLite("./idem-data/idem.db", sqlstore.SQLiteOptions{}, sqlstore.Config{})
+//	if err := migrate.Up(ctx, d); err != nil { … }
+//	mw, err := idemhttp.New(d, idemhttp.Config{Tenant: tenantOf})
+//	mux.Handle("POST /orders", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+//		tx, _ := idemhttp.SQLTx(r.Context()) // *sql.Tx: the key's transaction, never commit it
+//		_, err := tx.ExecContext(r.Context(), `INSERT INTO orders (id) VALUES ($1)`, newID())
+//		…
+//	})))
+//	// PostgreSQL on database/sql: sqlstore.OpenPostgres(ctx, url, sqlstore.Config{});
+//	// a *sql.DB of your own: sqlstore.New(db, sqlstore.Config{}), opened with SQLiteDSN on SQLite
+//
 // SQLite write transactions must start with BEGIN IMMEDIATE: a deferred
 // transaction that later upgrades to a writer fails with SQLITE_BUSY at once
 // instead of waiting. [OpenSQLite] opens a database configured for that

@@ -10,7 +10,7 @@
 //
 // [Backend] runs idemtest's checks on MySQL:
 //
-//	idemtest.HTTP(t, handler, idemtest.HTTPConfig{Backend: idemmysqltest.Backend(t)}, cases...)
+//	idemtest.HTTP(t, idemtest.Service{Backend: idemmysqltest.Backend(t), Handler: …, Invariant: …}, cases...)
 package idemmysqltest
 
 import (
