@@ -49,6 +49,7 @@ import (
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
 )
@@ -147,14 +148,14 @@ func FromMessage(consumer string, msg idem.Message, err error) Letter {
 
 // Message rebuilds the original message for republishing: same id, subject,
 // key, headers and payload. Attempt and Position are left zero, and the
-// origin headers the consumer recorded (broker.OriginPrefix) are dropped:
+// origin headers the consumer recorded (origin.Prefix) are dropped:
 // the broker assigns new ones.
 func (l Letter) Message() idem.Message {
 	h := l.Headers
 	for k := range h {
-		if broker.IsOriginHeader(k) {
+		if origin.IsHeader(k) {
 			h = maps.Clone(h)
-			maps.DeleteFunc(h, func(k, _ string) bool { return broker.IsOriginHeader(k) })
+			maps.DeleteFunc(h, func(k, _ string) bool { return origin.IsHeader(k) })
 			break
 		}
 	}

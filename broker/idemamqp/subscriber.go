@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/origin"
 )
 
 // SubscriberConfig configures a [Subscriber].
@@ -245,10 +246,10 @@ func (d *delivery) Message() idem.Message { return d.msg }
 // exchange ("" for the default exchange) and routing key of the message.
 func (d *delivery) Origin() map[string]string {
 	return map[string]string{
-		broker.OriginQueue:       d.s.cfg.Queue,
-		broker.OriginDeliveryTag: strconv.FormatUint(d.tag, 10),
-		broker.OriginExchange:    d.exchange,
-		broker.OriginRoutingKey:  d.msg.Subject,
+		origin.Queue:       d.s.cfg.Queue,
+		origin.DeliveryTag: strconv.FormatUint(d.tag, 10),
+		origin.Exchange:    d.exchange,
+		origin.RoutingKey:  d.msg.Subject,
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/internal/redact"
 )
 
@@ -477,10 +478,10 @@ func (d *delivery) Message() idem.Message { return d.msg }
 // sequence, the durable consumer and the subject.
 func (d *delivery) Origin() map[string]string {
 	return map[string]string{
-		broker.OriginStream:    d.meta.Stream,
-		broker.OriginStreamSeq: strconv.FormatUint(d.meta.Sequence.Stream, 10),
-		broker.OriginConsumer:  d.meta.Consumer,
-		broker.OriginSubject:   d.msg.Subject,
+		origin.Stream:    d.meta.Stream,
+		origin.StreamSeq: strconv.FormatUint(d.meta.Sequence.Stream, 10),
+		origin.Consumer:  d.meta.Consumer,
+		origin.Subject:   d.msg.Subject,
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/origin"
 )
 
 // ErrRevoked reports an Ack, Nak or Term of a record whose partition was
@@ -341,9 +342,9 @@ func (d *delivery) Message() idem.Message { return d.msg }
 // offset.
 func (d *delivery) Origin() map[string]string {
 	return map[string]string{
-		broker.OriginTopic:     d.r.r.Topic,
-		broker.OriginPartition: strconv.FormatInt(int64(d.r.r.Partition), 10),
-		broker.OriginOffset:    strconv.FormatInt(d.r.r.Offset, 10),
+		origin.Topic:     d.r.r.Topic,
+		origin.Partition: strconv.FormatInt(int64(d.r.r.Partition), 10),
+		origin.Offset:    strconv.FormatInt(d.r.r.Offset, 10),
 	}
 }
 

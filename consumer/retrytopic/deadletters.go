@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/store"
 )
 
@@ -192,4 +193,4 @@ func (uncounted) Failed(string, string) {}
 
 // Origin returns the wrapped delivery's broker coordinates (broker.Locator),
 // for the dead letter's idem-origin-* headers.
-func (d *delivery) Origin() map[string]string { return maps.Clone(broker.OriginOf(d.Delivery)) }
+func (d *delivery) Origin() map[string]string { return maps.Clone(origin.Of(d.Delivery)) }

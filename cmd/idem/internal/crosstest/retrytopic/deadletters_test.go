@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/consumer/retrytopic"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/store"
 )
 
@@ -88,11 +89,11 @@ func testDeadLetters(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.R
 				t.Errorf("%s: letter header %s = %q, want %q", id, k, got, v)
 			}
 		}
-		if rg.kafka && (l.Headers[retrytopic.HeaderOriginalPartition] != "0" || l.Headers[broker.OriginTopic] != r.DLT()) {
+		if rg.kafka && (l.Headers[retrytopic.HeaderOriginalPartition] != "0" || l.Headers[origin.Topic] != r.DLT()) {
 			t.Errorf("%s: letter headers %v: want partition 0 and origin topic %s", id, l.Headers, r.DLT())
 		}
 		if !hasOrigin(l.Headers) {
-			t.Errorf("%s: letter headers %v carry no %s* coordinates of the dead-letter record", id, l.Headers, broker.OriginPrefix)
+			t.Errorf("%s: letter headers %v carry no %s* coordinates of the dead-letter record", id, l.Headers, origin.Prefix)
 		}
 	}
 	j.waitFor(t, time.Minute, "ok-1")
@@ -106,7 +107,7 @@ func testDeadLetters(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.R
 	p := letters["poison"][0]
 	dup := idem.Message{ID: "poison", Subject: r.DLT(), Key: p.Key, Payload: p.Payload, Headers: maps.Clone(p.Headers)}
 	for k := range dup.Headers {
-		if broker.IsOriginHeader(k) {
+		if origin.IsHeader(k) {
 			delete(dup.Headers, k)
 		}
 	}
@@ -178,7 +179,7 @@ func testDeadLetters(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.R
 
 func hasOrigin(h map[string]string) bool {
 	for k := range h {
-		if broker.IsOriginHeader(k) {
+		if origin.IsHeader(k) {
 			return true
 		}
 	}
