@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/store"
@@ -55,17 +56,17 @@ type Worker[TTx any] struct {
 // NewWorker returns a Worker for every definition of s.
 func NewWorker[TTx any](s *Sagas[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], error) {
 	if s == nil {
-		return nil, idem.InvalidOptionf("saga: nil Sagas")
+		return nil, checks.Optionf("saga: nil Sagas")
 	}
 	if len(s.defs) == 0 {
-		return nil, idem.InvalidOptionf("saga: no definitions")
+		return nil, checks.Optionf("saga: no definitions")
 	}
 	maxAttempts := cmp.Or(cfg.Effect.MaxAttempts, 10)
 	cfg.UndoMaxAttempts = cmp.Or(cfg.UndoMaxAttempts, 3*maxAttempts)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, cfg.Effect.PollInterval, time.Second)
 	cfg.Batch = cmp.Or(cfg.Batch, 100)
 	if cfg.UndoMaxAttempts < 0 || cfg.PollInterval < 0 || cfg.Batch < 0 {
-		return nil, idem.InvalidOptionf("saga: negative UndoMaxAttempts, PollInterval or Batch")
+		return nil, checks.Optionf("saga: negative UndoMaxAttempts, PollInterval or Batch")
 	}
 	ecfg := cfg.Effect
 	if hook := cfg.Effect.OnFailed; hook != nil {

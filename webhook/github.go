@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // GitHub verifies and signs GitHub webhooks:
@@ -27,12 +27,12 @@ type GitHub struct {
 // signs). At least one non-empty secret is required.
 func NewGitHub(secrets ...string) (*GitHub, error) {
 	if len(secrets) == 0 {
-		return nil, idem.InvalidOptionf("webhook: GitHub needs at least one secret")
+		return nil, checks.Optionf("webhook: GitHub needs at least one secret")
 	}
 	g := &GitHub{}
 	for i, s := range secrets {
 		if s == "" {
-			return nil, idem.InvalidOptionf("webhook: GitHub secret %d is empty", i)
+			return nil, checks.Optionf("webhook: GitHub secret %d is empty", i)
 		}
 		g.secrets = append(g.secrets, []byte(s))
 	}

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // Standard verifies and signs Standard Webhooks (standardwebhooks.com):
@@ -96,29 +96,29 @@ const MaxStandardSignatures = 16
 // [idem.ErrInvalidOption].
 func NewStandard(cfg StandardConfig) (*Standard, error) {
 	if len(cfg.Secrets)+len(cfg.PublicKeys)+len(cfg.SigningKeys) == 0 {
-		return nil, idem.InvalidOptionf("webhook: Standard needs at least one secret, public key or signing key")
+		return nil, checks.Optionf("webhook: Standard needs at least one secret, public key or signing key")
 	}
 	s := &Standard{tolerance: cfg.Tolerance}
 	if s.tolerance == 0 {
 		s.tolerance = DefaultTolerance
 	}
 	if s.tolerance < 0 {
-		return nil, idem.InvalidOptionf("webhook: negative tolerance")
+		return nil, checks.Optionf("webhook: negative tolerance")
 	}
 	for i, sec := range cfg.Secrets {
 		key, why := decodeStandardKey(sec, standardSecretPrefix)
 		if len(key) == 0 {
-			return nil, idem.InvalidOptionf("webhook: Standard secret %d is not whsec_<base64>%s", i, why)
+			return nil, checks.Optionf("webhook: Standard secret %d is not whsec_<base64>%s", i, why)
 		}
 		s.keys = append(s.keys, key)
 	}
 	for i, pk := range cfg.PublicKeys {
 		key, why := decodeStandardKey(pk, standardPublicPrefix)
 		if len(key) != ed25519.PublicKeySize {
-			return nil, idem.InvalidOptionf("webhook: Standard public key %d is not whpk_<base64 of a 32-byte Ed25519 public key>%s", i, why)
+			return nil, checks.Optionf("webhook: Standard public key %d is not whpk_<base64 of a 32-byte Ed25519 public key>%s", i, why)
 		}
 		if smallOrder(key) {
-			return nil, idem.InvalidOptionf("webhook: Standard public key %d is a point of small order: anyone could forge v1a signatures for it", i)
+			return nil, checks.Optionf("webhook: Standard public key %d is a point of small order: anyone could forge v1a signatures for it", i)
 		}
 		s.public = append(s.public, ed25519.PublicKey(key))
 	}
@@ -131,11 +131,11 @@ func NewStandard(cfg StandardConfig) (*Standard, error) {
 		case len(key) == ed25519.PrivateKeySize:
 			priv = ed25519.NewKeyFromSeed(key[:ed25519.SeedSize])
 			if !hmac.Equal(priv, key) {
-				return nil, idem.InvalidOptionf("webhook: Standard signing key %d: its public half does not belong to its seed", i)
+				return nil, checks.Optionf("webhook: Standard signing key %d: its public half does not belong to its seed", i)
 			}
 		}
 		if priv == nil {
-			return nil, idem.InvalidOptionf("webhook: Standard signing key %d is not whsk_<base64 of a 32-byte Ed25519 seed>%s", i, why)
+			return nil, checks.Optionf("webhook: Standard signing key %d is not whsk_<base64 of a 32-byte Ed25519 seed>%s", i, why)
 		}
 		s.private = append(s.private, priv)
 		s.public = append(s.public, priv.Public().(ed25519.PublicKey))
@@ -370,7 +370,7 @@ func (s *Standard) Sign(h http.Header, d Delivery, body []byte) error {
 		return fmt.Errorf("webhook: Standard id %q must be non-empty and contain no '.'", d.ID)
 	}
 	if len(s.keys)+len(s.private) == 0 {
-		return idem.InvalidOptionf("webhook: this Standard has public keys only; signing needs a secret or a signing key")
+		return checks.Optionf("webhook: this Standard has public keys only; signing needs a secret or a signing key")
 	}
 	ts := d.Timestamp
 	if ts.IsZero() {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // Stripe verifies and signs Stripe webhooks:
@@ -41,18 +41,18 @@ type StripeConfig struct {
 // NewStripe returns a Stripe verifier and signer.
 func NewStripe(cfg StripeConfig) (*Stripe, error) {
 	if len(cfg.Secrets) == 0 {
-		return nil, idem.InvalidOptionf("webhook: Stripe needs at least one secret")
+		return nil, checks.Optionf("webhook: Stripe needs at least one secret")
 	}
 	s := &Stripe{tolerance: cfg.Tolerance}
 	if s.tolerance == 0 {
 		s.tolerance = 300 * time.Second
 	}
 	if s.tolerance < 0 {
-		return nil, idem.InvalidOptionf("webhook: negative tolerance")
+		return nil, checks.Optionf("webhook: negative tolerance")
 	}
 	for i, sec := range cfg.Secrets {
 		if sec == "" {
-			return nil, idem.InvalidOptionf("webhook: Stripe secret %d is empty", i)
+			return nil, checks.Optionf("webhook: Stripe secret %d is empty", i)
 		}
 		s.secrets = append(s.secrets, []byte(sec))
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/origin"
 )
@@ -61,9 +62,9 @@ type Subscriber struct {
 func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	switch {
 	case cfg.URL == "" || cfg.Queue == "":
-		return nil, idem.InvalidOptionf("amqp: URL and Queue are required")
+		return nil, checks.Optionf("amqp: URL and Queue are required")
 	case cfg.Prefetch < 0 || cfg.AckWait < 0:
-		return nil, idem.InvalidOptionf("amqp: negative Prefetch or AckWait")
+		return nil, checks.Optionf("amqp: negative Prefetch or AckWait")
 	}
 	cfg.Prefetch = cmp.Or(cfg.Prefetch, 100)
 	cfg.AckWait = cmp.Or(cfg.AckWait, 30*time.Second)

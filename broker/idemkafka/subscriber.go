@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/origin"
 )
@@ -88,9 +89,9 @@ type rec struct {
 func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	switch {
 	case len(cfg.Brokers) == 0 || cfg.Group == "" || len(cfg.Topics) == 0:
-		return nil, idem.InvalidOptionf("kafka: Brokers, Group and Topics are required")
+		return nil, checks.Optionf("kafka: Brokers, Group and Topics are required")
 	case cfg.AckWait < 0:
-		return nil, idem.InvalidOptionf("kafka: negative AckWait")
+		return nil, checks.Optionf("kafka: negative AckWait")
 	}
 	s := &Subscriber{
 		ackWait: cmp.Or(cfg.AckWait, 30*time.Second),

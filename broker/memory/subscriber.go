@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/origin"
 )
 
@@ -19,7 +20,7 @@ import (
 // groups each get every message.
 func (b *Broker) Subscribe(subject, name string) (*Subscriber, error) {
 	if subject == "" || name == "" {
-		return nil, idem.InvalidOptionf("memory: Subscribe needs a subject and a group")
+		return nil, checks.Optionf("memory: Subscribe needs a subject and a group")
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

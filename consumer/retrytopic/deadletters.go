@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/store"
 )
@@ -59,7 +60,7 @@ import (
 // handler, schema, reroute, retries in place, gate and hooks are not used.
 func DeadLetters[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, cfg consumer.Config[TTx], sub broker.Subscriber) (*consumer.Consumer[TTx], error) {
 	if r == nil || sub == nil {
-		return nil, idem.InvalidOptionf("retrytopic: nil Retrier or subscriber")
+		return nil, checks.Optionf("retrytopic: nil Retrier or subscriber")
 	}
 	dl := consumer.Config[TTx]{
 		Name:                 cfg.Name,

@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/store"
 )
 
@@ -138,7 +139,7 @@ func (d *delivery) Message() idem.Message { return d.msg }
 func Consumers[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, cfg consumer.Config[TTx],
 	subscribe func(topic string, delay time.Duration) (broker.Subscriber, error)) ([]*consumer.Consumer[TTx], error) {
 	if r == nil || subscribe == nil {
-		return nil, idem.InvalidOptionf("retrytopic: nil Retrier or subscribe")
+		return nil, checks.Optionf("retrytopic: nil Retrier or subscribe")
 	}
 	cfg.Reroute = r
 	out := make([]*consumer.Consumer[TTx], 0, len(r.stages)+1)

@@ -98,6 +98,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/errtext"
 )
 
@@ -178,7 +179,7 @@ var _ consumer.Rerouter = (*Retrier)(nil)
 // New validates cfg and returns a Retrier.
 func New(cfg Config) (*Retrier, error) {
 	if cfg.Topic == "" || cfg.Publisher == nil {
-		return nil, idem.InvalidOptionf("retrytopic: Topic and Publisher are required")
+		return nil, checks.Optionf("retrytopic: Topic and Publisher are required")
 	}
 	delays := cfg.Delays
 	if delays == nil {
@@ -187,11 +188,11 @@ func New(cfg Config) (*Retrier, error) {
 	r := &Retrier{topic: cfg.Topic, delays: slices.Clone(delays), pub: cfg.Publisher, noDLT: cfg.NoDeadLetterConsumer}
 	for _, d := range delays {
 		if d <= 0 {
-			return nil, idem.InvalidOptionf("retrytopic: delay %s is not positive", d)
+			return nil, checks.Optionf("retrytopic: delay %s is not positive", d)
 		}
 		t := RetryTopic(cfg.Topic, d)
 		if slices.Contains(r.stages, t) {
-			return nil, idem.InvalidOptionf("retrytopic: delay %s given twice", d)
+			return nil, checks.Optionf("retrytopic: delay %s given twice", d)
 		}
 		r.stages = append(r.stages, t)
 	}
