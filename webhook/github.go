@@ -39,11 +39,11 @@ func NewGitHub(secrets ...string) (*GitHub, error) {
 	return g, nil
 }
 
-// ParseGitHubSignature parses an X-Hub-Signature-256 value "sha256=<64 hex>"
+// parseGitHubSignature parses an X-Hub-Signature-256 value "sha256=<64 hex>"
 // into the raw MAC, or returns an error wrapping ErrMalformedHeader. The hex
 // must be lowercase, as GitHub sends it, so a MAC has exactly one accepted
 // spelling.
-func ParseGitHubSignature(h string) ([]byte, error) {
+func parseGitHubSignature(h string) ([]byte, error) {
 	hexSig, ok := strings.CutPrefix(h, "sha256=")
 	raw, hexOK := decodeMAC(hexSig)
 	if !ok || !hexOK {
@@ -69,7 +69,7 @@ func (g *GitHub) Verify(r *http.Request, body []byte, _ time.Time) (Delivery, er
 	if err != nil {
 		return Delivery{}, err
 	}
-	raw, err := ParseGitHubSignature(sig)
+	raw, err := parseGitHubSignature(sig)
 	if err != nil {
 		return Delivery{}, err
 	}

@@ -67,12 +67,12 @@ func stripeMAC(key []byte, ts string, body []byte) []byte {
 	return m.Sum(nil)
 }
 
-// ParseStripeSignature parses a Stripe-Signature value into its timestamp
+// parseStripeSignature parses a Stripe-Signature value into its timestamp
 // text and decoded v1 signatures. It fails (ErrMalformedHeader) on entries
 // without "=", a missing or repeated t, a non-numeric t, a v1 that is not
 // 64 lowercase hex digits (as Stripe sends it: one accepted spelling per
 // MAC), or no v1 at all. Unknown keys are ignored.
-func ParseStripeSignature(h string) (ts string, sigs [][]byte, err error) {
+func parseStripeSignature(h string) (ts string, sigs [][]byte, err error) {
 	seenT := false
 	for _, item := range strings.Split(h, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(item), "=")
@@ -111,7 +111,7 @@ func (s *Stripe) Verify(r *http.Request, body []byte, now time.Time) (Delivery, 
 	if !ok {
 		return Delivery{}, ErrMissingSignature
 	}
-	tsText, sigs, err := ParseStripeSignature(h)
+	tsText, sigs, err := parseStripeSignature(h)
 	if err != nil {
 		return Delivery{}, err
 	}
