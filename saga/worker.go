@@ -19,10 +19,10 @@ import (
 
 // The results stored for halves that made no call.
 var (
-	// NullResult is the result of a null compensation.
-	NullResult = []byte(`{"saga":"null-compensation"}`)
-	// RefusedResult is the result of an action refused by the barrier.
-	RefusedResult = []byte(`{"saga":"refused"}`)
+	// nullResult is the result of a null compensation: {"saga":"null-compensation"}.
+	nullResult = []byte(`{"saga":"null-compensation"}`)
+	// refusedResult is the result of an action refused by the barrier: {"saga":"refused"}.
+	refusedResult = []byte(`{"saga":"refused"}`)
 )
 
 // WorkerConfig configures a Worker.
@@ -393,13 +393,13 @@ func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call)
 				} else if found && origin == Do && outcome == OutcomeApplied {
 					res = stored // applied before the abort: compensated
 				} else {
-					res = RefusedResult
+					res = refusedResult
 				}
 				done = true
 				return nil
 			}
 		} else if err := w.live(ctx, q, c.SagaID); errors.Is(err, errFinished) {
-			res, done = RefusedResult, true
+			res, done = refusedResult, true
 			return nil
 		} else if err != nil {
 			return err
@@ -411,7 +411,7 @@ func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call)
 		if !inserted {
 			switch {
 			case origin == Undo: // the compensation came first: refused
-				res, done = RefusedResult, true
+				res, done = refusedResult, true
 				return nil
 			case outcome == OutcomeApplied && st.DoTx != nil: // a local action already committed
 				res, done = stored, true
@@ -421,7 +421,7 @@ func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call)
 		if _, _, _, found, err := w.barrier(ctx, q, c, Undo); err != nil {
 			return err
 		} else if found { // compensated (or compensating) already: never applied
-			res, done = RefusedResult, true
+			res, done = refusedResult, true
 			return nil
 		}
 		if st.DoTx == nil {
@@ -473,10 +473,10 @@ func (w *Worker[TTx]) undo(ctx context.Context, st Step[TTx], token int64, c Cal
 				return err
 			}
 			if took {
-				if _, err := w.setBarrier(ctx, q, c, Undo, OutcomeNull, NullResult, OutcomeStarted); err != nil {
+				if _, err := w.setBarrier(ctx, q, c, Undo, OutcomeNull, nullResult, OutcomeStarted); err != nil {
 					return err
 				}
-				res, done = NullResult, true
+				res, done = nullResult, true
 				return nil
 			}
 		}
@@ -497,7 +497,7 @@ func (w *Worker[TTx]) undo(ctx context.Context, st Step[TTx], token int64, c Cal
 			return nil, err
 		}
 		if _, ok := c.Results[c.Step]; !ok {
-			if e, err := w.s.l.Get(ctx, c.DoKey); err == nil && e.State == effect.Completed && string(e.Result) != string(RefusedResult) {
+			if e, err := w.s.l.Get(ctx, c.DoKey); err == nil && e.State == effect.Completed && string(e.Result) != string(refusedResult) {
 				c.Results[c.Step] = e.Result
 			}
 		}
