@@ -13,7 +13,7 @@ import (
 // [CanonicalJSON] accepts: 1000 levels, far beyond any real request or
 // message (encoding/json's own limit is 10000). A deeper document is refused
 // with [ErrJSONTooDeep] as soon as the scanner reaches level 1001, so a
-// hostile body costs no more than reading it. [PayloadFingerprint] and the
+// hostile body costs no more than reading it. [Message.Fingerprint] and the
 // HTTP middleware then fingerprint the body as raw bytes, which is still
 // exact: only the tolerance for reordered keys and whitespace is lost.
 const MaxJSONDepth = 1000

@@ -57,8 +57,3 @@ func (e *FingerprintMismatchError) Error() string {
 
 // Is reports whether target is ErrFingerprintMismatch.
 func (e *FingerprintMismatchError) Is(target error) bool { return target == ErrFingerprintMismatch }
-
-// InvalidOptionf returns an error wrapping [ErrInvalidOption].
-func InvalidOptionf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
-}

@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
+	"github.com/idemkit/idem/internal/fingerprint"
+	"github.com/idemkit/idem/internal/fpmatch"
 )
 
 func TestCanonicalJSON(t *testing.T) {
@@ -104,7 +107,7 @@ func TestCanonicalJSONDepth(t *testing.T) {
 			if !errors.Is(err, idem.ErrJSONTooDeep) || !errors.Is(err, idem.ErrInvalidJSON) || !errors.Is(err, idem.ErrInvalidInput) {
 				t.Fatalf("depth %d: got %v, want ErrJSONTooDeep", idem.MaxJSONDepth+1, err)
 			}
-			if got, want := idem.PayloadFingerprint(nest(idem.MaxJSONDepth-extra+1)), idem.FingerprintOf([]byte("raw"), nest(idem.MaxJSONDepth-extra+1)); got != want {
+			if got, want := fpmatch.Payload(nest(idem.MaxJSONDepth-extra+1)), idem.FingerprintOf([]byte("raw"), nest(idem.MaxJSONDepth-extra+1)); got != want {
 				t.Fatal("a body nested too deep is not fingerprinted as raw bytes")
 			}
 		})
@@ -120,7 +123,7 @@ func TestCanonicalJSONHugeNesting(t *testing.T) {
 		if _, err := idem.CanonicalJSON(body); !errors.Is(err, idem.ErrJSONTooDeep) {
 			t.Errorf("%d bytes of %q: got %v, want ErrJSONTooDeep", len(body), open, err)
 		}
-		if idem.PayloadFingerprint(body) != idem.FingerprintOf([]byte("raw"), body) {
+		if fpmatch.Payload(body) != idem.FingerprintOf([]byte("raw"), body) {
 			t.Errorf("%q: not fingerprinted as raw bytes", open)
 		}
 	}
@@ -207,7 +210,7 @@ func TestPayloadFingerprintUnicode(t *testing.T) {
 		{`{"\ud800":1,"\udbff":2}`, `{"\udbff":1,"\ud800":2}`},
 	}
 	for _, p := range differ {
-		if idem.PayloadFingerprint([]byte(p[0])) == idem.PayloadFingerprint([]byte(p[1])) {
+		if fpmatch.Payload([]byte(p[0])) == fpmatch.Payload([]byte(p[1])) {
 			t.Errorf("%q and %q share a fingerprint", p[0], p[1])
 		}
 	}
@@ -223,7 +226,7 @@ func TestPayloadFingerprintUnicode(t *testing.T) {
 		{`{"a":"\u00e9","b":"\/"}`, `{ "b" : "/", "a" : "é" }`},
 	}
 	for _, p := range same {
-		if idem.PayloadFingerprint([]byte(p[0])) != idem.PayloadFingerprint([]byte(p[1])) {
+		if fpmatch.Payload([]byte(p[0])) != fpmatch.Payload([]byte(p[1])) {
 			t.Errorf("%q and %q are one value but have different fingerprints", p[0], p[1])
 		}
 	}
@@ -231,32 +234,32 @@ func TestPayloadFingerprintUnicode(t *testing.T) {
 
 func TestPayloadFingerprint(t *testing.T) {
 	t.Parallel()
-	a := idem.PayloadFingerprint([]byte(`{"amount":10,"currency":"EUR"}`))
-	b := idem.PayloadFingerprint([]byte(`{ "currency": "EUR", "amount": 10 }`))
-	c := idem.PayloadFingerprint([]byte(`{"amount":11,"currency":"EUR"}`))
+	a := fpmatch.Payload([]byte(`{"amount":10,"currency":"EUR"}`))
+	b := fpmatch.Payload([]byte(`{ "currency": "EUR", "amount": 10 }`))
+	c := fpmatch.Payload([]byte(`{"amount":11,"currency":"EUR"}`))
 	if a != b {
 		t.Error("reordered JSON must have the same fingerprint")
 	}
 	if a == c {
 		t.Error("different JSON must have different fingerprints")
 	}
-	raw1 := idem.PayloadFingerprint([]byte("not json"))
-	raw2 := idem.PayloadFingerprint([]byte("not  json"))
+	raw1 := fpmatch.Payload([]byte("not json"))
+	raw2 := fpmatch.Payload([]byte("not  json"))
 	if raw1 == raw2 {
 		t.Error("raw payloads are compared byte for byte")
 	}
 	// A JSON string and the same bytes raw must not collide.
-	if idem.PayloadFingerprint([]byte(`"x"`)) == idem.FingerprintOf([]byte("raw"), []byte(`"x"`)) {
+	if fpmatch.Payload([]byte(`"x"`)) == idem.FingerprintOf([]byte("raw"), []byte(`"x"`)) {
 		t.Error("JSON and raw fingerprints share a domain")
 	}
 	if idem.FingerprintOf([]byte("ab"), []byte("c")) == idem.FingerprintOf([]byte("a"), []byte("bc")) {
 		t.Error("FingerprintOf parts are not length-prefixed")
 	}
-	f, err := idem.FingerprintFromBytes(a.Bytes())
+	f, err := fingerprint.FromBytes(a.Bytes())
 	if err != nil || f != a || len(a.String()) != 64 || len(a.Short()) != 12 {
 		t.Errorf("round trip: %v %v", f, err)
 	}
-	if _, err := idem.FingerprintFromBytes([]byte{1, 2}); err == nil {
+	if _, err := fingerprint.FromBytes([]byte{1, 2}); err == nil {
 		t.Error("short digest accepted")
 	}
 }
@@ -271,7 +274,7 @@ func TestIsJSONContentType(t *testing.T) {
 		"":                                false,
 		"application/jsonx":               false,
 	} {
-		if got := idem.IsJSONContentType(ct); got != want {
+		if got := fingerprint.IsJSONContentType(ct); got != want {
 			t.Errorf("%q: %v, want %v", ct, got, want)
 		}
 	}
@@ -323,12 +326,12 @@ func TestValidateID(t *testing.T) {
 	ok := []string{"a", "order-1:confirmed", "ü-ñ"}
 	bad := []string{"", string(make([]byte, 256)), "a\x00b", "tab\there", "del\x7f"}
 	for _, id := range ok {
-		if err := idem.ValidateID(id); err != nil {
+		if err := checks.ID(id); err != nil {
 			t.Errorf("%q: %v", id, err)
 		}
 	}
 	for _, id := range bad {
-		if err := idem.ValidateID(id); !errors.Is(err, idem.ErrInvalidInput) {
+		if err := checks.ID(id); !errors.Is(err, idem.ErrInvalidInput) {
 			t.Errorf("%q accepted", id)
 		}
 	}
@@ -349,7 +352,7 @@ func TestFingerprintOfForm(t *testing.T) {
 	if got := idem.FingerprintOf(parts...); got != want {
 		t.Fatalf("FingerprintOf %s, want %s", got, want)
 	}
-	f := idem.NewFingerprinter()
+	f := fingerprint.New()
 	f.AddString("POST")
 	f.Add(nil)
 	f.AddString(long)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/fpmatch"
 )
 
 func TestBackoffCeil(t *testing.T) {
@@ -116,9 +117,9 @@ func TestExpiredLease(t *testing.T) {
 
 func TestSameFingerprint(t *testing.T) {
 	t.Parallel()
-	fp := idem.PayloadFingerprint([]byte(`{"a":1,"b":2}`))
-	reordered := idem.PayloadFingerprint([]byte(`{ "b": 2, "a": 1 }`))
-	other := idem.PayloadFingerprint([]byte(`{"a":1,"b":3}`))
+	fp := fpmatch.Payload([]byte(`{"a":1,"b":2}`))
+	reordered := fpmatch.Payload([]byte(`{ "b": 2, "a": 1 }`))
+	other := fpmatch.Payload([]byte(`{"a":1,"b":3}`))
 	if fp != reordered {
 		t.Fatal("reordered JSON keys must fingerprint the same (canonical JSON)")
 	}
@@ -137,10 +138,10 @@ func TestSameFingerprint(t *testing.T) {
 		{"hex text instead of bytes", []byte(fp.String()), false},
 	}
 	for _, c := range cases {
-		if got := idem.SameFingerprint(c.stored, fp); got != c.want {
+		if got := fpmatch.Same(c.stored, fp); got != c.want {
 			t.Errorf("%s: SameFingerprint = %v, want %v", c.name, got, c.want)
 		}
-		err := idem.CheckFingerprint("orders/42", c.stored, fp)
+		err := fpmatch.Check("orders/42", c.stored, fp)
 		if c.want {
 			if err != nil {
 				t.Errorf("%s: CheckFingerprint = %v, want nil", c.name, err)
@@ -165,7 +166,7 @@ func TestSameFingerprint(t *testing.T) {
 		}
 	}
 	// A well-formed stored fingerprint is reported as it was stored.
-	err := idem.CheckFingerprint("k", other.Bytes(), fp)
+	err := fpmatch.Check("k", other.Bytes(), fp)
 	var fm *idem.FingerprintMismatchError
 	if !errors.As(err, &fm) || fm.Stored != other {
 		t.Fatalf("stored fingerprint in the error = %v, want %s", err, other)

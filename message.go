@@ -1,10 +1,6 @@
 package idem
 
-import (
-	"fmt"
-	"strings"
-	"time"
-)
+import "time"
 
 // Message is one delivery of a message, as the inbox and the consumer
 // runtime see it, independent of the broker that carried it.
@@ -24,22 +20,11 @@ type Message struct {
 	Time     time.Time         // when the producer created it, zero if unknown
 }
 
-// Fingerprint returns [PayloadFingerprint] of the payload.
-func (m Message) Fingerprint() Fingerprint { return PayloadFingerprint(m.Payload) }
+// Fingerprint returns the payload's fingerprint: the SHA-256 of its
+// canonical JSON ([CanonicalJSON]) when the payload is valid JSON, otherwise
+// of its raw bytes, in separate domains (a raw fingerprint never equals a
+// JSON one).
+func (m Message) Fingerprint() Fingerprint { return payloadFingerprint(m.Payload) }
 
 // MaxKeyLen is the longest key or message id idem stores.
 const MaxKeyLen = 255
-
-// ValidateID checks a message id or key: non-empty, at most [MaxKeyLen]
-// bytes and valid printable text. Errors wrap [ErrInvalidInput].
-func ValidateID(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: empty id", ErrInvalidInput)
-	case len(id) > MaxKeyLen:
-		return fmt.Errorf("%w: id of %d bytes exceeds %d", ErrInvalidInput, len(id), MaxKeyLen)
-	case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f || r == 0xfffd }):
-		return fmt.Errorf("%w: id contains control or invalid characters", ErrInvalidInput)
-	}
-	return nil
-}

@@ -67,11 +67,11 @@ func Run(ctx context.Context, runners ...Runner) error {
 // is expected to exit).
 func (s *Service) Run(ctx context.Context) error {
 	if len(s.Runners) == 0 {
-		return InvalidOptionf("idem: Service has no runners")
+		return fmt.Errorf("%w: idem: Service has no runners", ErrInvalidOption)
 	}
 	for i, r := range s.Runners {
 		if r == nil {
-			return InvalidOptionf("idem: Service.Runners[%d] is nil", i)
+			return fmt.Errorf("%w: idem: Service.Runners[%d] is nil", ErrInvalidOption, i)
 		}
 	}
 	log := s.Logger

@@ -76,6 +76,7 @@ import (
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/store"
@@ -274,17 +275,17 @@ type Consumer[TTx any] struct {
 func New[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], sub broker.Subscriber, cfg Config[TTx]) (*Consumer[TTx], error) {
 	switch {
 	case d == nil || ib == nil || sub == nil:
-		return nil, idem.InvalidOptionf("consumer: nil driver, inbox or subscriber")
+		return nil, checks.Optionf("consumer: nil driver, inbox or subscriber")
 	case cfg.Handler == nil:
-		return nil, idem.InvalidOptionf("consumer: nil Handler")
+		return nil, checks.Optionf("consumer: nil Handler")
 	case cfg.Concurrency < 0 || cfg.BatchSize < 0 || cfg.MaxAttempts < 0 || cfg.FetchWait < 0 ||
 		cfg.Backoff.Base < 0 || cfg.Backoff.Max < 0:
-		return nil, idem.InvalidOptionf("consumer: negative Concurrency, BatchSize, MaxAttempts, FetchWait or Backoff")
+		return nil, checks.Optionf("consumer: negative Concurrency, BatchSize, MaxAttempts, FetchWait or Backoff")
 	case cfg.RetryInPlace && (cfg.Concurrency > 1 || cfg.BatchSize > 1):
-		return nil, idem.InvalidOptionf("consumer: RetryInPlace needs Concurrency 1 and BatchSize 1, or messages behind a retried one are handled meanwhile")
+		return nil, checks.Optionf("consumer: RetryInPlace needs Concurrency 1 and BatchSize 1, or messages behind a retried one are handled meanwhile")
 	}
-	if err := idem.ValidateID(cfg.Name); err != nil {
-		return nil, idem.InvalidOptionf("consumer: Name: %v", err)
+	if err := checks.ID(cfg.Name); err != nil {
+		return nil, checks.Optionf("consumer: Name: %v", err)
 	}
 	cfg.Concurrency = max(cfg.Concurrency, 1)
 	cfg.BatchSize = max(cfg.BatchSize, 1)
@@ -301,7 +302,7 @@ func New[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], sub broker.Subscrib
 		cfg.Backoff.Max = time.Minute
 	}
 	if cfg.Backoff.Max < cfg.Backoff.Base {
-		return nil, idem.InvalidOptionf("consumer: Backoff.Max %s below Base %s", cfg.Backoff.Max, cfg.Backoff.Base)
+		return nil, checks.Optionf("consumer: Backoff.Max %s below Base %s", cfg.Backoff.Max, cfg.Backoff.Base)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -485,7 +486,7 @@ func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
 		return c.prepareRevision(msg)
 	}
 	if c.cfg.MessageID == nil {
-		if err := idem.ValidateID(msg.ID); err != nil {
+		if err := checks.ID(msg.ID); err != nil {
 			return msg, noID(msg, err)
 		}
 	}
@@ -499,7 +500,7 @@ func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
 			return err
 		}, attrs(c.cfg.Name, msg)...)
 		if err == nil {
-			err = idem.ValidateID(id)
+			err = checks.ID(id)
 		}
 		if err != nil {
 			return msg, idem.Permanent(fmt.Errorf("consumer: message id: %w", err))
@@ -624,9 +625,9 @@ func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // succeeded acks a committed or duplicate delivery.
 func (c *Consumer[TTx]) succeeded(ctx context.Context, dv broker.Delivery, msg idem.Message, res inbox.Result) {
-	decision := DecisionProcessed
+	decision := decisionProcessed
 	if res == inbox.Duplicate {
-		decision = DecisionDuplicate
+		decision = decisionDuplicate
 	}
 	defer endConsume(ctx, msg, decision, nil)
 	if res == inbox.Duplicate {
@@ -652,7 +653,7 @@ func (c *Consumer[TTx]) succeeded(ctx context.Context, dv broker.Delivery, msg i
 // fail settles a delivery whose processing failed: dead letter + Term for
 // permanent failures and exhausted retries, Nak with backoff otherwise.
 func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.Message, err error) {
-	decision := DecisionRetry
+	decision := decisionRetry
 	defer func() { endConsume(ctx, msg, decision, err) }()
 	sctx, cancel := settleCtx(ctx)
 	defer cancel()
@@ -667,7 +668,7 @@ func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.M
 		c.cfg.Metrics.FingerprintConflict("consumer", c.cfg.Name)
 	}
 	if c.rerouted(ctx, sctx, dv, msg, err, class) {
-		decision = DecisionRerouted
+		decision = decisionRerouted
 		return
 	}
 	park := idem.IsPermanent(err) || errors.Is(err, idem.ErrNeedsReconciliation) || msg.Attempt >= c.cfg.MaxAttempts
@@ -698,7 +699,7 @@ func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.M
 		}
 		return
 	}
-	decision = DecisionDeadLettered
+	decision = decisionDeadLettered
 	c.cfg.Metrics.DeadLetteredContext(ctx, c.cfg.Name, class)
 	if unidentified {
 		c.cfg.Metrics.Unidentified(c.cfg.Name)

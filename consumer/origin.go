@@ -4,6 +4,7 @@ import (
 	"maps"
 
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/origin"
 )
 
 // withOrigin returns headers with dv's broker coordinates added
@@ -11,14 +12,14 @@ import (
 // sequence, AMQP queue and delivery tag), for a dead letter. headers is not
 // modified; a delivery without coordinates leaves it as is.
 func withOrigin(headers map[string]string, dv broker.Delivery) map[string]string {
-	origin := broker.OriginOf(dv)
-	if len(origin) == 0 {
+	coords := origin.Of(dv)
+	if len(coords) == 0 {
 		return headers
 	}
 	out := maps.Clone(headers)
 	if out == nil {
-		out = make(map[string]string, len(origin))
+		out = make(map[string]string, len(coords))
 	}
-	maps.Copy(out, origin)
+	maps.Copy(out, coords)
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // skipForOthers acknowledges, without processing them, the deliveries that
@@ -49,7 +50,7 @@ func ownRevision(msg idem.Message, consumer string) bool {
 // its message id, whatever Config.MessageID would derive (see
 // ownRevision).
 func (c *Consumer[TTx]) prepareRevision(msg idem.Message) (idem.Message, error) {
-	if err := idem.ValidateID(msg.ID); err != nil {
+	if err := checks.ID(msg.ID); err != nil {
 		return msg, noID(msg, err)
 	}
 	return msg, c.validate(msg)

@@ -13,12 +13,12 @@ import (
 
 // The values of the idem.decision attribute of the idem.consume span.
 const (
-	DecisionProcessed    = "processed"     // the handler ran and its transaction committed
-	DecisionDuplicate    = "duplicate"     // the inbox had the message: acked without running the handler
-	DecisionMismatch     = "mismatch"      // the message id came before with another payload
-	DecisionDeadLettered = "dead_lettered" // parked in the dead-letter store (permanent, or out of attempts)
-	DecisionRetry        = "retry"         // sent back for redelivery
-	DecisionRerouted     = "rerouted"      // handed to Config.Reroute (a retry or dead-letter topic), then acked
+	decisionProcessed    = "processed"     // the handler ran and its transaction committed
+	decisionDuplicate    = "duplicate"     // the inbox had the message: acked without running the handler
+	decisionMismatch     = "mismatch"      // the message id came before with another payload
+	decisionDeadLettered = "dead_lettered" // parked in the dead-letter store (permanent, or out of attempts)
+	decisionRetry        = "retry"         // sent back for redelivery
+	decisionRerouted     = "rerouted"      // handed to Config.Reroute (a retry or dead-letter topic), then acked
 )
 
 // consumeSpan is the idem.consume span of one delivery, in its context.
@@ -63,7 +63,7 @@ func endConsume(ctx context.Context, msg idem.Message, decision string, err erro
 		if cs.span.IsRecording() {
 			cs.span.SetAttributes(obs.AttrOutcome.String(decision))
 		}
-		decision = DecisionMismatch
+		decision = decisionMismatch
 	}
 	if cs.span.IsRecording() {
 		cs.span.SetAttributes(obs.AttrMessageID.String(msg.ID), obs.AttrDecision.String(decision))

@@ -56,8 +56,11 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/errtext"
+	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
 )
@@ -122,7 +125,7 @@ const NoIDPrefix = "no-id:"
 // characters).
 func SyntheticID(msg idem.Message) string {
 	id := NoIDPrefix + msg.Subject + "@" + msg.Position
-	if idem.ValidateID(id) == nil {
+	if checks.ID(id) == nil {
 		return id
 	}
 	sum := sha256.Sum256([]byte(msg.Subject + "\x00" + msg.Position))
@@ -130,11 +133,11 @@ func SyntheticID(msg idem.Message) string {
 }
 
 // FromMessage builds the letter for msg that consumer failed to process
-// with err. A message without a usable id (idem.ValidateID fails) gets
+// with err. A message without a usable id (checks.ID fails) gets
 // [SyntheticID] as the letter's MessageID, so that it can still be parked.
 func FromMessage(consumer string, msg idem.Message, err error) Letter {
 	id := msg.ID
-	if idem.ValidateID(id) != nil {
+	if checks.ID(id) != nil {
 		id = SyntheticID(msg)
 	}
 	l := Letter{
@@ -156,14 +159,14 @@ func FromMessage(consumer string, msg idem.Message, err error) Letter {
 
 // Message rebuilds the original message for republishing: same id, subject,
 // key, headers and payload. Attempt and Position are left zero, and the
-// origin headers the consumer recorded (broker.OriginPrefix) are dropped:
+// origin headers the consumer recorded (origin.Prefix) are dropped:
 // the broker assigns new ones.
 func (l Letter) Message() idem.Message {
 	h := l.Headers
 	for k := range h {
-		if broker.IsOriginHeader(k) {
+		if origin.IsHeader(k) {
 			h = maps.Clone(h)
-			maps.DeleteFunc(h, func(k, _ string) bool { return broker.IsOriginHeader(k) })
+			maps.DeleteFunc(h, func(k, _ string) bool { return origin.IsHeader(k) })
 			break
 		}
 	}
@@ -209,7 +212,7 @@ type Store[TTx any] struct {
 // 0005_dead_letters.
 func New[TTx any](d store.Driver[TTx], cfg Config) (*Store[TTx], error) {
 	if d == nil {
-		return nil, idem.InvalidOptionf("dlq: nil driver")
+		return nil, checks.Optionf("dlq: nil driver")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -265,7 +268,7 @@ func (s *Store[TTx]) park(ctx context.Context, q store.Querier, l Letter) (int64
 	}
 	var id int64
 	err = q.QueryRow(ctx, s.q.Park, l.Consumer, storable(l.Source), storable(l.Position), l.MessageID, storable(l.Key),
-		string(hj), payload, idem.PayloadFingerprint(payload).Bytes(), errtext.Clean(l.Error), storable(l.ErrorClass),
+		string(hj), payload, fpmatch.Payload(payload).Bytes(), errtext.Clean(l.Error), storable(l.ErrorClass),
 		max(l.Attempts, 1), store.Micros(now)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("dlq: park %s/%s: %w", l.Consumer, l.MessageID, err)
@@ -374,10 +377,10 @@ func (s *Store[TTx]) RedriveWith(ctx context.Context, id int64, by string, pub b
 // redrive is RedriveWith without the audit log.
 func (s *Store[TTx]) redrive(ctx context.Context, id int64, by string, pub broker.Publisher, opt RedriveOptions) (Letter, error) {
 	if opt.Force && strings.TrimSpace(opt.Reason) == "" {
-		return Letter{}, idem.InvalidOptionf("dlq: a forced redrive needs a reason")
+		return Letter{}, checks.Optionf("dlq: a forced redrive needs a reason")
 	}
 	if pub == nil {
-		return Letter{}, idem.InvalidOptionf("dlq: redrive needs a publisher")
+		return Letter{}, checks.Optionf("dlq: redrive needs a publisher")
 	}
 	var l Letter
 	err := store.InTx(ctx, s.d, func(tx TTx) error {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // A message without a usable id gets a letter id made of its broker
@@ -29,7 +30,7 @@ func TestFromMessageWithoutID(t *testing.T) {
 		"no coordinates": {},
 	} {
 		id := dlq.FromMessage("c", msg, cause).MessageID
-		if err := idem.ValidateID(id); err != nil || !strings.HasPrefix(id, dlq.NoIDPrefix) {
+		if err := checks.ID(id); err != nil || !strings.HasPrefix(id, dlq.NoIDPrefix) {
 			t.Errorf("%s: letter id %q (%v), want a valid %s… id", name, id, err, dlq.NoIDPrefix)
 		}
 		next := msg

@@ -11,6 +11,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/checks"
+	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/store"
 )
 
@@ -60,7 +62,7 @@ func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []
 // revise is Revise without the audit log.
 func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher) (Letter, idem.Message, error) {
 	if pub == nil {
-		return Letter{}, idem.Message{}, idem.InvalidOptionf("dlq: revise needs a publisher")
+		return Letter{}, idem.Message{}, checks.Optionf("dlq: revise needs a publisher")
 	}
 	rid, err := uuid.NewV7()
 	if err != nil {
@@ -134,7 +136,7 @@ func (s *Store[TTx]) consumed(ctx context.Context, tx TTx, l Letter) error {
 		keep = DefaultInboxRetention
 	}
 	now := s.now()
-	fp := idem.PayloadFingerprint(l.Payload)
+	fp := fpmatch.Payload(l.Payload)
 	if _, err := s.d.Tx(tx).Exec(ctx, s.d.Statements().Inbox.Insert, l.Consumer, l.MessageID, fp[:], store.Micros(now),
 		store.Micros(now.Add(keep))); err != nil {
 		return fmt.Errorf("record %s/%s in the inbox: %w", l.Consumer, l.MessageID, err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
+	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/store"
 )
@@ -51,11 +53,11 @@ type CallFunc func(ctx context.Context, key string) ([]byte, error)
 // A key used with Do cannot be scheduled, and vice versa
 // ([idem.ErrFingerprintMismatch]).
 func (l *Ledger[TTx]) Do(ctx context.Context, key string, fn CallFunc) ([]byte, error) {
-	if err := idem.ValidateID(key); err != nil {
+	if err := checks.ID(key); err != nil {
 		return nil, fmt.Errorf("effect: key: %w", err)
 	}
 	if fn == nil {
-		return nil, idem.InvalidOptionf("effect: nil fn")
+		return nil, checks.Optionf("effect: nil fn")
 	}
 	c, err := lease.Run(ctx, l.doOps(key), l.cfg.ExpiredLease, l.now, 20)
 	if err != nil {
@@ -143,7 +145,7 @@ func (l *Ledger[TTx]) doOps(key string) lease.Ops[Effect] {
 // record is what the effect e says about its lease, for fp.
 func record(e Effect, fp idem.Fingerprint) lease.Record {
 	return lease.Record{State: string(e.State), Token: e.Token, LeaseUntil: e.LeaseUntil,
-		Same: idem.SameFingerprint(e.fingerprint, fp)}
+		Same: fpmatch.Same(e.fingerprint, fp)}
 }
 
 // run calls fn for the claimed effect e and finalises under its token.

@@ -130,7 +130,7 @@ func TestDoErrors(t *testing.T) {
 	})
 }
 
-// A caller crashed (or hung) holding the lease: ReCall re-calls with the same
+// A caller crashed (or hung) holding the lease: idem.Retake re-calls with the same
 // key and the late zombie cannot overwrite; Hold refuses until an operator
 // resolves it.
 func TestDoExpiredLeasePolicies(t *testing.T) {
@@ -175,7 +175,7 @@ func TestDoExpiredLeasePolicies(t *testing.T) {
 		}
 
 		// Hold: an abandoned key needs an operator.
-		hold := newLedger(t, d, effect.Config{Lease: 50 * time.Millisecond, CallTimeout: 50 * time.Millisecond, ExpiredLease: effect.Hold})
+		hold := newLedger(t, d, effect.Config{Lease: 50 * time.Millisecond, CallTimeout: 50 * time.Millisecond, ExpiredLease: idem.Hold})
 		crashIn, crashOut := make(chan struct{}), make(chan struct{})
 		go func() {
 			_, _ = hold.Do(ctx, "charge:h", func(context.Context, string) ([]byte, error) {

@@ -58,7 +58,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/errtext"
+	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/panics"
@@ -124,26 +126,6 @@ type Effect struct {
 	fingerprint []byte
 }
 
-// ExpiredLeasePolicy decides what [Ledger.Do] does with a key whose
-// in_progress lease ran out: the earlier caller crashed or hung, and nobody
-// knows whether its call reached the provider. It is idem's one
-// expired-lease policy type.
-type ExpiredLeasePolicy = idem.ExpiredLease
-
-const (
-	// ReCall takes the key over (new fencing token) and calls fn again with
-	// the same key; safe when the provider honours idempotency keys. The
-	// default.
-	//
-	// Deprecated: use idem.Retake.
-	ReCall = idem.Retake
-	// Hold leaves the record untouched and returns
-	// [idem.ErrNeedsReconciliation]: an operator checks the provider and
-	// then calls [Ledger.Resolve] (it happened) or [Ledger.Retry] (call
-	// again). Same as idem.Hold.
-	Hold = idem.Hold
-)
-
 // Config configures a Ledger.
 type Config struct {
 	// Lease is how long a claim (worker or Do) owns an effect before another
@@ -158,9 +140,15 @@ type Config struct {
 	// same key would then run again. Defaults to 30 days; negative keeps
 	// completed effects forever. Failed effects are always kept.
 	Retention time.Duration
-	// ExpiredLease is Do's policy for an abandoned in_progress key.
-	// Defaults to idem.Retake.
-	ExpiredLease ExpiredLeasePolicy
+	// ExpiredLease is Do's policy for an abandoned in_progress key (the
+	// earlier caller crashed or hung, and nobody knows whether its call
+	// reached the provider). idem.Retake (the default) takes the key over
+	// (new fencing token) and calls fn again with the same key; safe when
+	// the provider honours idempotency keys. idem.Hold leaves the record
+	// untouched and returns [idem.ErrNeedsReconciliation]: an operator
+	// checks the provider and then calls [Ledger.Resolve] (it happened) or
+	// [Ledger.Retry] (call again).
+	ExpiredLease idem.ExpiredLease
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
 	// Logger receives warnings (lost leases, store errors). Defaults to
@@ -216,19 +204,19 @@ func (e *FailedError) Is(target error) bool { return target == ErrFailed }
 // 0007_trace_context must be applied.
 func New[TTx any](d store.Driver[TTx], cfg Config) (*Ledger[TTx], error) {
 	if d == nil {
-		return nil, idem.InvalidOptionf("effect: nil driver")
+		return nil, checks.Optionf("effect: nil driver")
 	}
 	cfg.Lease = cmp.Or(cfg.Lease, time.Minute)
 	if cfg.Lease < 0 {
-		return nil, idem.InvalidOptionf("effect: negative Lease %v", cfg.Lease)
+		return nil, checks.Optionf("effect: negative Lease %v", cfg.Lease)
 	}
 	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, cfg.Lease/2)
 	if cfg.CallTimeout < 0 || cfg.CallTimeout > cfg.Lease {
-		return nil, idem.InvalidOptionf("effect: CallTimeout %v must be positive and at most the Lease %v", cfg.CallTimeout, cfg.Lease)
+		return nil, checks.Optionf("effect: CallTimeout %v must be positive and at most the Lease %v", cfg.CallTimeout, cfg.Lease)
 	}
 	cfg.Retention = cmp.Or(cfg.Retention, 30*24*time.Hour)
 	if !cfg.ExpiredLease.Valid() {
-		return nil, idem.InvalidOptionf("effect: unknown ExpiredLease policy %d", int(cfg.ExpiredLease))
+		return nil, checks.Optionf("effect: unknown ExpiredLease policy %d", int(cfg.ExpiredLease))
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -256,7 +244,7 @@ func (l *Ledger[TTx]) expiresAt(now time.Time) int64 {
 }
 
 func scheduledFingerprint(kind string, payload []byte) idem.Fingerprint {
-	return idem.FingerprintOf([]byte("scheduled"), []byte(kind), idem.PayloadFingerprint(payload).Bytes())
+	return idem.FingerprintOf([]byte("scheduled"), []byte(kind), fpmatch.Payload(payload).Bytes())
 }
 
 // inlineFingerprint is the fingerprint of every Do key: a Do key and a
@@ -266,7 +254,7 @@ var inlineFingerprint = idem.FingerprintOf([]byte("inline"))
 // checkFingerprint returns nil when the effect e was written with fp, and
 // otherwise the mismatch error naming the key.
 func checkFingerprint(e Effect, fp idem.Fingerprint) error {
-	return idem.CheckFingerprint("effect/"+e.Key, e.fingerprint, fp)
+	return fpmatch.Check("effect/"+e.Key, e.fingerprint, fp)
 }
 
 // Schedule records effect e in the caller's transaction tx; it is performed
@@ -320,7 +308,7 @@ func (l *Ledger[TTx]) ScheduleTx(ctx context.Context, tx TTx, e Effect) (Effect,
 // scheduleArgs validates e and returns the arguments of the Schedule
 // statement for it at now, and its fingerprint.
 func (l *Ledger[TTx]) scheduleArgs(ctx context.Context, e Effect, now time.Time) ([]any, idem.Fingerprint, error) {
-	if err := idem.ValidateID(e.Key); err != nil {
+	if err := checks.ID(e.Key); err != nil {
 		return nil, idem.Fingerprint{}, fmt.Errorf("effect: key: %w", err)
 	}
 	if e.Kind == "" {

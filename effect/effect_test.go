@@ -591,11 +591,6 @@ func TestWorkerConfigErrors(t *testing.T) {
 	if _, err := effect.NewWorker(l, effect.WorkerConfig[any]{Concurrency: -1}); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("negative concurrency: %v", err)
 	}
-	// The policy is idem's one type; the old names are its values.
-	var policy effect.ExpiredLeasePolicy = idem.Hold
-	if policy != effect.Hold || effect.ReCall != idem.Retake {
-		t.Fatal("effect policies are not idem.ExpiredLease values")
-	}
 	if _, err := effect.New(d, effect.Config{ExpiredLease: 7}); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("unknown policy: %v", err)
 	}

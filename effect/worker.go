@@ -16,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/panics"
@@ -171,7 +172,7 @@ type Worker[TTx any] struct {
 // NewWorker returns a Worker on the ledger; register Performers before Run.
 func NewWorker[TTx any](l *Ledger[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], error) {
 	if l == nil {
-		return nil, idem.InvalidOptionf("effect: nil ledger")
+		return nil, checks.Optionf("effect: nil ledger")
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 10)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
@@ -179,7 +180,7 @@ func NewWorker[TTx any](l *Ledger[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], er
 	cfg.CompleteBatch = cmp.Or(cfg.CompleteBatch, cfg.Concurrency)
 	cfg.CompleteDelay = cmp.Or(cfg.CompleteDelay, 2*time.Millisecond)
 	if cfg.Concurrency < 0 || cfg.PollInterval < 0 || cfg.MaxAttempts < 0 || cfg.CompleteBatch < 0 || cfg.CompleteDelay < 0 {
-		return nil, idem.InvalidOptionf("effect: negative Concurrency, PollInterval, MaxAttempts, CompleteBatch or CompleteDelay")
+		return nil, checks.Optionf("effect: negative Concurrency, PollInterval, MaxAttempts, CompleteBatch or CompleteDelay")
 	}
 	if cfg.Backoff == nil {
 		cfg.Backoff = FullJitter(time.Second, 5*time.Minute)
@@ -196,25 +197,25 @@ func NewWorker[TTx any](l *Ledger[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], er
 // with different kinds can share one table.
 func (w *Worker[TTx]) Register(kindName string, p Performer, opts ...KindOption) error {
 	if kindName == "" || p == nil {
-		return idem.InvalidOptionf("effect: Register needs a kind and a Performer")
+		return checks.Optionf("effect: Register needs a kind and a Performer")
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.running {
-		return idem.InvalidOptionf("effect: Register(%q) after Run", kindName)
+		return checks.Optionf("effect: Register(%q) after Run", kindName)
 	}
 	if _, dup := w.kinds[kindName]; dup {
-		return idem.InvalidOptionf("effect: kind %q registered twice", kindName)
+		return checks.Optionf("effect: kind %q registered twice", kindName)
 	}
 	k := &kind{name: kindName, perform: p, maxAttempts: w.cfg.MaxAttempts}
 	for _, o := range opts {
 		o(k)
 	}
 	if k.maxAttempts <= 0 {
-		return idem.InvalidOptionf("effect: kind %q: MaxAttempts must be positive", kindName)
+		return checks.Optionf("effect: kind %q: MaxAttempts must be positive", kindName)
 	}
 	if k.keyLifetime < 0 {
-		return idem.InvalidOptionf("effect: kind %q: negative key lifetime", kindName)
+		return checks.Optionf("effect: kind %q: negative key lifetime", kindName)
 	}
 	w.kinds[kindName] = k
 	return nil
@@ -238,11 +239,11 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.running {
 		w.mu.Unlock()
-		return idem.InvalidOptionf("effect: Worker.Run called twice")
+		return checks.Optionf("effect: Worker.Run called twice")
 	}
 	if len(w.kinds) == 0 {
 		w.mu.Unlock()
-		return idem.InvalidOptionf("effect: no kinds registered")
+		return checks.Optionf("effect: no kinds registered")
 	}
 	w.running = true
 	kinds := make([]*kind, 0, len(w.kinds))

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // Mode selects how the middleware brackets the handler.
@@ -30,7 +31,7 @@ const (
 	// outside any transaction (external effects, a proxy in front of another
 	// service), then records the response. A crash between the two phases
 	// leaves an in_progress record that is recovered after its lease by the
-	// [ExpiredPolicy]; the key ([Key]) should be propagated downstream so a
+	// [Config.ExpiredPolicy]; the key ([Key]) should be propagated downstream so a
 	// re-execution is deduplicated there.
 	TwoPhase
 )
@@ -45,40 +46,17 @@ func (m Mode) String() string {
 	return "Mode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// ExpiredPolicy decides what happens, in two-phase mode, to an
-// in_progress record whose lease expired (its owner crashed or hung). It is
-// idem's one expired-lease policy type:
-//
-//   - idem.Retake (the default) lets the next request with the same key
-//     and fingerprint take the record over and run the handler again, with
-//     the same key available through [Key] for propagation downstream. The
-//     previous owner's late finalisation is rejected by the fencing token.
-//   - idem.Hold marks the record failed and answers 409 "needs
-//     reconciliation" ([idem.ErrNeedsReconciliation]) for that key until an
-//     operator resolves it (for example with [Forget]) or the record's
-//     retention passes.
-type ExpiredPolicy = idem.ExpiredLease
-
-const (
-	// ReExecute is idem.Retake.
-	//
-	// Deprecated: use idem.Retake.
-	ReExecute = idem.Retake
-	// Hold is idem.Hold.
-	Hold = idem.Hold
-)
-
 // Defaults of [Config].
 const (
-	DefaultMaxBodyBytes  = 1 << 20
-	DefaultMaxStoredBody = 1 << 20
-	// DefaultMaxResponseMemory is the part of a response body held in
+	defaultMaxBodyBytes  = 1 << 20
+	defaultMaxStoredBody = 1 << 20
+	// defaultMaxResponseMemory is the part of a response body held in
 	// memory before the rest is spilled to a temporary file.
-	DefaultMaxResponseMemory = 1 << 20
-	DefaultRetention         = 24 * time.Hour
-	DefaultLockTimeout       = 2 * time.Second
-	DefaultLease             = 30 * time.Second
-	DefaultRetryAfter        = 1 * time.Second
+	defaultMaxResponseMemory = 1 << 20
+	defaultRetention         = 24 * time.Hour
+	defaultLockTimeout       = 2 * time.Second
+	defaultLease             = 30 * time.Second
+	defaultRetryAfter        = 1 * time.Second
 )
 
 // Config configures a [Middleware]. The zero value is usable: transactional
@@ -206,8 +184,15 @@ type Config struct {
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, p *Problem)
 
 	// ExpiredPolicy is the two-phase recovery of an in_progress record
-	// whose lease expired. Defaults to idem.Retake.
-	ExpiredPolicy ExpiredPolicy
+	// whose lease expired (its owner crashed or hung). idem.Retake (the
+	// default) lets the next request with the same key and fingerprint take
+	// the record over and run the handler again, with the same key
+	// available through [Key] for propagation downstream; the previous
+	// owner's late finalisation is rejected by the fencing token. idem.Hold
+	// marks the record failed and answers 409 "needs reconciliation"
+	// ([idem.ErrNeedsReconciliation]) for that key until an operator
+	// resolves it or the record's retention passes.
+	ExpiredPolicy idem.ExpiredLease
 
 	// Now is the clock used for record timestamps, leases and expiry.
 	// Defaults to time.Now.
@@ -248,30 +233,30 @@ func DefaultStoreStatus(status int) bool {
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Mode != Transactional && c.Mode != TwoPhase {
-		return c, idem.InvalidOptionf("idemhttp: unknown Mode %d", c.Mode)
+		return c, checks.Optionf("idemhttp: unknown Mode %d", c.Mode)
 	}
 	if !c.ExpiredPolicy.Valid() {
-		return c, idem.InvalidOptionf("idemhttp: unknown ExpiredPolicy %d", c.ExpiredPolicy)
+		return c, checks.Optionf("idemhttp: unknown ExpiredPolicy %d", c.ExpiredPolicy)
 	}
 	for name, d := range map[string]time.Duration{
 		"Retention": c.Retention, "LockTimeout": c.LockTimeout, "Lease": c.Lease,
 		"WaitForInFlight": c.WaitForInFlight, "RetryAfter": c.RetryAfter,
 	} {
 		if d < 0 {
-			return c, idem.InvalidOptionf("idemhttp: %s must not be negative (got %v)", name, d)
+			return c, checks.Optionf("idemhttp: %s must not be negative (got %v)", name, d)
 		}
 	}
 	if c.MaxBodyBytes < 0 || c.MaxStoredBody < 0 || c.MaxResponseMemory < 0 || c.MaxResponseBytes < 0 {
-		return c, idem.InvalidOptionf("idemhttp: MaxBodyBytes, MaxStoredBody, MaxResponseMemory and MaxResponseBytes must not be negative")
+		return c, checks.Optionf("idemhttp: MaxBodyBytes, MaxStoredBody, MaxResponseMemory and MaxResponseBytes must not be negative")
 	}
 	if c.SpillDir != "" {
 		if fi, err := os.Stat(c.SpillDir); err != nil || !fi.IsDir() {
-			return c, idem.InvalidOptionf("idemhttp: SpillDir %q is not a directory", c.SpillDir)
+			return c, checks.Optionf("idemhttp: SpillDir %q is not a directory", c.SpillDir)
 		}
 	}
 	for op, d := range c.OperationRetention {
 		if d <= 0 {
-			return c, idem.InvalidOptionf("idemhttp: OperationRetention[%q] must be positive (got %v)", op, d)
+			return c, checks.Optionf("idemhttp: OperationRetention[%q] must be positive (got %v)", op, d)
 		}
 	}
 	if c.Tenant == nil {
@@ -280,13 +265,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Operation == nil {
 		c.Operation = DefaultOperation
 	}
-	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
-	c.MaxStoredBody = cmp.Or(c.MaxStoredBody, DefaultMaxStoredBody)
-	c.MaxResponseMemory = cmp.Or(c.MaxResponseMemory, DefaultMaxResponseMemory)
-	c.Retention = cmp.Or(c.Retention, DefaultRetention)
-	c.LockTimeout = cmp.Or(c.LockTimeout, DefaultLockTimeout)
-	c.Lease = cmp.Or(c.Lease, DefaultLease)
-	c.RetryAfter = cmp.Or(c.RetryAfter, DefaultRetryAfter)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, defaultMaxBodyBytes)
+	c.MaxStoredBody = cmp.Or(c.MaxStoredBody, defaultMaxStoredBody)
+	c.MaxResponseMemory = cmp.Or(c.MaxResponseMemory, defaultMaxResponseMemory)
+	c.Retention = cmp.Or(c.Retention, defaultRetention)
+	c.LockTimeout = cmp.Or(c.LockTimeout, defaultLockTimeout)
+	c.Lease = cmp.Or(c.Lease, defaultLease)
+	c.RetryAfter = cmp.Or(c.RetryAfter, defaultRetryAfter)
 	if c.StoreStatus == nil {
 		c.StoreStatus = DefaultStoreStatus
 	}

@@ -12,7 +12,7 @@ import (
 // A handler that calls KeepPending leaves its key pending: a retry inside
 // the lease is in flight, after the lease the policy decides.
 func TestKeepPendingLeavesKeyToThePolicy(t *testing.T) {
-	for _, policy := range []idemhttp.ExpiredPolicy{idem.Retake, idemhttp.Hold} {
+	for _, policy := range []idem.ExpiredLease{idem.Retake, idem.Hold} {
 		t.Run(policy.String(), func(t *testing.T) {
 			forEachDriver(t, func(t *testing.T, e *env) {
 				clk := &clock{now: time.Unix(1_700_000_000, 0)}
@@ -40,7 +40,7 @@ func TestKeepPendingLeavesKeyToThePolicy(t *testing.T) {
 					if a.execs.Load() != 2 {
 						t.Fatalf("%d executions, want 2 (the abandoned one and the re-execution)", a.execs.Load())
 					}
-				case idemhttp.Hold:
+				case idem.Hold:
 					wantStatus(t, w, 409)
 					if rec, err := e.lookup("acme", "POST /orders", "k"); err != nil || rec.State != idemhttp.StateFailed {
 						t.Fatalf("record after the lease under Hold: %+v, %v; want failed", rec, err)

@@ -117,7 +117,7 @@
 // and [Forget] (and "idem keys show") give operators access to one record.
 //
 // In [TwoPhase] mode an in_progress record with a lease is committed before
-// the handler runs and completed afterwards; see [ExpiredPolicy] for recovery
+// the handler runs and completed afterwards; see [Config.ExpiredPolicy] for recovery
 // of an abandoned lease, and the fencing token that rejects a zombie's late
 // finalisation.
 //
@@ -147,6 +147,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
+	"github.com/idemkit/idem/internal/fingerprint"
+	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/schemacheck"
@@ -188,7 +191,7 @@ func within(limit, dialect int) int {
 // (requests then get 503, logged).
 func New[TTx any](d store.Driver[TTx], cfg Config) (*Middleware[TTx], error) {
 	if d == nil {
-		return nil, idem.InvalidOptionf("idemhttp: nil store driver")
+		return nil, checks.Optionf("idemhttp: nil store driver")
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -268,10 +271,10 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 	}
 	r, span := m.startSpan(r)
 	var sc scope
-	decision, err := DecisionRejected, error(nil)
+	decision, err := decisionRejected, error(nil)
 	defer func() {
 		if p := recover(); p != nil { // only the handler panics
-			endSpan(span, DecisionExecuted, sc, fmt.Errorf("handler panicked: %v", p))
+			endSpan(span, decisionExecuted, sc, fmt.Errorf("handler panicked: %v", p))
 			panic(p)
 		}
 		endSpan(span, decision, sc, err)
@@ -285,7 +288,7 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h http.Handler, sc *scope) (string, error) {
 	if len(r.Header.Values(HeaderKey)) == 0 {
 		m.fail(w, r, ErrKeyMissing, "", "")
-		return DecisionRejected, nil
+		return decisionRejected, nil
 	}
 	key, err := ParseKey(r.Header)
 	if err == nil && len(key) > m.maxKey {
@@ -293,13 +296,13 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 	}
 	if err != nil {
 		m.fail(w, r, err, "", err.Error())
-		return DecisionRejected, nil
+		return decisionRejected, nil
 	}
 	tenant, err := m.cfg.Tenant(r)
 	if err != nil {
 		m.log.DebugContext(r.Context(), "tenant rejected", "error", err)
 		m.fail(w, r, ErrUnauthorized, key, "")
-		return DecisionRejected, nil
+		return decisionRejected, nil
 	}
 	// Tenant and operation are checked before anything reaches the store:
 	// text PostgreSQL cannot hold, or longer than the dialect's columns,
@@ -308,19 +311,19 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 	if err := checkText("tenant", tenant, m.maxTenant); err != nil {
 		m.log.InfoContext(r.Context(), "tenant rejected", "error", err)
 		m.fail(w, r, fmt.Errorf("%w: %w", ErrUnauthorized, err), key, "")
-		return DecisionRejected, nil
+		return decisionRejected, nil
 	}
 	op := m.cfg.Operation(r)
 	if err := checkText("operation", op, m.maxOperation); err != nil {
 		m.log.InfoContext(r.Context(), "operation rejected", "error", err)
 		m.fail(w, r, fmt.Errorf("%w: %w", ErrOperationInvalid, err), key, err.Error())
-		return DecisionRejected, nil
+		return decisionRejected, nil
 	}
 	*sc = scope{tenant, op, key}
 	body, err := m.readBody(w, r)
 	if err != nil {
 		m.fail(w, r, err, key, "")
-		return DecisionRejected, nil
+		return decisionRejected, nil
 	}
 	if info := infoFrom(r.Context()); info != nil {
 		info.Key, info.Tenant, info.Operation = key, tenant, op
@@ -365,28 +368,28 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 		switch out {
 		case outDone:
 			if req.state.executed {
-				return DecisionExecuted, err
+				return decisionExecuted, err
 			}
-			return DecisionRejected, err
+			return decisionRejected, err
 		case outReplay:
 			m.replay(w, r, req, rec)
-			return DecisionReplayed, nil
+			return decisionReplayed, nil
 		case outMismatch:
 			m.log.InfoContext(r.Context(), "key reused with a different request", "idempotency_key", key, "tenant", tenant, "operation", op,
 				"stored", rec.Fingerprint.Short(), "received", req.fp.Short())
-			m.fail(w, r, idem.CheckFingerprint(req.scope.String(), rec.Fingerprint[:], req.fp), key, "")
-			return DecisionMismatch, nil
+			m.fail(w, r, fpmatch.Check(req.scope.String(), rec.Fingerprint[:], req.fp), key, "")
+			return decisionMismatch, nil
 		case outHeld:
 			m.log.WarnContext(r.Context(), "key held for reconciliation", "idempotency_key", key, "tenant", tenant, "operation", op)
 			m.fail(w, r, idem.ErrNeedsReconciliation, key, "an earlier execution was abandoned; an operator must resolve this key")
-			return DecisionRejected, nil
+			return decisionRejected, nil
 		case outStoreFailed:
 			m.log.ErrorContext(r.Context(), "key store failed", "idempotency_key", key, "tenant", tenant, "operation", op, "error", err)
 			m.fail(w, r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err), key, "")
 			if req.state.executed {
-				return DecisionExecuted, err
+				return decisionExecuted, err
 			}
-			return DecisionRejected, err
+			return decisionRejected, err
 		case outInFlight:
 			if !waitUntil.IsZero() && time.Now().Add(backoff).Before(waitUntil) {
 				t := time.NewTimer(backoff)
@@ -394,7 +397,7 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 				case <-r.Context().Done():
 					t.Stop()
 					m.fail(w, r, idem.ErrInProgress, key, "")
-					return DecisionInFlight, nil
+					return decisionInFlight, nil
 				case <-t.C:
 				}
 				backoff = min(backoff*2, 200*time.Millisecond)
@@ -402,10 +405,10 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 			}
 			m.log.DebugContext(r.Context(), "key in flight", "idempotency_key", key, "tenant", tenant, "operation", op)
 			m.fail(w, r, idem.ErrInProgress, key, "")
-			return DecisionInFlight, nil
+			return decisionInFlight, nil
 		default: // unreachable: an attempt always decides
 			m.fail(w, r, fmt.Errorf("%w: no decision for %s", ErrStoreUnavailable, req.scope), key, "")
-			return DecisionRejected, nil
+			return decisionRejected, nil
 		}
 	}
 }
@@ -434,7 +437,7 @@ func (m *Middleware[TTx]) readBody(w http.ResponseWriter, r *http.Request) ([]by
 func (m *Middleware[TTx]) fingerprint(r *http.Request, op string, body []byte) idem.Fingerprint {
 	// The parts of idem.FingerprintOf, in this order: stored fingerprints
 	// depend on it.
-	f := idem.NewFingerprinter()
+	f := fingerprint.New()
 	f.AddString(r.Method)
 	f.AddString(op)
 	if r.URL != nil {
@@ -494,7 +497,7 @@ func mediaType(contentType string) string {
 }
 
 func canonicalBody(contentType string, body []byte, exclude []string) ([]byte, error) {
-	if !idem.IsJSONContentType(contentType) {
+	if !fingerprint.IsJSONContentType(contentType) {
 		return nil, errors.New("not JSON")
 	}
 	return idem.CanonicalJSON(body, exclude...)
@@ -601,7 +604,7 @@ func (m *Middleware[TTx]) decide(rec *Record, fp idem.Fingerprint, now time.Time
 		State:      string(rec.State),
 		Token:      rec.Token,
 		LeaseUntil: rec.LockedUntil,
-		Same:       idem.SameFingerprint(rec.Fingerprint[:], fp),
+		Same:       fpmatch.Same(rec.Fingerprint[:], fp),
 		Expired:    expired,
 	}, now, m.cfg.ExpiredPolicy)
 	if d == lease.Acquire && !expired && m.cfg.Mode != TwoPhase {

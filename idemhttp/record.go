@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/fingerprint"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
@@ -103,7 +104,7 @@ func scanRecord(row store.Row, rec *Record, dest ...any) error {
 		return err
 	}
 	s := scope{rec.Tenant, rec.Operation, rec.Key}
-	if rec.Fingerprint, err = idem.FingerprintFromBytes(c.fp); err != nil {
+	if rec.Fingerprint, err = fingerprint.FromBytes(c.fp); err != nil {
 		return fmt.Errorf("idemhttp: stored fingerprint of %s: %w", s, err)
 	}
 	rec.State = State(c.state)

@@ -31,7 +31,7 @@ func BenchmarkSpan(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				_, span := m.startSpan(r)
-				endSpan(span, DecisionExecuted, sc, nil)
+				endSpan(span, decisionExecuted, sc, nil)
 			}
 		})
 	}

@@ -20,14 +20,6 @@ func TestStatePendingIsInProgress(t *testing.T) {
 	}
 }
 
-// The deprecated policy names are idem's one expired-lease policy.
-func TestPolicyAliases(t *testing.T) {
-	var p idemhttp.ExpiredPolicy = idemhttp.ReExecute //nolint:staticcheck // the deprecated name must keep compiling
-	if p != idem.Retake || idemhttp.Hold != idem.Hold {
-		t.Fatalf("ReExecute %v, Hold %v; want idem.Retake and idem.Hold", p, idemhttp.Hold)
-	}
-}
-
 // The table's owner functions: Counts per stored state, ListHeld with the
 // whole record in one query, and Expire by expires_at in batches.
 func TestCountsListHeldExpire(t *testing.T) {
@@ -43,7 +35,7 @@ func TestCountsListHeldExpire(t *testing.T) {
 			}
 			return 0
 		}}
-		cfg := idemhttp.Config{Mode: idemhttp.TwoPhase, Lease: 10 * time.Second, ExpiredPolicy: idemhttp.Hold,
+		cfg := idemhttp.Config{Mode: idemhttp.TwoPhase, Lease: 10 * time.Second, ExpiredPolicy: idem.Hold,
 			Retention: time.Hour, Now: clk.Now}
 		h := e.handler(t, cfg, a)
 		counts := func(want map[string]int64) {

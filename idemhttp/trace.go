@@ -14,15 +14,15 @@ import (
 
 // The values of the idem.decision attribute of the idem.http span.
 const (
-	DecisionExecuted = "executed"  // the handler ran for this request
-	DecisionReplayed = "replayed"  // a stored response was replayed
-	DecisionMismatch = "mismatch"  // the key was reused with another request (422)
-	DecisionInFlight = "in_flight" // another execution owns the key (409)
-	// DecisionRejected: the middleware answered without running the
+	decisionExecuted = "executed"  // the handler ran for this request
+	decisionReplayed = "replayed"  // a stored response was replayed
+	decisionMismatch = "mismatch"  // the key was reused with another request (422)
+	decisionInFlight = "in_flight" // another execution owns the key (409)
+	// decisionRejected: the middleware answered without running the
 	// handler or replaying: key missing or malformed, tenant or operation
 	// refused, body too large, key held for reconciliation, or the store
 	// failing (503, the span's status is then Error).
-	DecisionRejected = "rejected"
+	decisionRejected = "rejected"
 )
 
 // serverSpan are the start options of every idem.http span, built once.

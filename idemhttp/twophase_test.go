@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 )
 
@@ -133,7 +134,7 @@ func TestTwoPhaseLeaseRecovery(t *testing.T) {
 // Hold: an abandoned execution is held for an operator; Forget resolves it.
 func TestTwoPhaseHoldPolicy(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, e *env) {
-		h, a, release, zombieResult := zombie(t, e, idemhttp.Config{ExpiredPolicy: idemhttp.Hold})
+		h, a, release, zombieResult := zombie(t, e, idemhttp.Config{ExpiredPolicy: idem.Hold})
 		e.clock.Add(61 * time.Minute)
 		for range 2 {
 			wantProblem(t, do(h, req{tenant: "acme", key: "z", body: `{"qty":1}`}), 409, idemhttp.TypeNeedsReconciliation)

@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
+	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/store"
 )
@@ -72,16 +74,16 @@ type BatchHandler[TTx any] func(ctx context.Context, tx TTx, msgs []idem.Message
 // together with the release of the pass's savepoint.
 func (in *Inbox[TTx]) ProcessBatchWithTx(ctx context.Context, tx TTx, consumer string, msgs []idem.Message, bh BatchHandler[TTx], h Handler[TTx]) ([]Outcome, error) {
 	if bh == nil {
-		return nil, idem.InvalidOptionf("inbox: nil batch handler")
+		return nil, checks.Optionf("inbox: nil batch handler")
 	}
 	return in.processBatch(ctx, tx, consumer, msgs, bh, h)
 }
 
 func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string, msgs []idem.Message, bh BatchHandler[TTx], h Handler[TTx]) ([]Outcome, error) {
 	if h == nil {
-		return nil, idem.InvalidOptionf("inbox: nil handler")
+		return nil, checks.Optionf("inbox: nil handler")
 	}
-	if err := idem.ValidateID(consumer); err != nil {
+	if err := checks.ID(consumer); err != nil {
 		return nil, fmt.Errorf("inbox: consumer: %w", err)
 	}
 	h = in.recovering(consumer, h)
@@ -307,7 +309,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		}
 		if f := first[m.ID]; f != i {
 			// A repeat within the batch.
-			if err := idem.CheckFingerprint(consumer+"/"+m.ID, fps[f][:], fps[i]); err != nil {
+			if err := fpmatch.Check(consumer+"/"+m.ID, fps[f][:], fps[i]); err != nil {
 				out[i].Err = err
 			} else {
 				out[i].Result = Duplicate

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/store"
 )
 
@@ -24,7 +24,7 @@ func (in *Inbox[TTx]) RetentionOf(consumer string) time.Duration { return in.ret
 // at start-up too.
 func (in *Inbox[TTx]) RecordRetention(ctx context.Context, consumer string) error {
 	if consumer == "" {
-		return idem.InvalidOptionf("inbox: record retention: empty consumer name")
+		return checks.Optionf("inbox: record retention: empty consumer name")
 	}
 	_, err := in.d.Pool().Exec(ctx, in.d.Statements().Horizons.Record, consumer,
 		in.retention(consumer).Microseconds(), store.Micros(in.cfg.Now()))

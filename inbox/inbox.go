@@ -53,6 +53,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
+	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/panics"
@@ -124,16 +126,16 @@ const maxBatch = 500
 // New returns an Inbox on d. The inbox table must exist (migrate.Up).
 func New[TTx any](d store.Driver[TTx], cfg Config) (*Inbox[TTx], error) {
 	if d == nil || d.Statements() == nil {
-		return nil, idem.InvalidOptionf("inbox: nil driver or driver without statements")
+		return nil, checks.Optionf("inbox: nil driver or driver without statements")
 	}
 	cfg.Retention = cmp.Or(cfg.Retention, 7*24*time.Hour)
 	cfg.Lease = cmp.Or(cfg.Lease, 5*time.Minute)
 	if cfg.Retention < 0 || cfg.Lease < 0 {
-		return nil, idem.InvalidOptionf("inbox: negative Retention or Lease")
+		return nil, checks.Optionf("inbox: negative Retention or Lease")
 	}
 	for c, r := range cfg.RetentionFor {
 		if r <= 0 {
-			return nil, idem.InvalidOptionf("inbox: RetentionFor[%q] must be positive", c)
+			return nil, checks.Optionf("inbox: RetentionFor[%q] must be positive", c)
 		}
 	}
 	if cfg.Now == nil {
@@ -156,10 +158,10 @@ func (in *Inbox[TTx]) retention(consumer string) time.Duration {
 }
 
 func validate(consumer string, msg idem.Message) error {
-	if err := idem.ValidateID(consumer); err != nil {
+	if err := checks.ID(consumer); err != nil {
 		return fmt.Errorf("inbox: consumer: %w", err)
 	}
-	if err := idem.ValidateID(msg.ID); err != nil {
+	if err := checks.ID(msg.ID); err != nil {
 		return fmt.Errorf("inbox: message id: %w", err)
 	}
 	return nil
@@ -190,7 +192,7 @@ func (in *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, ms
 		return 0, err
 	}
 	if h == nil {
-		return 0, idem.InvalidOptionf("inbox: nil handler")
+		return 0, checks.Optionf("inbox: nil handler")
 	}
 	h = in.recovering(consumer, h)
 	q := in.d.Tx(tx)
@@ -242,7 +244,7 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg idem.Mes
 			return 0, err
 		}
 		if h == nil {
-			return 0, idem.InvalidOptionf("inbox: nil handler")
+			return 0, checks.Optionf("inbox: nil handler")
 		}
 		fp := msg.Fingerprint()
 		now := in.cfg.Now()
@@ -304,7 +306,7 @@ func (in *Inbox[TTx]) read(ctx context.Context, q store.Querier, consumer, id st
 // A record still in_progress answers idem.ErrInProgress whether or not its
 // lease ended: only Claim takes an abandoned claim over.
 func (r record) check(consumer, id string, fp idem.Fingerprint) error {
-	if err := idem.CheckFingerprint(consumer+"/"+id, r.fingerprint, fp); err != nil {
+	if err := fpmatch.Check(consumer+"/"+id, r.fingerprint, fp); err != nil {
 		return err
 	}
 	switch r.state {

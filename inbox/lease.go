@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/store"
 )
@@ -68,7 +69,7 @@ func (in *Inbox[TTx]) Claim(ctx context.Context, consumer string, msg idem.Messa
 			}
 			stored = r.fingerprint
 			return nil, lease.Record{State: r.state, Token: r.token, LeaseUntil: store.FromMicros(r.leaseUntil),
-				Same: idem.SameFingerprint(r.fingerprint, fp)}, true, nil
+				Same: fpmatch.Same(r.fingerprint, fp)}, true, nil
 		},
 		TakeOver: func(ctx context.Context, rec lease.Record, now time.Time) (*Lease, bool, error) {
 			// Fenced on the token read, so two recoverers cannot both win.
@@ -95,7 +96,7 @@ func (in *Inbox[TTx]) Claim(ctx context.Context, consumer string, msg idem.Messa
 		}
 		return c.Row, nil
 	case lease.Mismatch:
-		return nil, idem.CheckFingerprint(consumer+"/"+msg.ID, stored, fp)
+		return nil, fpmatch.Check(consumer+"/"+msg.ID, stored, fp)
 	case lease.Done:
 		return nil, fmt.Errorf("inbox: %s/%s: %w", consumer, msg.ID, idem.ErrDuplicate)
 	case lease.Ended:

@@ -84,6 +84,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
+	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/schemacheck"
@@ -196,7 +198,7 @@ type Outbox[TTx any] struct {
 // migrations; a database that does not answer yet is not an error.
 func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 	if d == nil {
-		return nil, idem.InvalidOptionf("outbox: nil driver")
+		return nil, checks.Optionf("outbox: nil driver")
 	}
 	cfg.Source = cmp.Or(cfg.Source, "idem")
 	if cfg.Now == nil {
@@ -465,7 +467,7 @@ func (o *Outbox[TTx]) compareExisting(ctx context.Context, q store.Querier, e Ev
 	// event; type and topic are part of the fingerprint, so a mismatch on
 	// them shows two different fingerprints too.
 	stored := eventFingerprint(typ, topic, payload)
-	if err := idem.CheckFingerprint(e.Source+"/"+e.ID, stored[:], eventFingerprint(e.Type, e.Topic, e.Payload)); err != nil {
+	if err := fpmatch.Check(e.Source+"/"+e.ID, stored[:], eventFingerprint(e.Type, e.Topic, e.Payload)); err != nil {
 		return err
 	}
 	o.log.DebugContext(ctx, "duplicate enqueue ignored", "source", e.Source, "event_id", e.ID)
@@ -475,7 +477,7 @@ func (o *Outbox[TTx]) compareExisting(ctx context.Context, q store.Querier, e Ev
 // eventFingerprint is what a duplicate EnqueueTx must repeat: the type, the
 // topic and the payload as canonical JSON (raw bytes when it is not JSON).
 func eventFingerprint(typ, topic string, payload []byte) idem.Fingerprint {
-	p := idem.PayloadFingerprint(payload)
+	p := fpmatch.Payload(payload)
 	return idem.FingerprintOf([]byte(typ), []byte(topic), p[:])
 }
 
@@ -485,7 +487,7 @@ func eventFingerprint(typ, topic string, payload []byte) idem.Fingerprint {
 const MaxOrderingKeyLen = 1024
 
 func validate(e Event) error {
-	if err := idem.ValidateID(e.ID); err != nil {
+	if err := checks.ID(e.ID); err != nil {
 		return fmt.Errorf("outbox: event id: %w", err)
 	}
 	switch {

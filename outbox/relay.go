@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
@@ -172,7 +173,7 @@ var errBrokerDown = errors.New("outbox: broker unavailable")
 // applied and validated (errors wrap [idem.ErrInvalidOption]).
 func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfig) (*Relay[TTx], error) {
 	if d == nil || pub == nil {
-		return nil, idem.InvalidOptionf("outbox: nil driver or publisher")
+		return nil, checks.Optionf("outbox: nil driver or publisher")
 	}
 	if cfg.Name == "" {
 		host, _ := os.Hostname()
@@ -197,19 +198,19 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 	}
 	switch {
 	case len(cfg.Name) > idem.MaxKeyLen:
-		return nil, idem.InvalidOptionf("outbox: relay name longer than %d bytes", idem.MaxKeyLen)
+		return nil, checks.Optionf("outbox: relay name longer than %d bytes", idem.MaxKeyLen)
 	case len(cfg.LeaseName) > idem.MaxKeyLen:
-		return nil, idem.InvalidOptionf("outbox: lease name longer than %d bytes", idem.MaxKeyLen)
+		return nil, checks.Optionf("outbox: lease name longer than %d bytes", idem.MaxKeyLen)
 	case cfg.BatchSize < 0 || cfg.BatchSize > 10000:
-		return nil, idem.InvalidOptionf("outbox: BatchSize %d out of range 1..10000", cfg.BatchSize)
+		return nil, checks.Optionf("outbox: BatchSize %d out of range 1..10000", cfg.BatchSize)
 	case cfg.PollInterval < 0 || cfg.Recheck < 0 || cfg.ClaimTTL < 0 || cfg.PublishTimeout < 0 || cfg.BaseBackoff < 0 || cfg.MaxBackoff < 0:
-		return nil, idem.InvalidOptionf("outbox: negative duration")
+		return nil, checks.Optionf("outbox: negative duration")
 	case cfg.PublishTimeout >= cfg.ClaimTTL:
-		return nil, idem.InvalidOptionf("outbox: PublishTimeout %v must be shorter than ClaimTTL %v", cfg.PublishTimeout, cfg.ClaimTTL)
+		return nil, checks.Optionf("outbox: PublishTimeout %v must be shorter than ClaimTTL %v", cfg.PublishTimeout, cfg.ClaimTTL)
 	case cfg.MaxAttempts < 1:
-		return nil, idem.InvalidOptionf("outbox: MaxAttempts %d < 1", cfg.MaxAttempts)
+		return nil, checks.Optionf("outbox: MaxAttempts %d < 1", cfg.MaxAttempts)
 	case cfg.MaxBackoff < cfg.BaseBackoff:
-		return nil, idem.InvalidOptionf("outbox: MaxBackoff %v < BaseBackoff %v", cfg.MaxBackoff, cfg.BaseBackoff)
+		return nil, checks.Optionf("outbox: MaxBackoff %v < BaseBackoff %v", cfg.MaxBackoff, cfg.BaseBackoff)
 	}
 	r := &Relay[TTx]{
 		d:      d,

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
 )
@@ -85,7 +85,7 @@ func (c PartitionConfig) withDefaults() (PartitionConfig, error) {
 		c.OutboxRetention = 7 * 24 * time.Hour
 	}
 	if c.Span < time.Minute || c.Span%time.Minute != 0 || c.Ahead < 0 || c.LockTimeout < 0 || c.OutboxRetention < 0 {
-		return c, idem.InvalidOptionf("retention: PartitionConfig.Span must be a whole number of minutes (at least one); Ahead, LockTimeout and OutboxRetention must not be negative")
+		return c, checks.Optionf("retention: PartitionConfig.Span must be a whole number of minutes (at least one); Ahead, LockTimeout and OutboxRetention must not be negative")
 	}
 	return c, nil
 }

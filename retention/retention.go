@@ -60,11 +60,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/outbox"
@@ -156,7 +156,7 @@ type GC[TTx any] struct {
 // New returns a GC over d.
 func New[TTx any](d store.Driver[TTx], cfg Config) (*GC[TTx], error) {
 	if d == nil {
-		return nil, idem.InvalidOptionf("retention: nil driver")
+		return nil, checks.Optionf("retention: nil driver")
 	}
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = 1000
@@ -174,11 +174,11 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*GC[TTx], error) {
 		cfg.SagaRetention = 30 * 24 * time.Hour
 	}
 	if cfg.BatchSize < 0 || cfg.Interval < 0 || cfg.OutboxRetention < 0 || cfg.DLQRetention < 0 || cfg.SagaRetention < 0 {
-		return nil, idem.InvalidOptionf("retention: negative BatchSize, Interval or retention")
+		return nil, checks.Optionf("retention: negative BatchSize, Interval or retention")
 	}
 	for c, a := range cfg.InboxMinAge {
 		if a <= 0 || c == "" {
-			return nil, idem.InvalidOptionf("retention: InboxMinAge[%q] must be positive", c)
+			return nil, checks.Optionf("retention: InboxMinAge[%q] must be positive", c)
 		}
 	}
 	if cfg.Now == nil {

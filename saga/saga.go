@@ -90,7 +90,10 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/errtext"
+	"github.com/idemkit/idem/internal/fingerprint"
+	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
@@ -262,7 +265,7 @@ const MaxIDLen = 200
 // Reading (Get, List, Steps) needs no definitions.
 func New[TTx any](d store.Driver[TTx], l *effect.Ledger[TTx], cfg Config, defs ...Definition[TTx]) (*Sagas[TTx], error) {
 	if d == nil || l == nil {
-		return nil, idem.InvalidOptionf("saga: nil driver or ledger")
+		return nil, checks.Optionf("saga: nil driver or ledger")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -273,7 +276,7 @@ func New[TTx any](d store.Driver[TTx], l *effect.Ledger[TTx], cfg Config, defs .
 			return nil, err
 		}
 		if _, dup := s.defs[df.Name]; dup {
-			return nil, idem.InvalidOptionf("saga: definition %q twice", df.Name)
+			return nil, checks.Optionf("saga: definition %q twice", df.Name)
 		}
 		parts := [][]byte{[]byte("saga"), []byte(df.Name)}
 		for _, st := range df.Steps {
@@ -286,22 +289,22 @@ func New[TTx any](d store.Driver[TTx], l *effect.Ledger[TTx], cfg Config, defs .
 
 func validate[TTx any](df Definition[TTx]) error {
 	if !nameRe.MatchString(df.Name) {
-		return idem.InvalidOptionf("saga: definition name %q: want [a-z0-9][a-z0-9._-]{0,39}", df.Name)
+		return checks.Optionf("saga: definition name %q: want [a-z0-9][a-z0-9._-]{0,39}", df.Name)
 	}
 	if len(df.Steps) == 0 {
-		return idem.InvalidOptionf("saga: definition %q has no steps", df.Name)
+		return checks.Optionf("saga: definition %q has no steps", df.Name)
 	}
 	seen := map[string]bool{}
 	for i, st := range df.Steps {
 		switch {
 		case !nameRe.MatchString(st.Name):
-			return idem.InvalidOptionf("saga: %s step %d name %q: want [a-z0-9][a-z0-9._-]{0,39}", df.Name, i, st.Name)
+			return checks.Optionf("saga: %s step %d name %q: want [a-z0-9][a-z0-9._-]{0,39}", df.Name, i, st.Name)
 		case seen[st.Name]:
-			return idem.InvalidOptionf("saga: %s: step %q twice", df.Name, st.Name)
+			return checks.Optionf("saga: %s: step %q twice", df.Name, st.Name)
 		case (st.Do == nil) == (st.DoTx == nil):
-			return idem.InvalidOptionf("saga: %s step %q needs exactly one of Do and DoTx", df.Name, st.Name)
+			return checks.Optionf("saga: %s step %q needs exactly one of Do and DoTx", df.Name, st.Name)
 		case st.Undo != nil && st.UndoTx != nil:
-			return idem.InvalidOptionf("saga: %s step %q has both Undo and UndoTx", df.Name, st.Name)
+			return checks.Optionf("saga: %s step %q has both Undo and UndoTx", df.Name, st.Name)
 		}
 		seen[st.Name] = true
 	}
@@ -332,7 +335,7 @@ func (s *Sagas[TTx]) schedule(ctx context.Context, tx TTx, df *def[TTx], id stri
 }
 
 func (s *Sagas[TTx]) fingerprint(df *def[TTx], input []byte) []byte {
-	return idem.FingerprintOf(df.fp, idem.PayloadFingerprint(input).Bytes()).Bytes()
+	return idem.FingerprintOf(df.fp, fpmatch.Payload(input).Bytes()).Bytes()
 }
 
 // StartTx starts saga id of definition name with input inside the caller's
@@ -349,7 +352,7 @@ func (s *Sagas[TTx]) StartTx(ctx context.Context, tx TTx, name, id string, input
 	if !ok {
 		return Saga{}, false, fmt.Errorf("saga %q: %w: %q", id, ErrUnknownDefinition, name)
 	}
-	if err := idem.ValidateID(id); err != nil {
+	if err := checks.ID(id); err != nil {
 		return Saga{}, false, fmt.Errorf("saga: id: %w", err)
 	}
 	if len(id) > MaxIDLen {
@@ -382,8 +385,8 @@ func (s *Sagas[TTx]) StartTx(ctx context.Context, tx TTx, name, id string, input
 			return Saga{}, false, fmt.Errorf("saga: start %q: %w", id, err)
 		}
 		if string(storedFP) != string(fp) {
-			st, _ := idem.FingerprintFromBytes(storedFP)
-			rc, _ := idem.FingerprintFromBytes(fp)
+			st, _ := fingerprint.FromBytes(storedFP)
+			rc, _ := fingerprint.FromBytes(fp)
 			return Saga{}, false, fmt.Errorf("saga %q (stored %s, started as %s): %w: %w", id, got.Name, name, ErrMismatch,
 				&idem.FingerprintMismatchError{Key: "saga/" + id, Stored: st, Received: rc})
 		}

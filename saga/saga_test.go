@@ -228,14 +228,14 @@ func (f *fixture) wait(id string, want ...saga.State) saga.Saga {
 }
 
 // waitRefused waits for the effect key to complete and fails unless its
-// result is saga.RefusedResult (an action the saga's barrier refused).
+// result is {"saga":"refused"} (an action the saga's barrier refused).
 func (f *fixture) waitRefused(key string) {
 	f.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		e, err := f.l.Get(context.Background(), key)
 		if err == nil && e.State == effect.Completed {
-			if string(e.Result) != string(saga.RefusedResult) {
+			if string(e.Result) != `{"saga":"refused"}` {
 				f.t.Fatalf("%s: result %s, want refused", key, e.Result)
 			}
 			return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/store"
@@ -18,10 +19,10 @@ import (
 
 // The results stored for halves that made no call.
 var (
-	// NullResult is the result of a null compensation.
-	NullResult = []byte(`{"saga":"null-compensation"}`)
-	// RefusedResult is the result of an action refused by the barrier.
-	RefusedResult = []byte(`{"saga":"refused"}`)
+	// nullResult is the result of a null compensation: {"saga":"null-compensation"}.
+	nullResult = []byte(`{"saga":"null-compensation"}`)
+	// refusedResult is the result of an action refused by the barrier: {"saga":"refused"}.
+	refusedResult = []byte(`{"saga":"refused"}`)
 )
 
 // WorkerConfig configures a Worker.
@@ -55,17 +56,17 @@ type Worker[TTx any] struct {
 // NewWorker returns a Worker for every definition of s.
 func NewWorker[TTx any](s *Sagas[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], error) {
 	if s == nil {
-		return nil, idem.InvalidOptionf("saga: nil Sagas")
+		return nil, checks.Optionf("saga: nil Sagas")
 	}
 	if len(s.defs) == 0 {
-		return nil, idem.InvalidOptionf("saga: no definitions")
+		return nil, checks.Optionf("saga: no definitions")
 	}
 	maxAttempts := cmp.Or(cfg.Effect.MaxAttempts, 10)
 	cfg.UndoMaxAttempts = cmp.Or(cfg.UndoMaxAttempts, 3*maxAttempts)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, cfg.Effect.PollInterval, time.Second)
 	cfg.Batch = cmp.Or(cfg.Batch, 100)
 	if cfg.UndoMaxAttempts < 0 || cfg.PollInterval < 0 || cfg.Batch < 0 {
-		return nil, idem.InvalidOptionf("saga: negative UndoMaxAttempts, PollInterval or Batch")
+		return nil, checks.Optionf("saga: negative UndoMaxAttempts, PollInterval or Batch")
 	}
 	ecfg := cfg.Effect
 	if hook := cfg.Effect.OnFailed; hook != nil {
@@ -392,13 +393,13 @@ func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call)
 				} else if found && origin == Do && outcome == OutcomeApplied {
 					res = stored // applied before the abort: compensated
 				} else {
-					res = RefusedResult
+					res = refusedResult
 				}
 				done = true
 				return nil
 			}
 		} else if err := w.live(ctx, q, c.SagaID); errors.Is(err, errFinished) {
-			res, done = RefusedResult, true
+			res, done = refusedResult, true
 			return nil
 		} else if err != nil {
 			return err
@@ -410,7 +411,7 @@ func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call)
 		if !inserted {
 			switch {
 			case origin == Undo: // the compensation came first: refused
-				res, done = RefusedResult, true
+				res, done = refusedResult, true
 				return nil
 			case outcome == OutcomeApplied && st.DoTx != nil: // a local action already committed
 				res, done = stored, true
@@ -420,7 +421,7 @@ func (w *Worker[TTx]) do(ctx context.Context, st Step[TTx], token int64, c Call)
 		if _, _, _, found, err := w.barrier(ctx, q, c, Undo); err != nil {
 			return err
 		} else if found { // compensated (or compensating) already: never applied
-			res, done = RefusedResult, true
+			res, done = refusedResult, true
 			return nil
 		}
 		if st.DoTx == nil {
@@ -472,10 +473,10 @@ func (w *Worker[TTx]) undo(ctx context.Context, st Step[TTx], token int64, c Cal
 				return err
 			}
 			if took {
-				if _, err := w.setBarrier(ctx, q, c, Undo, OutcomeNull, NullResult, OutcomeStarted); err != nil {
+				if _, err := w.setBarrier(ctx, q, c, Undo, OutcomeNull, nullResult, OutcomeStarted); err != nil {
 					return err
 				}
-				res, done = NullResult, true
+				res, done = nullResult, true
 				return nil
 			}
 		}
@@ -496,7 +497,7 @@ func (w *Worker[TTx]) undo(ctx context.Context, st Step[TTx], token int64, c Cal
 			return nil, err
 		}
 		if _, ok := c.Results[c.Step]; !ok {
-			if e, err := w.s.l.Get(ctx, c.DoKey); err == nil && e.State == effect.Completed && string(e.Result) != string(RefusedResult) {
+			if e, err := w.s.l.Get(ctx, c.DoKey); err == nil && e.State == effect.Completed && string(e.Result) != string(refusedResult) {
 				c.Results[c.Step] = e.Result
 			}
 		}

@@ -32,7 +32,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
 )
@@ -77,11 +77,11 @@ var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 func checkIdent(name string) error {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
-		return idem.InvalidOptionf("versionguard: %q: too many dots", name)
+		return checks.Optionf("versionguard: %q: too many dots", name)
 	}
 	for _, p := range parts {
 		if !identRe.MatchString(p) {
-			return idem.InvalidOptionf("versionguard: %q is not a plain identifier", name)
+			return checks.Optionf("versionguard: %q is not a plain identifier", name)
 		}
 	}
 	return nil
@@ -96,10 +96,10 @@ type built struct {
 func build(stmts *sqlset.Set, s Spec, version int64) (built, error) {
 	var b built
 	if stmts == nil || stmts.Meta.VersionGuard == nil {
-		return b, idem.InvalidOptionf("versionguard: the driver's dialect has no version-guard statements")
+		return b, checks.Optionf("versionguard: the driver's dialect has no version-guard statements")
 	}
 	if len(s.KeyColumns) == 0 || len(s.KeyColumns) != len(s.KeyValues) {
-		return b, idem.InvalidOptionf("versionguard: %d key columns, %d key values", len(s.KeyColumns), len(s.KeyValues))
+		return b, checks.Optionf("versionguard: %d key columns, %d key values", len(s.KeyColumns), len(s.KeyValues))
 	}
 	w := sqlset.VersionedWrite{Table: s.Table, Keys: s.KeyColumns, Version: cmpOr(s.VersionColumn, "version"), Upsert: s.Upsert}
 	for c := range s.Set {

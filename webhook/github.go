@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // GitHub verifies and signs GitHub webhooks:
@@ -27,23 +27,23 @@ type GitHub struct {
 // signs). At least one non-empty secret is required.
 func NewGitHub(secrets ...string) (*GitHub, error) {
 	if len(secrets) == 0 {
-		return nil, idem.InvalidOptionf("webhook: GitHub needs at least one secret")
+		return nil, checks.Optionf("webhook: GitHub needs at least one secret")
 	}
 	g := &GitHub{}
 	for i, s := range secrets {
 		if s == "" {
-			return nil, idem.InvalidOptionf("webhook: GitHub secret %d is empty", i)
+			return nil, checks.Optionf("webhook: GitHub secret %d is empty", i)
 		}
 		g.secrets = append(g.secrets, []byte(s))
 	}
 	return g, nil
 }
 
-// ParseGitHubSignature parses an X-Hub-Signature-256 value "sha256=<64 hex>"
+// parseGitHubSignature parses an X-Hub-Signature-256 value "sha256=<64 hex>"
 // into the raw MAC, or returns an error wrapping ErrMalformedHeader. The hex
 // must be lowercase, as GitHub sends it, so a MAC has exactly one accepted
 // spelling.
-func ParseGitHubSignature(h string) ([]byte, error) {
+func parseGitHubSignature(h string) ([]byte, error) {
 	hexSig, ok := strings.CutPrefix(h, "sha256=")
 	raw, hexOK := decodeMAC(hexSig)
 	if !ok || !hexOK {
@@ -69,7 +69,7 @@ func (g *GitHub) Verify(r *http.Request, body []byte, _ time.Time) (Delivery, er
 	if err != nil {
 		return Delivery{}, err
 	}
-	raw, err := ParseGitHubSignature(sig)
+	raw, err := parseGitHubSignature(sig)
 	if err != nil {
 		return Delivery{}, err
 	}

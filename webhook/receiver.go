@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
 	p "github.com/idemkit/idem/internal/problem"
 	"github.com/idemkit/idem/store"
@@ -90,16 +91,16 @@ type Receiver[TTx any] struct {
 func NewReceiver[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], cfg ReceiverConfig[TTx]) (*Receiver[TTx], error) {
 	switch {
 	case d == nil || ib == nil:
-		return nil, idem.InvalidOptionf("webhook: NewReceiver needs a driver and an inbox")
+		return nil, checks.Optionf("webhook: NewReceiver needs a driver and an inbox")
 	case cfg.Verifier == nil:
-		return nil, idem.InvalidOptionf("webhook: Verifier is required")
+		return nil, checks.Optionf("webhook: Verifier is required")
 	case cfg.EnqueueTx == nil:
-		return nil, idem.InvalidOptionf("webhook: EnqueueTx is required")
+		return nil, checks.Optionf("webhook: EnqueueTx is required")
 	case cfg.MaxBodyBytes < 0:
-		return nil, idem.InvalidOptionf("webhook: negative MaxBodyBytes")
+		return nil, checks.Optionf("webhook: negative MaxBodyBytes")
 	}
-	if err := idem.ValidateID("webhook:" + cfg.Source); err != nil || cfg.Source == "" {
-		return nil, idem.InvalidOptionf("webhook: Source %q must be a non-empty printable name", cfg.Source)
+	if err := checks.ID("webhook:" + cfg.Source); err != nil || cfg.Source == "" {
+		return nil, checks.Optionf("webhook: Source %q must be a non-empty printable name", cfg.Source)
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 1 << 20
@@ -116,11 +117,11 @@ func (rc *Receiver[TTx]) Consumer() string { return "webhook:" + rc.cfg.Source }
 
 // The values of the idem.decision attribute of the idem.webhook span.
 const (
-	DecisionAccepted  = "accepted"  // a first delivery: recorded, Enqueue ran (202)
-	DecisionDuplicate = "duplicate" // a replay of a recorded delivery (200)
-	DecisionMismatch  = "mismatch"  // the delivery id came before with another body (422)
-	DecisionRejected  = "rejected"  // not POST, body too large or unreadable, not authentic, no or bad delivery id
-	DecisionFailed    = "failed"    // Enqueue refused it (422) or it could not be recorded (503)
+	decisionAccepted  = "accepted"  // a first delivery: recorded, Enqueue ran (202)
+	decisionDuplicate = "duplicate" // a replay of a recorded delivery (200)
+	decisionMismatch  = "mismatch"  // the delivery id came before with another body (422)
+	decisionRejected  = "rejected"  // not POST, body too large or unreadable, not authentic, no or bad delivery id
+	decisionFailed    = "failed"    // Enqueue refused it (422) or it could not be recorded (503)
 )
 
 // ServeHTTP implements http.Handler. Each POST runs in an idem.webhook
@@ -144,32 +145,32 @@ func (rc *Receiver[TTx]) serve(ctx context.Context, w http.ResponseWriter, r *ht
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		problem(w, http.StatusMethodNotAllowed, "method not allowed", "webhooks are delivered with POST", 0)
-		return DecisionRejected, "", nil
+		return decisionRejected, "", nil
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rc.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			problem(w, http.StatusRequestEntityTooLarge, "payload too large", fmt.Sprintf("the body exceeds %d bytes", rc.cfg.MaxBodyBytes), 0)
-			return DecisionRejected, "", nil
+			return decisionRejected, "", nil
 		}
 		problem(w, http.StatusBadRequest, "unreadable body", "the request body could not be read", 0)
-		return DecisionRejected, "", nil
+		return decisionRejected, "", nil
 	}
 	d, err := rc.cfg.Verifier.Verify(r, body, rc.cfg.Now())
 	if err != nil {
 		if errors.Is(err, ErrMissingDeliveryID) {
 			problem(w, http.StatusBadRequest, "missing delivery id", err.Error(), 0)
-			return DecisionRejected, "", nil
+			return decisionRejected, "", nil
 		}
 		rc.log.WarnContext(ctx, "webhook rejected", "error", err)
 		// The detail is generic on purpose: do not tell a forger which check failed.
 		problem(w, http.StatusUnauthorized, "unauthenticated", "the webhook signature could not be verified", 0)
-		return DecisionRejected, "", nil
+		return decisionRejected, "", nil
 	}
-	if err := idem.ValidateID(d.ID); err != nil {
+	if err := checks.ID(d.ID); err != nil {
 		problem(w, http.StatusBadRequest, "invalid delivery id", err.Error(), 0)
-		return DecisionRejected, "", nil
+		return decisionRejected, "", nil
 	}
 	d.Source = rc.cfg.Source
 	msg := idem.Message{ID: d.ID, Subject: rc.cfg.Source, Payload: body, Time: d.Timestamp}
@@ -186,19 +187,19 @@ func (rc *Receiver[TTx]) serve(ctx context.Context, w http.ResponseWriter, r *ht
 	case errors.Is(err, idem.ErrFingerprintMismatch):
 		rc.log.WarnContext(ctx, "delivery id reused with a different body", "delivery_id", d.ID, "error", err)
 		problem(w, http.StatusUnprocessableEntity, "delivery id reused", "this delivery id was received before with a different body", 0)
-		return DecisionMismatch, d.ID, nil
+		return decisionMismatch, d.ID, nil
 	case idem.IsPermanent(err):
 		rc.log.ErrorContext(ctx, "enqueue refused the delivery", "delivery_id", d.ID, "error", err)
 		problem(w, http.StatusUnprocessableEntity, "unprocessable delivery", "the delivery cannot be processed", 0)
-		return DecisionFailed, d.ID, err
+		return decisionFailed, d.ID, err
 	default:
 		rc.log.ErrorContext(ctx, "cannot record the delivery", "delivery_id", d.ID, "error", err)
 		problem(w, http.StatusServiceUnavailable, "not recorded", "the delivery was not recorded; retry it", time.Second)
-		return DecisionFailed, d.ID, err
+		return decisionFailed, d.ID, err
 	}
-	status, word := http.StatusAccepted, DecisionAccepted
+	status, word := http.StatusAccepted, decisionAccepted
 	if res == inbox.Duplicate {
-		status, word = http.StatusOK, DecisionDuplicate
+		status, word = http.StatusOK, decisionDuplicate
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

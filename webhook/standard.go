@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // Standard verifies and signs Standard Webhooks (standardwebhooks.com):
@@ -73,7 +73,7 @@ type StandardConfig struct {
 	// their public keys are also accepted for verification.
 	SigningKeys []string
 	// Tolerance is the allowed |now − webhook-timestamp|. Defaults to
-	// DefaultTolerance (5 minutes).
+	// 5 minutes.
 	Tolerance time.Duration
 }
 
@@ -96,29 +96,29 @@ const MaxStandardSignatures = 16
 // [idem.ErrInvalidOption].
 func NewStandard(cfg StandardConfig) (*Standard, error) {
 	if len(cfg.Secrets)+len(cfg.PublicKeys)+len(cfg.SigningKeys) == 0 {
-		return nil, idem.InvalidOptionf("webhook: Standard needs at least one secret, public key or signing key")
+		return nil, checks.Optionf("webhook: Standard needs at least one secret, public key or signing key")
 	}
 	s := &Standard{tolerance: cfg.Tolerance}
 	if s.tolerance == 0 {
-		s.tolerance = DefaultTolerance
+		s.tolerance = defaultTolerance
 	}
 	if s.tolerance < 0 {
-		return nil, idem.InvalidOptionf("webhook: negative tolerance")
+		return nil, checks.Optionf("webhook: negative tolerance")
 	}
 	for i, sec := range cfg.Secrets {
 		key, why := decodeStandardKey(sec, standardSecretPrefix)
 		if len(key) == 0 {
-			return nil, idem.InvalidOptionf("webhook: Standard secret %d is not whsec_<base64>%s", i, why)
+			return nil, checks.Optionf("webhook: Standard secret %d is not whsec_<base64>%s", i, why)
 		}
 		s.keys = append(s.keys, key)
 	}
 	for i, pk := range cfg.PublicKeys {
 		key, why := decodeStandardKey(pk, standardPublicPrefix)
 		if len(key) != ed25519.PublicKeySize {
-			return nil, idem.InvalidOptionf("webhook: Standard public key %d is not whpk_<base64 of a 32-byte Ed25519 public key>%s", i, why)
+			return nil, checks.Optionf("webhook: Standard public key %d is not whpk_<base64 of a 32-byte Ed25519 public key>%s", i, why)
 		}
 		if smallOrder(key) {
-			return nil, idem.InvalidOptionf("webhook: Standard public key %d is a point of small order: anyone could forge v1a signatures for it", i)
+			return nil, checks.Optionf("webhook: Standard public key %d is a point of small order: anyone could forge v1a signatures for it", i)
 		}
 		s.public = append(s.public, ed25519.PublicKey(key))
 	}
@@ -131,11 +131,11 @@ func NewStandard(cfg StandardConfig) (*Standard, error) {
 		case len(key) == ed25519.PrivateKeySize:
 			priv = ed25519.NewKeyFromSeed(key[:ed25519.SeedSize])
 			if !hmac.Equal(priv, key) {
-				return nil, idem.InvalidOptionf("webhook: Standard signing key %d: its public half does not belong to its seed", i)
+				return nil, checks.Optionf("webhook: Standard signing key %d: its public half does not belong to its seed", i)
 			}
 		}
 		if priv == nil {
-			return nil, idem.InvalidOptionf("webhook: Standard signing key %d is not whsk_<base64 of a 32-byte Ed25519 seed>%s", i, why)
+			return nil, checks.Optionf("webhook: Standard signing key %d is not whsk_<base64 of a 32-byte Ed25519 seed>%s", i, why)
 		}
 		s.private = append(s.private, priv)
 		s.public = append(s.public, priv.Public().(ed25519.PublicKey))
@@ -265,7 +265,7 @@ func (s *Standard) Verify(r *http.Request, body []byte, now time.Time) (Delivery
 	if err != nil {
 		return Delivery{}, err
 	}
-	candidates, err := ParseStandardSignatures(sigs)
+	candidates, err := parseStandardSignatures(sigs)
 	if err != nil {
 		return Delivery{}, err
 	}
@@ -286,7 +286,7 @@ func (s *Standard) Verify(r *http.Request, body []byte, now time.Time) (Delivery
 // matches reports whether a v1 candidate matches a secret or a v1a
 // candidate verifies under a public key. Each version is checked only
 // against keys of its own kind.
-func (s *Standard) matches(candidates []StandardSignature, id, ts string, body []byte) bool {
+func (s *Standard) matches(candidates []standardSignature, id, ts string, body []byte) bool {
 	var v1, v1a [][]byte
 	for _, c := range candidates {
 		switch c.Version {
@@ -310,23 +310,23 @@ func (s *Standard) matches(candidates []StandardSignature, id, ts string, body [
 	return ok
 }
 
-// StandardSignature is one entry of a webhook-signature header.
-type StandardSignature struct {
+// standardSignature is one entry of a webhook-signature header.
+type standardSignature struct {
 	// Version is "v1" (HMAC-SHA256) or "v1a" (Ed25519).
 	Version string
 	// Signature is the decoded signature: 32 bytes for v1, 64 for v1a.
 	Signature []byte
 }
 
-// ParseStandardSignatures parses a webhook-signature header value: a
+// parseStandardSignatures parses a webhook-signature header value: a
 // space-separated list of at most [MaxStandardSignatures] "version,base64"
 // entries. It returns the decoded v1 and v1a entries in order (other
 // versions are skipped), or an error wrapping ErrMalformedHeader when an
 // entry is malformed, a v1 or v1a signature is not the canonical standard
 // base64 of 32 or 64 bytes respectively, the list is too long, or it holds
 // no v1 or v1a entry.
-func ParseStandardSignatures(h string) ([]StandardSignature, error) {
-	var out []StandardSignature
+func parseStandardSignatures(h string) ([]standardSignature, error) {
+	var out []standardSignature
 	n := 0
 	for entry := range strings.SplitSeq(h, " ") {
 		if entry == "" {
@@ -352,7 +352,7 @@ func ParseStandardSignatures(h string) ([]StandardSignature, error) {
 		if !ok || len(raw) != size {
 			return nil, fmt.Errorf("%w: webhook-signature %s is not the canonical base64 of a %d-byte signature", ErrMalformedHeader, version, size)
 		}
-		out = append(out, StandardSignature{Version: version, Signature: raw})
+		out = append(out, standardSignature{Version: version, Signature: raw})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: no v1 or v1a signature in webhook-signature", ErrMalformedHeader)
@@ -370,7 +370,7 @@ func (s *Standard) Sign(h http.Header, d Delivery, body []byte) error {
 		return fmt.Errorf("webhook: Standard id %q must be non-empty and contain no '.'", d.ID)
 	}
 	if len(s.keys)+len(s.private) == 0 {
-		return idem.InvalidOptionf("webhook: this Standard has public keys only; signing needs a secret or a signing key")
+		return checks.Optionf("webhook: this Standard has public keys only; signing needs a secret or a signing key")
 	}
 	ts := d.Timestamp
 	if ts.IsZero() {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // Stripe verifies and signs Stripe webhooks:
@@ -41,18 +41,18 @@ type StripeConfig struct {
 // NewStripe returns a Stripe verifier and signer.
 func NewStripe(cfg StripeConfig) (*Stripe, error) {
 	if len(cfg.Secrets) == 0 {
-		return nil, idem.InvalidOptionf("webhook: Stripe needs at least one secret")
+		return nil, checks.Optionf("webhook: Stripe needs at least one secret")
 	}
 	s := &Stripe{tolerance: cfg.Tolerance}
 	if s.tolerance == 0 {
 		s.tolerance = 300 * time.Second
 	}
 	if s.tolerance < 0 {
-		return nil, idem.InvalidOptionf("webhook: negative tolerance")
+		return nil, checks.Optionf("webhook: negative tolerance")
 	}
 	for i, sec := range cfg.Secrets {
 		if sec == "" {
-			return nil, idem.InvalidOptionf("webhook: Stripe secret %d is empty", i)
+			return nil, checks.Optionf("webhook: Stripe secret %d is empty", i)
 		}
 		s.secrets = append(s.secrets, []byte(sec))
 	}
@@ -67,12 +67,12 @@ func stripeMAC(key []byte, ts string, body []byte) []byte {
 	return m.Sum(nil)
 }
 
-// ParseStripeSignature parses a Stripe-Signature value into its timestamp
+// parseStripeSignature parses a Stripe-Signature value into its timestamp
 // text and decoded v1 signatures. It fails (ErrMalformedHeader) on entries
 // without "=", a missing or repeated t, a non-numeric t, a v1 that is not
 // 64 lowercase hex digits (as Stripe sends it: one accepted spelling per
 // MAC), or no v1 at all. Unknown keys are ignored.
-func ParseStripeSignature(h string) (ts string, sigs [][]byte, err error) {
+func parseStripeSignature(h string) (ts string, sigs [][]byte, err error) {
 	seenT := false
 	for _, item := range strings.Split(h, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(item), "=")
@@ -111,7 +111,7 @@ func (s *Stripe) Verify(r *http.Request, body []byte, now time.Time) (Delivery, 
 	if !ok {
 		return Delivery{}, ErrMissingSignature
 	}
-	tsText, sigs, err := ParseStripeSignature(h)
+	tsText, sigs, err := parseStripeSignature(h)
 	if err != nil {
 		return Delivery{}, err
 	}

@@ -118,9 +118,9 @@ var (
 	ErrMissingDeliveryID = errors.New("webhook: missing delivery id")
 )
 
-// DefaultTolerance is the default allowed distance between a signed
+// defaultTolerance is the default allowed distance between a signed
 // timestamp and now, in both directions.
-const DefaultTolerance = 5 * time.Minute
+const defaultTolerance = 5 * time.Minute
 
 // single returns the only value of header name: "" with ok=false when it is
 // absent, ErrDuplicateHeader when it appears more than once.

@@ -42,6 +42,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
 )
 
@@ -89,10 +90,10 @@ type Publisher struct {
 // NewPublisher connects to the broker.
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.URL == "" {
-		return nil, idem.InvalidOptionf("amqp: URL is required")
+		return nil, checks.Optionf("amqp: URL is required")
 	}
 	if cfg.ConfirmTimeout < 0 {
-		return nil, idem.InvalidOptionf("amqp: negative ConfirmTimeout")
+		return nil, checks.Optionf("amqp: negative ConfirmTimeout")
 	}
 	cfg.ConfirmTimeout = cmp.Or(cfg.ConfirmTimeout, 5*time.Second)
 	p := &Publisher{cfg: cfg, log: obs.Component(cfg.Logger, "broker/amqp")}
@@ -244,7 +245,7 @@ type QueueConfig struct {
 // existing queue with the same settings is a no-op.
 func DeclareQueue(url string, cfg QueueConfig) error {
 	if cfg.Name == "" {
-		return idem.InvalidOptionf("amqp: queue name is required")
+		return checks.Optionf("amqp: queue name is required")
 	}
 	return withChannel(url, func(ch *amqp.Channel) error {
 		if _, err := ch.QueueDeclare(cfg.Name, !cfg.Transient, false, false, false, cfg.Args); err != nil {

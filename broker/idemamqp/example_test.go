@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/broker/idemamqp"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/dlq"
@@ -108,8 +107,8 @@ func Example() {
 	fmt.Println("invoices:", n)
 	ls, _ := letters.List(ctx, dlq.Filter{Consumer: "billing"})
 	for _, l := range ls {
-		fmt.Println("dead letter:", l.MessageID, l.ErrorClass, "from queue", l.Headers[broker.OriginQueue],
-			"delivery tag", l.Headers[broker.OriginDeliveryTag])
+		fmt.Println("dead letter:", l.MessageID, l.ErrorClass, "from queue", l.Headers["idem-origin-queue"],
+			"delivery tag", l.Headers["idem-origin-delivery-tag"])
 	}
 }
 

@@ -14,7 +14,9 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/origin"
 )
 
 // SubscriberConfig configures a [Subscriber].
@@ -60,9 +62,9 @@ type Subscriber struct {
 func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	switch {
 	case cfg.URL == "" || cfg.Queue == "":
-		return nil, idem.InvalidOptionf("amqp: URL and Queue are required")
+		return nil, checks.Optionf("amqp: URL and Queue are required")
 	case cfg.Prefetch < 0 || cfg.AckWait < 0:
-		return nil, idem.InvalidOptionf("amqp: negative Prefetch or AckWait")
+		return nil, checks.Optionf("amqp: negative Prefetch or AckWait")
 	}
 	cfg.Prefetch = cmp.Or(cfg.Prefetch, 100)
 	cfg.AckWait = cmp.Or(cfg.AckWait, 30*time.Second)
@@ -245,10 +247,10 @@ func (d *delivery) Message() idem.Message { return d.msg }
 // exchange ("" for the default exchange) and routing key of the message.
 func (d *delivery) Origin() map[string]string {
 	return map[string]string{
-		broker.OriginQueue:       d.s.cfg.Queue,
-		broker.OriginDeliveryTag: strconv.FormatUint(d.tag, 10),
-		broker.OriginExchange:    d.exchange,
-		broker.OriginRoutingKey:  d.msg.Subject,
+		origin.Queue:       d.s.cfg.Queue,
+		origin.DeliveryTag: strconv.FormatUint(d.tag, 10),
+		origin.Exchange:    d.exchange,
+		origin.RoutingKey:  d.msg.Subject,
 	}
 }
 

@@ -42,7 +42,9 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/internal/redact"
 )
 
@@ -83,7 +85,7 @@ const DefaultDuplicateWindow = 2 * time.Minute
 // relay may take to republish after a crash.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	if cfg.Name == "" {
-		return nil, idem.InvalidOptionf("jetstream: stream name is required")
+		return nil, checks.Optionf("jetstream: stream name is required")
 	}
 	cfg.Duplicates = cmp.Or(cfg.Duplicates, DefaultDuplicateWindow)
 	s, err := js.CreateOrUpdateStream(ctx, cfg)
@@ -126,11 +128,11 @@ type Publisher struct {
 func NewPublisher(js jetstream.JetStream, cfg PublisherConfig) (*Publisher, error) {
 	switch {
 	case js == nil:
-		return nil, idem.InvalidOptionf("jetstream: nil JetStream")
+		return nil, checks.Optionf("jetstream: nil JetStream")
 	case cfg.AckTimeout < 0:
-		return nil, idem.InvalidOptionf("jetstream: negative AckTimeout")
+		return nil, checks.Optionf("jetstream: negative AckTimeout")
 	case cfg.MaxInFlight < 0:
-		return nil, idem.InvalidOptionf("jetstream: negative MaxInFlight")
+		return nil, checks.Optionf("jetstream: negative MaxInFlight")
 	}
 	cfg.AckTimeout = cmp.Or(cfg.AckTimeout, 5*time.Second)
 	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, 256)
@@ -337,11 +339,11 @@ type Subscriber struct {
 func NewSubscriber(ctx context.Context, js jetstream.JetStream, cfg SubscriberConfig) (*Subscriber, error) {
 	switch {
 	case js == nil:
-		return nil, idem.InvalidOptionf("jetstream: nil JetStream")
+		return nil, checks.Optionf("jetstream: nil JetStream")
 	case cfg.Stream == "" || cfg.Durable == "":
-		return nil, idem.InvalidOptionf("jetstream: Stream and Durable are required")
+		return nil, checks.Optionf("jetstream: Stream and Durable are required")
 	case cfg.AckWait < 0 || cfg.MaxAckPending < 0:
-		return nil, idem.InvalidOptionf("jetstream: negative AckWait or MaxAckPending")
+		return nil, checks.Optionf("jetstream: negative AckWait or MaxAckPending")
 	}
 	cc := jetstream.ConsumerConfig{
 		Durable:       cfg.Durable,
@@ -486,10 +488,10 @@ func (d *delivery) Message() idem.Message { return d.msg }
 // sequence, the durable consumer and the subject.
 func (d *delivery) Origin() map[string]string {
 	return map[string]string{
-		broker.OriginStream:    d.meta.Stream,
-		broker.OriginStreamSeq: strconv.FormatUint(d.meta.Sequence.Stream, 10),
-		broker.OriginConsumer:  d.meta.Consumer,
-		broker.OriginSubject:   d.msg.Subject,
+		origin.Stream:    d.meta.Stream,
+		origin.StreamSeq: strconv.FormatUint(d.meta.Sequence.Stream, 10),
+		origin.Consumer:  d.meta.Consumer,
+		origin.Subject:   d.msg.Subject,
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/broker/idemkafka"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/dlq"
@@ -100,8 +99,8 @@ func Example() {
 	fmt.Println("invoices:", n)
 	ls, _ := letters.List(ctx, dlq.Filter{Consumer: "billing"})
 	for _, l := range ls {
-		fmt.Println("dead letter:", l.MessageID, l.ErrorClass, "from", l.Headers[broker.OriginTopic],
-			"partition", l.Headers[broker.OriginPartition], "offset", l.Headers[broker.OriginOffset])
+		fmt.Println("dead letter:", l.MessageID, l.ErrorClass, "from", l.Headers["idem-origin-topic"],
+			"partition", l.Headers["idem-origin-partition"], "offset", l.Headers["idem-origin-offset"])
 	}
 	// Output:
 	// invoice for order-42 at partition/offset 0/0

@@ -43,6 +43,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
 )
 
@@ -78,7 +79,7 @@ type Publisher struct {
 // with [EnsureTopic] (or let the cluster auto-create them).
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if len(cfg.Brokers) == 0 {
-		return nil, idem.InvalidOptionf("kafka: Brokers are required")
+		return nil, checks.Optionf("kafka: Brokers are required")
 	}
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -94,7 +95,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	// the record twice with two offsets, and ordering per key can break.
 	if disabled, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); disabled {
 		cl.Close()
-		return nil, idem.InvalidOptionf("kafka: kgo.DisableIdempotentWrite is refused: idem's publisher needs franz-go's idempotent producer")
+		return nil, checks.Optionf("kafka: kgo.DisableIdempotentWrite is refused: idem's publisher needs franz-go's idempotent producer")
 	}
 	return &Publisher{cl: cl, log: obs.Component(cfg.Logger, "broker/kafka")}, nil
 }

@@ -15,7 +15,9 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/origin"
 )
 
 // ErrRevoked reports an Ack, Nak or Term of a record whose partition was
@@ -87,9 +89,9 @@ type rec struct {
 func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	switch {
 	case len(cfg.Brokers) == 0 || cfg.Group == "" || len(cfg.Topics) == 0:
-		return nil, idem.InvalidOptionf("kafka: Brokers, Group and Topics are required")
+		return nil, checks.Optionf("kafka: Brokers, Group and Topics are required")
 	case cfg.AckWait < 0:
-		return nil, idem.InvalidOptionf("kafka: negative AckWait")
+		return nil, checks.Optionf("kafka: negative AckWait")
 	}
 	s := &Subscriber{
 		ackWait: cmp.Or(cfg.AckWait, 30*time.Second),
@@ -341,9 +343,9 @@ func (d *delivery) Message() idem.Message { return d.msg }
 // offset.
 func (d *delivery) Origin() map[string]string {
 	return map[string]string{
-		broker.OriginTopic:     d.r.r.Topic,
-		broker.OriginPartition: strconv.FormatInt(int64(d.r.r.Partition), 10),
-		broker.OriginOffset:    strconv.FormatInt(d.r.r.Offset, 10),
+		origin.Topic:     d.r.r.Topic,
+		origin.Partition: strconv.FormatInt(int64(d.r.r.Partition), 10),
+		origin.Offset:    strconv.FormatInt(d.r.r.Offset, 10),
 	}
 }
 

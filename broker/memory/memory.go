@@ -33,6 +33,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
 )
 
@@ -131,11 +132,11 @@ type item struct {
 func New(cfg Config) (*Broker, error) {
 	switch {
 	case cfg.AckWait < 0:
-		return nil, idem.InvalidOptionf("memory: negative AckWait %v", cfg.AckWait)
+		return nil, checks.Optionf("memory: negative AckWait %v", cfg.AckWait)
 	case cfg.MaxDeliver < 0:
-		return nil, idem.InvalidOptionf("memory: negative MaxDeliver %d", cfg.MaxDeliver)
+		return nil, checks.Optionf("memory: negative MaxDeliver %d", cfg.MaxDeliver)
 	case cfg.DedupWindow < 0:
-		return nil, idem.InvalidOptionf("memory: negative DedupWindow %v", cfg.DedupWindow)
+		return nil, checks.Optionf("memory: negative DedupWindow %v", cfg.DedupWindow)
 	}
 	cfg.AckWait = cmp.Or(cfg.AckWait, 30*time.Second)
 	cfg.Seed = cmp.Or(cfg.Seed, 1)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
+	"github.com/idemkit/idem/internal/origin"
 )
 
 // Subscribe returns a subscriber of the named subscription (consumer
@@ -18,7 +20,7 @@ import (
 // groups each get every message.
 func (b *Broker) Subscribe(subject, name string) (*Subscriber, error) {
 	if subject == "" || name == "" {
-		return nil, idem.InvalidOptionf("memory: Subscribe needs a subject and a group")
+		return nil, checks.Optionf("memory: Subscribe needs a subject and a group")
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -168,7 +170,7 @@ func (d *delivery) Message() idem.Message { return d.msg }
 // Origin implements [broker.Locator]: the subject and the message's
 // sequence number in the broker.
 func (d *delivery) Origin() map[string]string {
-	return map[string]string{broker.OriginSubject: d.msg.Subject, broker.OriginSeq: d.msg.Position}
+	return map[string]string{origin.Subject: d.msg.Subject, origin.Seq: d.msg.Position}
 }
 
 // settle removes the item from its group. Called with b.mu held.

@@ -18,7 +18,6 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/idemproxy"
 	"github.com/idemkit/idem/cmd/idem/internal/dsn"
-	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/internal/redact"
@@ -268,7 +267,7 @@ func describeRoute(r idemproxy.Route) string {
 	}
 	lease := r.Lease
 	if lease == 0 {
-		lease = idemhttp.DefaultLease
+		lease = 30 * time.Second // idemhttp.Config.Lease's default
 	}
 	exact := ""
 	if r.ExactPath {

@@ -216,7 +216,7 @@ func TestProxyCommandTwoInstancesPostgres(t *testing.T) {
 // words of --expired-lease: re-execute (the default, idem.Retake) and hold.
 func TestDescribeRoutePolicyWords(t *testing.T) {
 	for _, tc := range []struct {
-		policy idemhttp.ExpiredPolicy
+		policy idem.ExpiredLease
 		want   string
 	}{
 		{idem.Retake, "expired lease: re-execute"},
@@ -224,7 +224,7 @@ func TestDescribeRoutePolicyWords(t *testing.T) {
 	} {
 		r := idemproxy.Route{Method: "POST", Path: "/orders", Operation: "orders.create", Tenant: idemproxy.TenantSource{Header: "X-Tenant-ID"}, ExpiredPolicy: tc.policy}
 		got := describeRoute(r)
-		want := "POST /orders: operation orders.create, key required, tenant header X-Tenant-ID, lease " + idemhttp.DefaultLease.String() + ", " + tc.want
+		want := "POST /orders: operation orders.create, key required, tenant header X-Tenant-ID, lease " + "30s" + ", " + tc.want
 		if got != want {
 			t.Errorf("describeRoute(%v) = %q, want %q", tc.policy, got, want)
 		}
@@ -265,7 +265,7 @@ func TestProxyCommandRoutePathVariants(t *testing.T) {
 	if len(got) != 1 || got[0] != "POST /Refunds" {
 		t.Fatalf("upstream saw %q, want only POST /Refunds", got)
 	}
-	want := "POST /refunds: operation refund, key required, tenant header X-Tenant-ID, lease " + idemhttp.DefaultLease.String() + ", expired lease: re-execute, exact path"
+	want := "POST /refunds: operation refund, key required, tenant header X-Tenant-ID, lease " + "30s" + ", expired lease: re-execute, exact path"
 	if d := describeRoute(idemproxy.Route{Method: "POST", Path: "/refunds", Operation: "refund", ExactPath: true,
 		Tenant: idemproxy.TenantSource{Header: "X-Tenant-ID"}}); d != want {
 		t.Fatalf("describeRoute = %q, want %q", d, want)

@@ -57,6 +57,7 @@ import (
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -85,7 +86,7 @@ type Env struct {
 	// twice). Keep the ack wait short (≤ 1s).
 	Subscribe func(t *testing.T) broker.Subscriber
 	// Origin names how the broker's coordinates of a delivery on Subject
-	// look: origin header (broker.OriginTopic, …) → regular expression its
+	// look: origin header (origin.Topic, …) → regular expression its
 	// value must match. Every dead letter must carry these headers. Empty
 	// for a delivery without coordinates (the suite then checks none).
 	Origin map[string]string
@@ -455,7 +456,7 @@ func testDeadLetter(t *testing.T, s *suite) {
 			}
 		}
 		for h := range l.Message().Headers {
-			if broker.IsOriginHeader(h) {
+			if origin.IsHeader(h) {
 				t.Errorf("%s: the redrive message keeps origin header %s", l.MessageID, h)
 			}
 		}
@@ -783,7 +784,7 @@ func (d *probeDelivery) Term(ctx context.Context) error {
 
 // Origin forwards the wrapped delivery's coordinates (broker.Locator).
 func (d *probeDelivery) Origin() map[string]string {
-	return maps.Clone(broker.OriginOf(d.Delivery))
+	return maps.Clone(origin.Of(d.Delivery))
 }
 
 // observer counts the consumer's metrics the suite asserts on.

@@ -12,6 +12,8 @@ import (
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/checks"
+	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/store"
 )
 
@@ -26,10 +28,10 @@ import (
 // It is the consumer runtime's own dead-lettering, on the failure the
 // record's headers recorded: the letter's consumer is cfg.Name (the main
 // topic consumer's name), its source and position are the original topic
-// and position ([HeaderOriginalTopic], [HeaderOriginalPosition]; a record
+// and position (idem-original-topic, idem-original-position; a record
 // without them is given r's main topic), its attempts the attempt that
-// failed last ([HeaderAttempt]), its error class and text those of
-// [HeaderErrorClass] and [HeaderErrorMessage] (after "gave up after N
+// failed last (idem-attempt), its error class and text those of
+// idem-error-class and idem-error-message (after "gave up after N
 // attempts: " when the class is not permanent), and its headers the
 // record's own — the idem-original-*, idem-attempt and idem-error-* ones
 // included — plus the idem-origin-* coordinates of the record on the
@@ -58,7 +60,7 @@ import (
 // handler, schema, reroute, retries in place, gate and hooks are not used.
 func DeadLetters[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, cfg consumer.Config[TTx], sub broker.Subscriber) (*consumer.Consumer[TTx], error) {
 	if r == nil || sub == nil {
-		return nil, idem.InvalidOptionf("retrytopic: nil Retrier or subscriber")
+		return nil, checks.Optionf("retrytopic: nil Retrier or subscriber")
 	}
 	dl := consumer.Config[TTx]{
 		Name:                 cfg.Name,
@@ -90,18 +92,18 @@ func DeadLetters[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier,
 }
 
 // RecordedError rebuilds the failure recorded in a retry or dead-letter
-// record's headers: its text is [HeaderErrorMessage] (or a note that the
-// header is missing) and its idem.ErrorClass is [HeaderErrorClass]
+// record's headers: its text is idem-error-message (or a note that the
+// header is missing) and its idem.ErrorClass is idem-error-class
 // ("permanent", "invalid_input", "fingerprint_mismatch", "timeout",
 // "canceled", "panic"; any other class, or none, is "transient"), so errors.Is and
 // idem.IsPermanent answer as for the original error.
 func RecordedError(headers map[string]string) error {
-	text, ok := headers[HeaderErrorMessage]
+	text, ok := headers[headerErrorMessage]
 	if !ok {
-		text = "retrytopic: record on the dead-letter topic without " + HeaderErrorMessage
+		text = "retrytopic: record on the dead-letter topic without " + headerErrorMessage
 	}
 	e := &recordedError{text: text}
-	switch headers[HeaderErrorClass] {
+	switch headers[headerErrorClass] {
 	case "permanent":
 		e.cause = idem.Permanent(errors.New(text))
 	case "invalid_input":
@@ -147,7 +149,7 @@ func (e *recordedError) Unwrap() error { return e.cause }
 // headers, the attempt that failed last.
 type dltSubscriber struct {
 	sub   broker.Subscriber
-	topic string // the main topic, for a record without HeaderOriginalTopic
+	topic string // the main topic, for a record without headerOriginalTopic
 }
 
 var _ broker.Pauser = (*dltSubscriber)(nil)
@@ -161,13 +163,13 @@ func (s *dltSubscriber) Fetch(ctx context.Context, limit int, maxWait time.Durat
 	for i, dv := range ds {
 		msg := dv.Message()
 		msg.Subject = s.topic
-		if t := msg.Headers[HeaderOriginalTopic]; t != "" {
+		if t := msg.Headers[headerOriginalTopic]; t != "" {
 			msg.Subject = t
 		}
-		if p, ok := msg.Headers[HeaderOriginalPosition]; ok {
+		if p, ok := msg.Headers[headerOriginalPosition]; ok {
 			msg.Position = p
 		}
-		if n, err := strconv.Atoi(msg.Headers[HeaderAttempt]); err == nil && n > 0 {
+		if n, err := strconv.Atoi(msg.Headers[headerAttempt]); err == nil && n > 0 {
 			msg.Attempt = n
 		}
 		ds[i] = &delivery{Delivery: dv, msg: msg}
@@ -192,4 +194,4 @@ func (uncounted) Failed(string, string) {}
 
 // Origin returns the wrapped delivery's broker coordinates (broker.Locator),
 // for the dead letter's idem-origin-* headers.
-func (d *delivery) Origin() map[string]string { return maps.Clone(broker.OriginOf(d.Delivery)) }
+func (d *delivery) Origin() map[string]string { return maps.Clone(origin.Of(d.Delivery)) }

@@ -12,19 +12,20 @@ import (
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/store"
 )
 
 // Delayed wraps the subscriber of a retry topic whose records wait delay.
 // Its Fetch hands the fetched records over only once they are due: at
-// their [HeaderNotBefore] time (else their message time + delay, else at
+// their idem-retry-not-before time (else their message time + delay, else at
 // once), waiting for the latest of a batch. Because every record of the
 // topic waits the same delay they are due in publish order, so waiting for
 // one never holds a later one past its own due time. The consumer of the
 // main topic is not affected: it has its own subscriber.
 //
 // Each delivery's message Attempt is the overall attempt: the attempt
-// recorded in [HeaderAttempt] by the stage before plus the delivery's own
+// recorded in idem-attempt by the stage before plus the delivery's own
 // attempt on this topic (2 on the first retry topic, 3 on the second…).
 //
 // The wrapped subscriber must not redeliver a record while it waits: give
@@ -55,7 +56,7 @@ func (s *delayed) Fetch(ctx context.Context, limit int, maxWait time.Duration) (
 	for i, dv := range ds {
 		msg := dv.Message()
 		due = latest(due, s.due(msg))
-		if n, err := strconv.Atoi(msg.Headers[HeaderAttempt]); err == nil && n > 0 {
+		if n, err := strconv.Atoi(msg.Headers[headerAttempt]); err == nil && n > 0 {
 			msg.Attempt = n + max(msg.Attempt, 1)
 		}
 		out[i] = &delivery{Delivery: dv, msg: msg}
@@ -79,7 +80,7 @@ func (s *delayed) Fetch(ctx context.Context, limit int, maxWait time.Duration) (
 
 // due is when msg may be handled.
 func (s *delayed) due(msg idem.Message) time.Time {
-	if t, err := time.Parse(time.RFC3339Nano, msg.Headers[HeaderNotBefore]); err == nil {
+	if t, err := time.Parse(time.RFC3339Nano, msg.Headers[headerNotBefore]); err == nil {
 		return t
 	}
 	if !msg.Time.IsZero() {
@@ -138,7 +139,7 @@ func (d *delivery) Message() idem.Message { return d.msg }
 func Consumers[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, cfg consumer.Config[TTx],
 	subscribe func(topic string, delay time.Duration) (broker.Subscriber, error)) ([]*consumer.Consumer[TTx], error) {
 	if r == nil || subscribe == nil {
-		return nil, idem.InvalidOptionf("retrytopic: nil Retrier or subscribe")
+		return nil, checks.Optionf("retrytopic: nil Retrier or subscribe")
 	}
 	cfg.Reroute = r
 	out := make([]*consumer.Consumer[TTx], 0, len(r.stages)+1)

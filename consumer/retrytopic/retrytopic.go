@@ -106,25 +106,26 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/consumer"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/errtext"
 )
 
 // The headers of a republished record; see the package documentation.
 const (
-	HeaderOriginalTopic     = "idem-original-topic"
-	HeaderOriginalPosition  = "idem-original-position"
-	HeaderOriginalPartition = "idem-original-partition"
-	HeaderOriginalOffset    = "idem-original-offset"
-	HeaderAttempt           = "idem-attempt"
-	HeaderErrorClass        = "idem-error-class"
-	HeaderErrorMessage      = "idem-error-message"
-	HeaderNotBefore         = "idem-retry-not-before"
+	headerOriginalTopic     = "idem-original-topic"
+	headerOriginalPosition  = "idem-original-position"
+	headerOriginalPartition = "idem-original-partition"
+	headerOriginalOffset    = "idem-original-offset"
+	headerAttempt           = "idem-attempt"
+	headerErrorClass        = "idem-error-class"
+	headerErrorMessage      = "idem-error-message"
+	headerNotBefore         = "idem-retry-not-before"
 )
 
-// MaxErrorMessage is the most bytes of the error text put in
-// [HeaderErrorMessage]: longer text is cut on a rune boundary and ends
+// maxErrorMessage is the most bytes of the error text put in
+// idem-error-message: longer text is cut on a rune boundary and ends
 // with "…"; invalid UTF-8 is replaced by U+FFFD and NUL bytes removed.
-const MaxErrorMessage = 1024
+const maxErrorMessage = 1024
 
 // DefaultDelays are the retry topics' delays when Config.Delays is nil:
 // 1s, 4s, 16s (Spring's delay 1000, multiplier 4, three retries).
@@ -134,15 +135,15 @@ var DefaultDelays = []time.Duration{time.Second, 4 * time.Second, 16 * time.Seco
 // "-retry-" + the delay in Go's short form (1s, 4s, 16s, 1m, 1h30m, 500ms),
 // that is time.Duration's String without its zero trailing units.
 func RetryTopic(topic string, delay time.Duration) string {
-	return topic + "-retry-" + ShortDuration(delay)
+	return topic + "-retry-" + shortDuration(delay)
 }
 
 // DLT returns the dead-letter topic of topic: topic + "-dlt".
 func DLT(topic string) string { return topic + "-dlt" }
 
-// ShortDuration is d.String() without zero trailing units: 1m0s is 1m, 1h0m0s
+// shortDuration is d.String() without zero trailing units: 1m0s is 1m, 1h0m0s
 // is 1h, 1h30m0s is 1h30m.
-func ShortDuration(d time.Duration) string {
+func shortDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = strings.TrimSuffix(s, "0s")
@@ -186,7 +187,7 @@ var _ consumer.Rerouter = (*Retrier)(nil)
 // New validates cfg and returns a Retrier.
 func New(cfg Config) (*Retrier, error) {
 	if cfg.Topic == "" || cfg.Publisher == nil {
-		return nil, idem.InvalidOptionf("retrytopic: Topic and Publisher are required")
+		return nil, checks.Optionf("retrytopic: Topic and Publisher are required")
 	}
 	delays := cfg.Delays
 	if delays == nil {
@@ -195,11 +196,11 @@ func New(cfg Config) (*Retrier, error) {
 	r := &Retrier{topic: cfg.Topic, delays: slices.Clone(delays), pub: cfg.Publisher, noDLT: cfg.NoDeadLetterConsumer}
 	for _, d := range delays {
 		if d <= 0 {
-			return nil, idem.InvalidOptionf("retrytopic: delay %s is not positive", d)
+			return nil, checks.Optionf("retrytopic: delay %s is not positive", d)
 		}
 		t := RetryTopic(cfg.Topic, d)
 		if slices.Contains(r.stages, t) {
-			return nil, idem.InvalidOptionf("retrytopic: delay %s given twice", d)
+			return nil, checks.Optionf("retrytopic: delay %s given twice", d)
 		}
 		r.stages = append(r.stages, t)
 	}
@@ -257,28 +258,28 @@ func (r *Retrier) Reroute(ctx context.Context, msg idem.Message, err error) erro
 	}
 	// A record consumed from the main topic starts a journey (a redriven
 	// dead letter carries the original-* headers of its previous one).
-	if _, ok := msg.Headers[HeaderOriginalTopic]; !ok || msg.Subject == r.topic {
-		out.Headers[HeaderOriginalTopic] = msg.Subject
-		out.Headers[HeaderOriginalPosition] = msg.Position
-		delete(out.Headers, HeaderOriginalPartition)
-		delete(out.Headers, HeaderOriginalOffset)
+	if _, ok := msg.Headers[headerOriginalTopic]; !ok || msg.Subject == r.topic {
+		out.Headers[headerOriginalTopic] = msg.Subject
+		out.Headers[headerOriginalPosition] = msg.Position
+		delete(out.Headers, headerOriginalPartition)
+		delete(out.Headers, headerOriginalOffset)
 		if p, o, ok := strings.Cut(msg.Position, "/"); ok {
-			out.Headers[HeaderOriginalPartition] = p
-			out.Headers[HeaderOriginalOffset] = o
+			out.Headers[headerOriginalPartition] = p
+			out.Headers[headerOriginalOffset] = o
 		}
 	}
-	out.Headers[HeaderAttempt] = strconv.Itoa(max(msg.Attempt, 1))
-	out.Headers[HeaderErrorClass] = idem.ErrorClass(err)
-	out.Headers[HeaderErrorMessage] = errtext.Cut(err.Error(), MaxErrorMessage)
+	out.Headers[headerAttempt] = strconv.Itoa(max(msg.Attempt, 1))
+	out.Headers[headerErrorClass] = idem.ErrorClass(err)
+	out.Headers[headerErrorMessage] = errtext.Cut(err.Error(), maxErrorMessage)
 	// A deliberate republish: a broker deduplicating by message id
 	// (JetStream) dedups it per stage and journey instead of dropping it: a
 	// copy republished twice to one stage (a crash before the ack) is
 	// dropped once, a redriven letter's new journey is not.
-	out.Headers[broker.HeaderRedrive] = "retrytopic:" + topic + "@" + out.Headers[HeaderOriginalPosition]
+	out.Headers[broker.HeaderRedrive] = "retrytopic:" + topic + "@" + out.Headers[headerOriginalPosition]
 	if delay > 0 {
-		out.Headers[HeaderNotBefore] = time.Now().Add(delay).UTC().Format(time.RFC3339Nano)
+		out.Headers[headerNotBefore] = time.Now().Add(delay).UTC().Format(time.RFC3339Nano)
 	} else {
-		delete(out.Headers, HeaderNotBefore)
+		delete(out.Headers, headerNotBefore)
 	}
 	if perr := r.pub.Publish(ctx, out); perr != nil {
 		return fmt.Errorf("retrytopic: publish %q to %s: %w", msg.ID, topic, perr)

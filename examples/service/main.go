@@ -123,7 +123,7 @@ func run(ctx context.Context, o options, started func(*service)) error {
 	o.Stream, o.Subject = cmp.Or(o.Stream, "PAYMENTS"), cmp.Or(o.Subject, "payments.created")
 	pg, sqlite := strings.HasPrefix(o.DB, "postgres://") || strings.HasPrefix(o.DB, "postgresql://"), strings.HasPrefix(o.DB, "sqlite://")
 	if !pg && !sqlite {
-		return idem.InvalidOptionf("service: the database must be postgres://… or sqlite://…, not %q", o.DB)
+		return fmt.Errorf("%w: service: the database must be postgres://… or sqlite://…, not %q", idem.ErrInvalidOption, o.DB)
 	}
 	s := &service{Provider: fakeprovider.New(fakeprovider.Config{})}
 	if err := s.Provider.Start(); err != nil {

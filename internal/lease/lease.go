@@ -51,7 +51,7 @@ type Record struct {
 	Token      int64
 	LeaseUntil time.Time
 	// Same is true when the row was written for the same request or
-	// payload (idem.SameFingerprint).
+	// payload (fpmatch.Same).
 	Same bool
 	// Expired is true when the row outlived its retention: it is
 	// reclaimed as if it were absent, whatever its state.

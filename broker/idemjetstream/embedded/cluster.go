@@ -17,8 +17,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
 )
 
@@ -87,11 +87,11 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (_ *Cluster, err error
 	cfg.StartTimeout = cmp.Or(cfg.StartTimeout, 10*time.Second)
 	switch {
 	case cfg.Nodes < 3:
-		return nil, idem.InvalidOptionf("embedded: a cluster needs at least 3 nodes, not %d", cfg.Nodes)
+		return nil, checks.Optionf("embedded: a cluster needs at least 3 nodes, not %d", cfg.Nodes)
 	case !isLoopback(cfg.Host):
-		return nil, idem.InvalidOptionf("embedded: host %q is not a loopback address", cfg.Host)
+		return nil, checks.Optionf("embedded: host %q is not a loopback address", cfg.Host)
 	case cfg.StartTimeout < 0:
-		return nil, idem.InvalidOptionf("embedded: negative StartTimeout")
+		return nil, checks.Optionf("embedded: negative StartTimeout")
 	}
 	c := &Cluster{cfg: cfg, log: obs.Component(cfg.Logger, "broker/jetstream/embedded"), password: rand.Text()}
 	if cfg.DataDir == "" {

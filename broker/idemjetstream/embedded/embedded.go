@@ -32,8 +32,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
 )
 
@@ -88,10 +88,10 @@ func New(cfg Config) (*Server, error) {
 	cfg.ServerName = cmp.Or(cfg.ServerName, "idem-embedded")
 	cfg.StartTimeout = cmp.Or(cfg.StartTimeout, 10*time.Second)
 	if !isLoopback(cfg.Host) {
-		return nil, idem.InvalidOptionf("embedded: host %q is not a loopback address", cfg.Host)
+		return nil, checks.Optionf("embedded: host %q is not a loopback address", cfg.Host)
 	}
 	if cfg.Port < 0 || cfg.Port > 65535 || cfg.MaxStore < 0 || cfg.MaxMemory < 0 || cfg.StartTimeout < 0 {
-		return nil, idem.InvalidOptionf("embedded: bad port, limits or timeout")
+		return nil, checks.Optionf("embedded: bad port, limits or timeout")
 	}
 	s := &Server{cfg: cfg, log: obs.Component(cfg.Logger, "broker/jetstream/embedded"), password: rand.Text()}
 	if cfg.DataDir == "" {

@@ -58,6 +58,7 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemmetrics"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/outbox"
@@ -88,7 +89,7 @@ func ParseRole(s string) (Role, error) {
 			return r, nil
 		}
 	}
-	return "", idem.InvalidOptionf("boxoffice: unknown role %q (want one of api, relay, notification, billing, search, effects)", s)
+	return "", checks.Optionf("boxoffice: unknown role %q (want one of api, relay, notification, billing, search, effects)", s)
 }
 
 // Hooks let drills inject faults into the real components. All are
@@ -233,7 +234,7 @@ type counters struct {
 // store/sqlstore); the consumers' handlers and the *Tx methods take it.
 func New[TTx any](ctx context.Context, db store.Driver[TTx], cfg Config) (*System[TTx], error) {
 	if db == nil {
-		return nil, idem.InvalidOptionf("boxoffice: the database driver is required")
+		return nil, checks.Optionf("boxoffice: the database driver is required")
 	}
 	if len(cfg.Roles) == 0 {
 		cfg.Roles = AllRoles
@@ -271,13 +272,13 @@ func New[TTx any](ctx context.Context, db store.Driver[TTx], cfg Config) (*Syste
 	}
 	switch {
 	case cfg.Seats < 0 || cfg.Relays < 0 || cfg.ConsumerInstances < 0 || cfg.Batch < 0 || cfg.MaxAttempts < 0 || cfg.EffectConcurrency < 0:
-		return nil, idem.InvalidOptionf("boxoffice: negative Seats, Relays, ConsumerInstances, Batch, MaxAttempts or EffectConcurrency")
+		return nil, checks.Optionf("boxoffice: negative Seats, Relays, ConsumerInstances, Batch, MaxAttempts or EffectConcurrency")
 	case cfg.Broker == nil && (roles[RoleRelay] || roles[RoleNotification] || roles[RoleBilling] || roles[RoleSearch]):
-		return nil, idem.InvalidOptionf("boxoffice: Config.Broker is required for the relay and the consumers")
+		return nil, checks.Optionf("boxoffice: Config.Broker is required for the relay and the consumers")
 	case cfg.ProviderURL == "" && roles[RoleEffects]:
-		return nil, idem.InvalidOptionf("boxoffice: Config.ProviderURL is required for the effect worker")
+		return nil, checks.Optionf("boxoffice: Config.ProviderURL is required for the effect worker")
 	case len(cfg.WebhookSecrets) == 0 && roles[RoleAPI]:
-		return nil, idem.InvalidOptionf("boxoffice: Config.WebhookSecrets is required for the API")
+		return nil, checks.Optionf("boxoffice: Config.WebhookSecrets is required for the API")
 	}
 	if err := migrate.Up(ctx, db); err != nil {
 		return nil, fmt.Errorf("boxoffice: migrate idem tables: %w", err)

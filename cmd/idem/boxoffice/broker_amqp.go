@@ -7,10 +7,10 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/broker/idemamqp"
 	"github.com/idemkit/idem/horizon"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // DefaultAMQPExchange is the exchange the reference system publishes to on
@@ -60,7 +60,7 @@ type AMQPBroker struct {
 // DialAMQP checks the server and declares the queues of cfg.Durables.
 func DialAMQP(_ context.Context, cfg AMQPConfig) (*AMQPBroker, error) {
 	if cfg.URL == "" {
-		return nil, idem.InvalidOptionf("boxoffice: the AMQP URL is required")
+		return nil, checks.Optionf("boxoffice: the AMQP URL is required")
 	}
 	cfg.Subject = cmp.Or(cfg.Subject, Subject)
 	cfg.Exchange = cmp.Or(cfg.Exchange, DefaultAMQPExchange)

@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/broker/idemkafka"
 	"github.com/idemkit/idem/horizon"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // KafkaConfig configures [DialKafka].
@@ -65,7 +66,7 @@ type KafkaBroker struct {
 // partitions, replication and retention) unless it exists.
 func DialKafka(ctx context.Context, cfg KafkaConfig) (*KafkaBroker, error) {
 	if len(cfg.Brokers) == 0 {
-		return nil, idem.InvalidOptionf("boxoffice: Kafka brokers are required")
+		return nil, checks.Optionf("boxoffice: Kafka brokers are required")
 	}
 	cfg.Topic = cmp.Or(cfg.Topic, Subject)
 	cfg.Partitions = cmp.Or(cfg.Partitions, 3)

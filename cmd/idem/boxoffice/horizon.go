@@ -64,7 +64,8 @@ func (s *System[TTx]) Horizons(ctx context.Context) (horizon.System, error) {
 		}
 		h.Consumers = append(h.Consumers, horizon.Consumer{Name: c, Stream: st, InboxRetention: s.inbox.RetentionOf(c)})
 	}
-	h.Webhooks = []horizon.WebhookSource{{Name: WebhookSource + " (Standard Webhooks)", SenderRetry: webhook.StandardWebhooksRetrySpan,
+	senderRetry, _ := webhook.SenderRetrySpan("standard")
+	h.Webhooks = []horizon.WebhookSource{{Name: WebhookSource + " (Standard Webhooks)", SenderRetry: senderRetry,
 		Retention: s.inbox.RetentionOf("webhook:" + WebhookSource)}}
 	// The worker's span: every backoff ceiling (FullJitter(RetryBase,
 	// RetryMax)) plus one lease per attempt (a crashed call is re-sent after

@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker/idemjetstream/embedded"
 	"github.com/idemkit/idem/cmd/idem/internal/dsn"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store"
@@ -157,19 +157,19 @@ func openBroker(ctx context.Context, opts *Options, cfg *Config, closers *[]func
 	}
 	switch {
 	case kind != BrokerNATS && kind != BrokerKafka && kind != BrokerRabbitMQ:
-		return "", idem.InvalidOptionf("boxoffice: unknown broker %q (want nats, kafka or rabbitmq)", kind)
+		return "", checks.Optionf("boxoffice: unknown broker %q (want nats, kafka or rabbitmq)", kind)
 	case kind != BrokerNATS && opts.NATSURL != "":
-		return "", idem.InvalidOptionf("boxoffice: a NATS URL is for the nats broker, not %s", kind)
+		return "", checks.Optionf("boxoffice: a NATS URL is for the nats broker, not %s", kind)
 	case kind != BrokerKafka && len(opts.Kafka) > 0:
-		return "", idem.InvalidOptionf("boxoffice: Kafka brokers are for the kafka broker, not %s", kind)
+		return "", checks.Optionf("boxoffice: Kafka brokers are for the kafka broker, not %s", kind)
 	case kind != BrokerRabbitMQ && opts.AMQPURL != "":
-		return "", idem.InvalidOptionf("boxoffice: an AMQP URL is for the rabbitmq broker, not %s", kind)
+		return "", checks.Optionf("boxoffice: an AMQP URL is for the rabbitmq broker, not %s", kind)
 	case kind == BrokerRabbitMQ && opts.AMQPURL == "" && needsBroker(cfg.Roles):
-		return "", idem.InvalidOptionf("boxoffice: the rabbitmq broker needs an AMQP URL (amqp://user:pass@host:5672/)")
+		return "", checks.Optionf("boxoffice: the rabbitmq broker needs an AMQP URL (amqp://user:pass@host:5672/)")
 	}
 	if opts.AMQPURL != "" {
 		if b, err := dsn.ParseBroker(opts.AMQPURL); err != nil || b.Kind != dsn.AMQP {
-			return "", idem.InvalidOptionf("boxoffice: the AMQP URL must be amqp://… or amqps://…")
+			return "", checks.Optionf("boxoffice: the AMQP URL must be amqp://… or amqps://…")
 		}
 	}
 	switch kind {
@@ -209,7 +209,7 @@ func openBroker(ctx context.Context, opts *Options, cfg *Config, closers *[]func
 	natsURL := opts.NATSURL
 	if natsURL != "" {
 		if b, err := dsn.ParseBroker(natsURL); err != nil || b.Kind != dsn.NATS {
-			return "", idem.InvalidOptionf("boxoffice: the broker URL must be nats://… or tls://… (NATS JetStream)")
+			return "", checks.Optionf("boxoffice: the broker URL must be nats://… or tls://… (NATS JetStream)")
 		}
 	}
 	if natsURL == "" && needsBroker(cfg.Roles) {

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/saga"
 	"github.com/idemkit/idem/store"
@@ -255,7 +256,7 @@ func (s *System[TTx]) getPaidOrder(ctx context.Context, q store.Querier, tenant,
 func (s *System[TTx]) createPaidOrder(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	key := r.Header.Get("Idempotency-Key")
-	if err := idem.ValidateID(key); err != nil || len(key) > 128 {
+	if err := checks.ID(key); err != nil || len(key) > 128 {
 		writeProblem(w, http.StatusBadRequest, ProblemInvalidRequest, "Invalid paid order", "send an Idempotency-Key of 1-128 printable bytes")
 		return
 	}

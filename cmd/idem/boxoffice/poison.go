@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -28,7 +29,7 @@ const PoisonEventID = "demo-poison"
 // It returns the published message.
 func (s *System[TTx]) PublishPoison(ctx context.Context) (idem.Message, error) {
 	if s.cfg.Broker == nil {
-		return idem.Message{}, idem.InvalidOptionf("boxoffice: no broker to publish to")
+		return idem.Message{}, checks.Optionf("boxoffice: no broker to publish to")
 	}
 	u, err := uuid.NewV7()
 	if err != nil {

@@ -62,6 +62,7 @@ import (
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/sqlmeta"
 	"github.com/idemkit/idem/outbox"
@@ -136,14 +137,14 @@ type Console[TTx any] struct {
 // (including 0006_audit for the audit log).
 func New[TTx any](d store.Driver[TTx], cfg Config) (*Console[TTx], error) {
 	if d == nil {
-		return nil, idem.InvalidOptionf("console: nil driver")
+		return nil, checks.Optionf("console: nil driver")
 	}
 	if len(cfg.Token) < MinTokenLen {
-		return nil, idem.InvalidOptionf("console: Config.Token is required, at least %d characters", MinTokenLen)
+		return nil, checks.Optionf("console: Config.Token is required, at least %d characters", MinTokenLen)
 	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, "/console")
 	if !strings.HasPrefix(cfg.Prefix, "/") || strings.HasSuffix(cfg.Prefix, "/") {
-		return nil, idem.InvalidOptionf("console: Config.Prefix %q must start with / and not end with /", cfg.Prefix)
+		return nil, checks.Optionf("console: Config.Prefix %q must start with / and not end with /", cfg.Prefix)
 	}
 	cfg.SampleInterval = cmp.Or(cfg.SampleInterval, 15*time.Second)
 	if cfg.Now == nil {

@@ -14,7 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // Route puts the Idempotency-Key contract on one upstream route.
@@ -51,7 +51,7 @@ type Route struct {
 	Lease time.Duration
 	// ExpiredPolicy is idem.Retake ("re-execute", the default) or
 	// idem.Hold.
-	ExpiredPolicy idemhttp.ExpiredPolicy
+	ExpiredPolicy idem.ExpiredLease
 	// ReplayHeaders are the response headers stored and replayed (default
 	// Content-Type and Location).
 	ReplayHeaders []string
@@ -104,13 +104,13 @@ func ParseRoute(s string) (Route, error) {
 	case 2:
 		method, path = fields[0], fields[1]
 	default:
-		return r, idem.InvalidOptionf("route %q: want \"METHOD /path\" or \"METHOD /path exact\", e.g. \"POST /orders\"", s)
+		return r, checks.Optionf("route %q: want \"METHOD /path\" or \"METHOD /path exact\", e.g. \"POST /orders\"", s)
 	}
 	if method != "" && (method != strings.ToUpper(method) || strings.ContainsAny(method, "/ \t")) {
-		return r, idem.InvalidOptionf("route %q: the method must be upper case, e.g. \"POST /orders\"", s)
+		return r, checks.Optionf("route %q: the method must be upper case, e.g. \"POST /orders\"", s)
 	}
 	if !strings.HasPrefix(path, "/") {
-		return r, idem.InvalidOptionf("route %q: want \"METHOD /path\", e.g. \"POST /orders\"", s)
+		return r, checks.Optionf("route %q: want \"METHOD /path\", e.g. \"POST /orders\"", s)
 	}
 	r.Method, r.Path = method, path
 	return r, nil
@@ -198,36 +198,36 @@ func LoadConfig(path string, getenv func(string) string) (FileConfig, []Route, e
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fc, nil, idem.InvalidOptionf("config: %v", err)
+		return fc, nil, checks.Optionf("config: %v", err)
 	}
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".json":
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&fc); err != nil {
-			return fc, nil, idem.InvalidOptionf("config %s: %v", path, err)
+			return fc, nil, checks.Optionf("config %s: %v", path, err)
 		}
 	case ".yaml", ".yml":
 		dec := yaml.NewDecoder(bytes.NewReader(b))
 		dec.KnownFields(true)
 		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-			return fc, nil, idem.InvalidOptionf("config %s: %v", path, err)
+			return fc, nil, checks.Optionf("config %s: %v", path, err)
 		}
 	default:
-		return fc, nil, idem.InvalidOptionf("config %s: want a .json, .yaml or .yml file", path)
+		return fc, nil, checks.Optionf("config %s: want a .json, .yaml or .yml file", path)
 	}
 	dir := filepath.Dir(path)
 	var def TenantSource
 	if fc.Tenant != nil {
 		if def, err = fc.Tenant.source(dir, getenv); err != nil {
-			return fc, nil, idem.InvalidOptionf("config %s: tenant: %v", path, err)
+			return fc, nil, checks.Optionf("config %s: tenant: %v", path, err)
 		}
 	}
 	routes := make([]Route, 0, len(fc.Routes))
 	for i, fr := range fc.Routes {
 		r, err := fr.route(dir, def, getenv)
 		if err != nil {
-			return fc, nil, idem.InvalidOptionf("config %s: routes[%d]: %v", path, i, err)
+			return fc, nil, checks.Optionf("config %s: routes[%d]: %v", path, i, err)
 		}
 		routes = append(routes, r)
 	}
@@ -283,20 +283,20 @@ func (fr FileRoute) route(dir string, def TenantSource, getenv func(string) stri
 
 // ParsePolicy parses an expired-lease policy: "re-execute" (also "") or
 // "hold".
-func ParsePolicy(s string) (idemhttp.ExpiredPolicy, error) {
+func ParsePolicy(s string) (idem.ExpiredLease, error) {
 	switch s {
 	case "", "re-execute", "reexecute":
 		return idem.Retake, nil
 	case "hold":
 		return idem.Hold, nil
 	}
-	return 0, idem.InvalidOptionf("expired_lease %q: want re-execute or hold", s)
+	return 0, checks.Optionf("expired_lease %q: want re-execute or hold", s)
 }
 
 // PolicyName is the proxy's name of an expired-lease policy, as
 // [ParsePolicy] reads it and the proxy's answers and messages print it:
 // "re-execute" for idem.Retake, "hold" for idem.Hold.
-func PolicyName(p idemhttp.ExpiredPolicy) string {
+func PolicyName(p idem.ExpiredLease) string {
 	if p == idem.Retake {
 		return "re-execute"
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/idemproxy"
-	"github.com/idemkit/idem/idemhttp"
 )
 
 func writeFile(t *testing.T, name, body string) string {
@@ -53,7 +52,7 @@ routes:
 		r := routes[0]
 		if r.Method != "POST" || r.Path != "/orders" || r.Operation != "orders.create" || !r.Optional ||
 			r.Tenant.Header != "X-Tenant-ID" || r.Retention != 48*time.Hour || r.Lease != 5*time.Second ||
-			r.ExpiredPolicy != idemhttp.Hold || r.WaitForInFlight != 2*time.Second ||
+			r.ExpiredPolicy != idem.Hold || r.WaitForInFlight != 2*time.Second ||
 			strings.Join(r.ExcludeFields, ",") != "meta.t" || strings.Join(r.ExcludeQuery, ",") != "_" ||
 			strings.Join(r.FingerprintHeaders, ",") != "X-Api-Version" || strings.Join(r.ReplayHeaders, ",") != "Content-Type" {
 			t.Fatalf("%s: route %+v", f, r)
@@ -114,7 +113,7 @@ func TestSampleConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fc.Upstream == "" || len(routes) != 2 || routes[0].Operation != "orders.create" || routes[0].ExpiredPolicy != idemhttp.Hold ||
+	if fc.Upstream == "" || len(routes) != 2 || routes[0].Operation != "orders.create" || routes[0].ExpiredPolicy != idem.Hold ||
 		routes[0].Tenant.Header != "X-Tenant-ID" || routes[1].Path != "/orders/{id}/refund" {
 		t.Fatalf("sample config: %+v %+v", fc, routes)
 	}

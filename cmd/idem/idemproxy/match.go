@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // routeEntry is one configured route as the proxy serves it.
@@ -50,7 +50,7 @@ func (v *variants) add(rt Route, e *routeEntry, slash bool) error {
 	}
 	pat := withMethod(rt.Method, lp)
 	if err := register(v.mux, pat, http.NotFoundHandler()); err != nil {
-		return idem.InvalidOptionf("idemproxy: route %q: its path variants (%s) overlap another route's: give one of them exact path matching (%v)",
+		return checks.Optionf("idemproxy: route %q: its path variants (%s) overlap another route's: give one of them exact path matching (%v)",
 			rt.pattern(), pat, err)
 	}
 	v.entries[pat] = e

@@ -64,6 +64,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/problem"
@@ -165,7 +166,7 @@ type Proxy struct {
 // idem.ErrInvalidOption.
 func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
 	if cfg.Upstream == nil || cfg.Upstream.Host == "" || (cfg.Upstream.Scheme != "http" && cfg.Upstream.Scheme != "https") {
-		return nil, idem.InvalidOptionf("idemproxy: Upstream must be an http:// or https:// URL with a host")
+		return nil, checks.Optionf("idemproxy: Upstream must be an http:// or https:// URL with a host")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -247,7 +248,7 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Proxy, error) {
 func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = idem.InvalidOptionf("idemproxy: route %q: %v", pattern, v)
+			err = checks.Optionf("idemproxy: route %q: %v", pattern, v)
 		}
 	}()
 	mux.Handle(pattern, h)
@@ -287,7 +288,7 @@ func buildRoute[TTx any](p *Proxy, d store.Driver[TTx], cfg Config, rt Route) (h
 	var gate *jwtVerifier
 	switch {
 	case rt.Tenant.Header != "" && rt.Tenant.JWT != nil:
-		return nil, idem.InvalidOptionf("idemproxy: route %q: tenant from a header or a JWT, not both", rt.pattern())
+		return nil, checks.Optionf("idemproxy: route %q: tenant from a header or a JWT, not both", rt.pattern())
 	case rt.Tenant.Header != "":
 		h := rt.Tenant.Header
 		scope = append(scope, h)
@@ -301,7 +302,7 @@ func buildRoute[TTx any](p *Proxy, d store.Driver[TTx], cfg Config, rt Route) (h
 	case rt.Tenant.JWT != nil:
 		v, err := rt.Tenant.JWT.verifier()
 		if err != nil {
-			return nil, idem.InvalidOptionf("idemproxy: route %q: %v", rt.pattern(), err)
+			return nil, checks.Optionf("idemproxy: route %q: %v", rt.pattern(), err)
 		}
 		gate, tenant = v, v.verifiedTenant
 		scope = append(scope, v.cfg.Header)
@@ -310,7 +311,7 @@ func buildRoute[TTx any](p *Proxy, d store.Driver[TTx], cfg Config, rt Route) (h
 	}
 	for _, h := range scope {
 		if isHopByHop(h) {
-			return nil, idem.InvalidOptionf("idemproxy: route %q: %s is a hop-by-hop header: it never reaches the upstream, so it cannot scope or fingerprint a request", rt.pattern(), h)
+			return nil, checks.Optionf("idemproxy: route %q: %s is a hop-by-hop header: it never reaches the upstream, so it cannot scope or fingerprint a request", rt.pattern(), h)
 		}
 	}
 	hc := idemhttp.Config{
@@ -361,7 +362,7 @@ func notReplayable(out *http.Request) {
 
 // attempt is what the proxy learns about one upstream call.
 type attempt struct {
-	policy idemhttp.ExpiredPolicy
+	policy idem.ExpiredLease
 	sent   atomic.Bool // the request headers reached the connection
 }
 
@@ -377,7 +378,7 @@ type forwardedKey struct{}
 // not follow the client's cancellation (a client that gives up must not
 // leave an unknown outcome behind: the answer is recorded for its retry);
 // it ends with the lease (the middleware's deadline) or with Close.
-func (p *Proxy) forward(policy idemhttp.ExpiredPolicy) http.Handler {
+func (p *Proxy) forward(policy idem.ExpiredLease) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		at := &attempt{policy: policy}
 		ctx := r.Context()
@@ -439,7 +440,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		prob.Type, prob.Status, prob.Title = TypeUpstreamUnavailable, http.StatusBadGateway, "The upstream is unavailable"
 		prob.Detail = "the request was not sent; nothing was recorded"
 	}
-	keep := sent && prob.Key != "" && (kind != "shutdown" || at.policy == idemhttp.Hold)
+	keep := sent && prob.Key != "" && (kind != "shutdown" || at.policy == idem.Hold)
 	if keep {
 		idemhttp.KeepPending(ctx)
 		prob.Detail = "the request reached the upstream but its outcome is unknown; nothing was recorded, and after the key's lease the " +

@@ -14,7 +14,7 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-func ordersRoute(policy idemhttp.ExpiredPolicy) idemproxy.Route {
+func ordersRoute(policy idem.ExpiredLease) idemproxy.Route {
 	return idemproxy.Route{Method: "POST", Path: "/orders", Operation: "orders.create",
 		Tenant: idemproxy.TenantSource{Header: "X-Tenant-ID"}, ExpiredPolicy: policy}
 }
@@ -89,7 +89,7 @@ func TestProxyUpstream500NotStored(t *testing.T) {
 func TestProxyConnectionRefused(t *testing.T) {
 	port := freePort(t)
 	d := testdb.SQLite(t)
-	p := startProxy(t, d, "http://127.0.0.1:"+itoa(port), idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idemhttp.Hold)}})
+	p := startProxy(t, d, "http://127.0.0.1:"+itoa(port), idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idem.Hold)}})
 	a := send(t, p.URL, call{key: "k", tenant: "acme", body: `{}`})
 	wantStatus(t, a, 502)
 	if a.header.Get("Content-Type") != "application/problem+json" || !strings.Contains(a.body, idemproxy.TypeUpstreamUnavailable) {
@@ -109,7 +109,7 @@ func TestProxyConnectionRefused(t *testing.T) {
 // nothing is recorded, the key stays pending through its lease, and then
 // the policy is observed: re-executed once, or held for an operator.
 func TestProxyUpstreamKilledMidRequest(t *testing.T) {
-	for _, policy := range []idemhttp.ExpiredPolicy{idem.Retake, idemhttp.Hold} {
+	for _, policy := range []idem.ExpiredLease{idem.Retake, idem.Hold} {
 		t.Run(policy.String(), func(t *testing.T) {
 			port := freePort(t)
 			up := nodeUpstream(t, port)
@@ -153,7 +153,7 @@ func TestProxyUpstreamKilledMidRequest(t *testing.T) {
 				if replay.header.Get("Idempotent-Replayed") != "true" || replay.body != after.body {
 					t.Fatal("the re-executed answer was not replayed")
 				}
-			case idemhttp.Hold:
+			case idem.Hold:
 				wantStatus(t, after, 409)
 				if !strings.Contains(after.body, idemhttp.TypeNeedsReconciliation) {
 					t.Fatalf("answer %q, want %s", after.body, idemhttp.TypeNeedsReconciliation)

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/idemproxy"
-	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -76,7 +76,7 @@ func TestProxyNeverResendsAKeyedRequest(t *testing.T) {
 	for _, body := range []string{`{"sku":"a"}`, ``} {
 		up := newBreakingUpstream(t)
 		d := testdb.SQLite(t)
-		p := startProxy(t, d, "http://"+up.ln.Addr().String(), idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idemhttp.Hold)}})
+		p := startProxy(t, d, "http://"+up.ln.Addr().String(), idemproxy.Config{Routes: []idemproxy.Route{ordersRoute(idem.Hold)}})
 		wantStatus(t, send(t, p.URL, call{key: "warm", tenant: "acme", body: body}), 201)
 		a := send(t, p.URL, call{key: "broken", tenant: "acme", body: body})
 		if a.status != 502 || !strings.Contains(a.body, idemproxy.TypeUpstreamOutcomeUnknown) {

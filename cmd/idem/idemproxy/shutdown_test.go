@@ -21,7 +21,7 @@ func TestProxyShutdown(t *testing.T) {
 	up := nodeUpstream(t, 0)
 	for _, c := range []struct {
 		name    string
-		policy  idemhttp.ExpiredPolicy
+		policy  idem.ExpiredLease
 		delayMs string
 		grace   time.Duration
 		status  int
@@ -29,7 +29,7 @@ func TestProxyShutdown(t *testing.T) {
 	}{
 		{"finishes", idem.Retake, "300", 20 * time.Second, 201, idemhttp.StateCompleted},
 		{"releases", idem.Retake, "60000", 200 * time.Millisecond, 503, ""},
-		{"holds", idemhttp.Hold, "60000", 200 * time.Millisecond, 503, idemhttp.StateInProgress},
+		{"holds", idem.Hold, "60000", 200 * time.Millisecond, 503, idemhttp.StateInProgress},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := testdb.SQLite(t)

@@ -13,10 +13,10 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/idemkit/idem"
 	bjs "github.com/idemkit/idem/broker/idemjetstream"
 	"github.com/idemkit/idem/cmd/idem/boxoffice"
 	"github.com/idemkit/idem/cmd/idem/internal/dsn"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/redact"
 )
 
@@ -41,22 +41,22 @@ func (c *Config) brokerOptions() error {
 	b := c.broker()
 	switch {
 	case c.NATSURL != "" && b != brokerNATS:
-		return idem.InvalidOptionf("drill: --nats is for --broker nats, not %s", b)
+		return checks.Optionf("drill: --nats is for --broker nats, not %s", b)
 	case len(c.Kafka) > 0 && b != brokerKafka:
-		return idem.InvalidOptionf("drill: --kafka is for --broker kafka, not %s", b)
+		return checks.Optionf("drill: --kafka is for --broker kafka, not %s", b)
 	case c.AMQPURL != "" && b != brokerRabbitMQ:
-		return idem.InvalidOptionf("drill: --amqp is for --broker rabbitmq, not %s", b)
+		return checks.Optionf("drill: --amqp is for --broker rabbitmq, not %s", b)
 	case b == brokerRabbitMQ && c.AMQPURL == "":
-		return idem.InvalidOptionf("drill: --broker rabbitmq needs --amqp amqp://user:pass@host:5672/")
+		return checks.Optionf("drill: --broker rabbitmq needs --amqp amqp://user:pass@host:5672/")
 	}
 	for _, s := range c.Kafka {
 		if h := strings.TrimSpace(s); h == "" || !strings.Contains(h, ":") {
-			return idem.InvalidOptionf("drill: --kafka wants host:port[,host:port…]")
+			return checks.Optionf("drill: --kafka wants host:port[,host:port…]")
 		}
 	}
 	if c.AMQPURL != "" {
 		if u, err := dsn.ParseBroker(c.AMQPURL); err != nil || u.Kind != dsn.AMQP {
-			return idem.InvalidOptionf("drill: --amqp must be an amqp:// or amqps:// URL")
+			return checks.Optionf("drill: --amqp must be an amqp:// or amqps:// URL")
 		}
 	}
 	return nil

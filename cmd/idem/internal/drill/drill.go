@@ -93,7 +93,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/checks"
 )
 
 // Config configures a drill run.
@@ -174,25 +174,25 @@ func (c *Config) defaults() error {
 	}
 	switch {
 	case c.Orders < 1:
-		return idem.InvalidOptionf("drill: --orders must be at least 1")
+		return checks.Optionf("drill: --orders must be at least 1")
 	case c.Duplicates < 0 || c.Duplicates > 1:
-		return idem.InvalidOptionf("drill: --duplicates must be in [0, 1]")
+		return checks.Optionf("drill: --duplicates must be in [0, 1]")
 	case c.Crash < 0 || c.Crash > 1:
-		return idem.InvalidOptionf("drill: --crash must be in [0, 1]")
+		return checks.Optionf("drill: --crash must be in [0, 1]")
 	case c.Workers < 1:
-		return idem.InvalidOptionf("drill: --workers must be at least 1")
+		return checks.Optionf("drill: --workers must be at least 1")
 	case c.Broker != "" && c.Broker != "nats" && c.Broker != "kafka" && c.Broker != "rabbitmq":
-		return idem.InvalidOptionf("drill: unknown --broker %q (want nats, kafka or rabbitmq)", c.Broker)
+		return checks.Optionf("drill: unknown --broker %q (want nats, kafka or rabbitmq)", c.Broker)
 	case c.NATSCluster != 0 && c.NATSCluster < 3:
-		return idem.InvalidOptionf("drill: --nats-cluster must be at least 3 (a JetStream cluster needs a quorum)")
+		return checks.Optionf("drill: --nats-cluster must be at least 3 (a JetStream cluster needs a quorum)")
 	case c.NATSCluster != 0 && (c.NATSURL != "" || (c.Broker != "" && c.Broker != "nats")):
-		return idem.InvalidOptionf("drill: --nats-cluster runs its own embedded cluster: it excludes --nats and --broker kafka|rabbitmq")
+		return checks.Optionf("drill: --nats-cluster runs its own embedded cluster: it excludes --nats and --broker kafka|rabbitmq")
 	}
 	if err := c.brokerOptions(); err != nil {
 		return err
 	}
 	if c.DatabaseURL != "" && !ValidDatabaseURL(c.DatabaseURL) {
-		return idem.InvalidOptionf("drill: --db must be a postgres:// or mysql:// URL (the default is a fresh SQLite file per scenario)")
+		return checks.Optionf("drill: --db must be a postgres:// or mysql:// URL (the default is a fresh SQLite file per scenario)")
 	}
 	return nil
 }
@@ -302,7 +302,7 @@ func (c *Config) chosen() ([]scenario, error) {
 	for _, name := range c.Scenarios {
 		i := slices.IndexFunc(all, func(s scenario) bool { return s.name == name })
 		if i < 0 {
-			return nil, idem.InvalidOptionf("drill: unknown scenario %q (have %s)", name, strings.Join(Names(), ", "))
+			return nil, checks.Optionf("drill: unknown scenario %q (have %s)", name, strings.Join(Names(), ", "))
 		}
 		chosen = append(chosen, all[i])
 	}

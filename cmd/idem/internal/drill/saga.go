@@ -1,7 +1,6 @@
 package drill
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -143,12 +142,12 @@ func (e *env) checkSagas(ctx context.Context) (sagaCheck, error) {
 }
 
 // refusedLateCalls counts the saga actions the barrier refused (their
-// effects completed with saga.RefusedResult). Only the final check asks:
+// effects completed with the result {"saga":"refused"}). Only the final check asks:
 // it lists the completed effects, while the settle loop's checks need
 // only the open ones.
 func (e *env) refusedLateCalls(ctx context.Context) (int64, error) {
 	refused, err := e.effects(ctx, func(ef effect.Effect) bool {
-		return strings.HasPrefix(ef.Kind, "saga:") && strings.HasSuffix(ef.Kind, ":do") && bytes.Equal(ef.Result, saga.RefusedResult)
+		return strings.HasPrefix(ef.Kind, "saga:") && strings.HasSuffix(ef.Kind, ":do") && string(ef.Result) == `{"saga":"refused"}`
 	}, effect.Completed)
 	return int64(len(refused)), err
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/idemmetrics"
+	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -135,7 +136,7 @@ func testNoID[TTx any](t *testing.T, d store.Driver[TTx], b noIDBroker, batch in
 		t.Fatalf("letters = %+v, %v; want exactly one", ls, err)
 	}
 	l := ls[0]
-	if err := idem.ValidateID(l.MessageID); err != nil || !strings.HasPrefix(l.MessageID, "no-id:") {
+	if err := checks.ID(l.MessageID); err != nil || !strings.HasPrefix(l.MessageID, "no-id:") {
 		t.Errorf("letter message id %q (%v), want a valid synthesized no-id:… id", l.MessageID, err)
 	}
 	if want := "no-id:" + b.subject + "@" + b.position(1); len(want) <= idem.MaxKeyLen && l.MessageID != want {

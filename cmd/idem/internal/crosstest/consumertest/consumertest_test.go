@@ -21,6 +21,7 @@ import (
 	"github.com/idemkit/idem/broker/idemkafka"
 	"github.com/idemkit/idem/broker/memory"
 	"github.com/idemkit/idem/consumer/consumertest"
+	"github.com/idemkit/idem/internal/origin"
 )
 
 // ackWait is every target's ack wait: an unacknowledged delivery comes
@@ -58,7 +59,7 @@ func TestSuiteMemory(t *testing.T) {
 				}
 				return s
 			},
-			Origin: map[string]string{broker.OriginSubject: "^" + regexp.QuoteMeta(subject) + "$", broker.OriginSeq: number},
+			Origin: map[string]string{origin.Subject: "^" + regexp.QuoteMeta(subject) + "$", origin.Seq: number},
 		}
 	}})
 }
@@ -121,10 +122,10 @@ func jetStreamTarget(url string) consumertest.Target {
 				return &connSubscriber{Subscriber: s, close: nc.Close}
 			},
 			Origin: map[string]string{
-				broker.OriginStream:    "^" + stream + "$",
-				broker.OriginStreamSeq: `^[1-9][0-9]*$`,
-				broker.OriginConsumer:  "^" + subscription + "$",
-				broker.OriginSubject:   "^" + regexp.QuoteMeta(subject) + "$",
+				origin.Stream:    "^" + stream + "$",
+				origin.StreamSeq: `^[1-9][0-9]*$`,
+				origin.Consumer:  "^" + subscription + "$",
+				origin.Subject:   "^" + regexp.QuoteMeta(subject) + "$",
 			},
 		}
 	}}
@@ -163,9 +164,9 @@ func TestSuiteKafka(t *testing.T) {
 				return s
 			},
 			Origin: map[string]string{
-				broker.OriginTopic:     "^" + topic + "$",
-				broker.OriginPartition: `^[0-2]$`,
-				broker.OriginOffset:    number,
+				origin.Topic:     "^" + topic + "$",
+				origin.Partition: `^[0-2]$`,
+				origin.Offset:    number,
 			},
 		}
 	}})
@@ -201,10 +202,10 @@ func TestSuiteRabbitMQ(t *testing.T) {
 				return s
 			},
 			Origin: map[string]string{
-				broker.OriginQueue:       "^" + regexp.QuoteMeta(queue) + "$",
-				broker.OriginDeliveryTag: `^[1-9][0-9]*$`,
-				broker.OriginExchange:    `^amq\.topic$`,
-				broker.OriginRoutingKey:  "^" + regexp.QuoteMeta(subject) + "$",
+				origin.Queue:       "^" + regexp.QuoteMeta(queue) + "$",
+				origin.DeliveryTag: `^[1-9][0-9]*$`,
+				origin.Exchange:    `^amq\.topic$`,
+				origin.RoutingKey:  "^" + regexp.QuoteMeta(subject) + "$",
 			},
 		}
 	}})

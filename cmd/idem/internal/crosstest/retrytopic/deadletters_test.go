@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/consumer/retrytopic"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/store"
 )
 
@@ -82,17 +83,17 @@ func testDeadLetters(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.R
 		if string(l.Payload) != `{"id":"`+id+`"}` || l.Key != "order-1" {
 			t.Errorf("%s: letter payload %q key %q", id, l.Payload, l.Key)
 		}
-		for k, v := range map[string]string{retrytopic.HeaderOriginalTopic: rg.topic, retrytopic.HeaderOriginalPosition: w.pos,
-			retrytopic.HeaderErrorClass: w.class} {
+		for k, v := range map[string]string{"idem-original-topic": rg.topic, "idem-original-position": w.pos,
+			"idem-error-class": w.class} {
 			if got := l.Headers[k]; got != v {
 				t.Errorf("%s: letter header %s = %q, want %q", id, k, got, v)
 			}
 		}
-		if rg.kafka && (l.Headers[retrytopic.HeaderOriginalPartition] != "0" || l.Headers[broker.OriginTopic] != r.DLT()) {
+		if rg.kafka && (l.Headers["idem-original-partition"] != "0" || l.Headers[origin.Topic] != r.DLT()) {
 			t.Errorf("%s: letter headers %v: want partition 0 and origin topic %s", id, l.Headers, r.DLT())
 		}
 		if !hasOrigin(l.Headers) {
-			t.Errorf("%s: letter headers %v carry no %s* coordinates of the dead-letter record", id, l.Headers, broker.OriginPrefix)
+			t.Errorf("%s: letter headers %v carry no %s* coordinates of the dead-letter record", id, l.Headers, origin.Prefix)
 		}
 	}
 	j.waitFor(t, time.Minute, "ok-1")
@@ -106,14 +107,14 @@ func testDeadLetters(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.R
 	p := letters["poison"][0]
 	dup := idem.Message{ID: "poison", Subject: r.DLT(), Key: p.Key, Payload: p.Payload, Headers: maps.Clone(p.Headers)}
 	for k := range dup.Headers {
-		if broker.IsOriginHeader(k) {
+		if origin.IsHeader(k) {
 			delete(dup.Headers, k)
 		}
 	}
 	dup.Headers[broker.HeaderRedrive] = "copy" // JetStream would drop a repeated message id
 	sentinel := idem.Message{ID: "dlt-sentinel", Subject: r.DLT(), Payload: []byte(`{}`),
-		Headers: map[string]string{retrytopic.HeaderOriginalTopic: rg.topic, retrytopic.HeaderErrorClass: "invalid_input",
-			retrytopic.HeaderErrorMessage: "bad"}}
+		Headers: map[string]string{"idem-original-topic": rg.topic, "idem-error-class": "invalid_input",
+			"idem-error-message": "bad"}}
 	if err := rg.pub.Publish(ctx, dup, sentinel); err != nil {
 		t.Fatal(err)
 	}
@@ -164,10 +165,10 @@ func testDeadLetters(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.R
 	}
 	if ls := letters["always"]; len(ls) != 2 || ls[0].ID != old.ID || ls[0].State != dlq.Redriven || ls[1].State != dlq.Parked {
 		t.Errorf("always after a failed redrive: %+v, want its redriven letter and a new parked one", ls)
-	} else if nl := ls[1]; nl.Position == old.Position || nl.Headers[retrytopic.HeaderOriginalPosition] != nl.Position ||
+	} else if nl := ls[1]; nl.Position == old.Position || nl.Headers["idem-original-position"] != nl.Position ||
 		nl.Source != rg.topic || nl.Attempts != 3 {
 		t.Errorf("always's new letter: source %q position %q (header %q) attempts %d; the first was at %q",
-			nl.Source, nl.Position, nl.Headers[retrytopic.HeaderOriginalPosition], nl.Attempts, old.Position)
+			nl.Source, nl.Position, nl.Headers["idem-original-position"], nl.Attempts, old.Position)
 	}
 	for id, ls := range letters {
 		if id != "always" && len(ls) != 1 {
@@ -178,7 +179,7 @@ func testDeadLetters(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.R
 
 func hasOrigin(h map[string]string) bool {
 	for k := range h {
-		if broker.IsOriginHeader(k) {
+		if origin.IsHeader(k) {
 			return true
 		}
 	}
@@ -218,7 +219,7 @@ func waitLetters(t *testing.T, s *dlq.Store[any], ids ...string) map[string][]dl
 
 func TestRecordedError(t *testing.T) {
 	for _, class := range []string{"permanent", "invalid_input", "fingerprint_mismatch", "timeout", "canceled", "panic", "transient"} {
-		err := retrytopic.RecordedError(map[string]string{retrytopic.HeaderErrorClass: class, retrytopic.HeaderErrorMessage: "boom"})
+		err := retrytopic.RecordedError(map[string]string{"idem-error-class": class, "idem-error-message": "boom"})
 		if got := idem.ErrorClass(err); got != class {
 			t.Errorf("class %s: ErrorClass = %s", class, got)
 		}
@@ -226,7 +227,7 @@ func TestRecordedError(t *testing.T) {
 			t.Errorf("class %s: text %q", class, err.Error())
 		}
 	}
-	if err := retrytopic.RecordedError(nil); idem.ErrorClass(err) != "transient" || !strings.Contains(err.Error(), retrytopic.HeaderErrorMessage) {
+	if err := retrytopic.RecordedError(nil); idem.ErrorClass(err) != "transient" || !strings.Contains(err.Error(), "idem-error-message") {
 		t.Errorf("no headers: %v (%s)", err, idem.ErrorClass(err))
 	}
 }
@@ -260,8 +261,8 @@ func testConcurrentCopies(t *testing.T, d store.Driver[any], rg *rig, r *retryto
 		for copyNo := range 2 {
 			id := fmt.Sprintf("poison-%d", i)
 			msgs = append(msgs, idem.Message{ID: id, Subject: r.DLT(), Key: "order-1", Payload: []byte(`{"id":"` + id + `"}`),
-				Headers: map[string]string{retrytopic.HeaderOriginalTopic: rg.topic, retrytopic.HeaderAttempt: "2",
-					retrytopic.HeaderErrorClass: "permanent", retrytopic.HeaderErrorMessage: "permanent: bad",
+				Headers: map[string]string{"idem-original-topic": rg.topic, "idem-attempt": "2",
+					"idem-error-class": "permanent", "idem-error-message": "permanent: bad",
 					broker.HeaderRedrive: fmt.Sprintf("copy-%d", copyNo)}})
 		}
 	}

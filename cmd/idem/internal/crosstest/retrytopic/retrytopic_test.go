@@ -462,7 +462,7 @@ func setupHandler[TTx any](t *testing.T, d store.Driver[TTx], rg *rig, r *retryt
 		if tp == r.DLT() {
 			return rg.subscribe(t, "billing-dlt", tp), nil
 		}
-		return rg.subscribe(t, "billing-retry-"+retrytopic.ShortDuration(delay), tp), nil
+		return rg.subscribe(t, retrytopic.RetryTopic("billing", delay), tp), nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -524,13 +524,13 @@ func testNonBlocking(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.R
 	// The record on the -retry-4s topic carries where it came from and why.
 	rec := rg.records(t, retry4s, 1)[0]
 	want := map[string]string{
-		retrytopic.HeaderOriginalTopic: rg.topic, retrytopic.HeaderOriginalPosition: rg.position(0),
-		retrytopic.HeaderAttempt: "2", retrytopic.HeaderErrorClass: "transient",
-		retrytopic.HeaderErrorMessage: "flaky: downstream 503 (attempt 2)",
-		"id":                          "flaky",
+		"idem-original-topic": rg.topic, "idem-original-position": rg.position(0),
+		"idem-attempt": "2", "idem-error-class": "transient",
+		"idem-error-message": "flaky: downstream 503 (attempt 2)",
+		"id":                 "flaky",
 	}
 	if rg.kafka {
-		want[retrytopic.HeaderOriginalPartition], want[retrytopic.HeaderOriginalOffset] = "0", "0"
+		want["idem-original-partition"], want["idem-original-offset"] = "0", "0"
 	}
 	for k, v := range want {
 		if got := rec.headers[k]; got != v {
@@ -540,9 +540,9 @@ func testNonBlocking(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.R
 	if rec.key != "order-1" {
 		t.Errorf("key %q, want order-1", rec.key)
 	}
-	due, err := time.Parse(time.RFC3339Nano, rec.headers[retrytopic.HeaderNotBefore])
+	due, err := time.Parse(time.RFC3339Nano, rec.headers["idem-retry-not-before"])
 	if err != nil || due.Before(first.at.Add(5*time.Second)) {
-		t.Errorf("%s = %v (%v), want at least 5s after the first attempt %v", retrytopic.HeaderNotBefore, due, err, first.at)
+		t.Errorf("%s = %v (%v), want at least 5s after the first attempt %v", "idem-retry-not-before", due, err, first.at)
 	}
 }
 
@@ -573,10 +573,10 @@ func testDLT(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.Retrier) 
 		byID[rec.headers["id"]] = rec
 	}
 	for id, want := range map[string]map[string]string{
-		"always": {retrytopic.HeaderOriginalTopic: rg.topic, retrytopic.HeaderOriginalPosition: rg.position(0), retrytopic.HeaderAttempt: "3",
-			retrytopic.HeaderErrorClass: "transient", retrytopic.HeaderErrorMessage: "always: downstream 503 (attempt 3)"},
-		"poison": {retrytopic.HeaderOriginalTopic: rg.topic, retrytopic.HeaderOriginalPosition: rg.position(1), retrytopic.HeaderAttempt: "1",
-			retrytopic.HeaderErrorClass: "permanent", retrytopic.HeaderErrorMessage: "permanent: poison: unknown event type"},
+		"always": {"idem-original-topic": rg.topic, "idem-original-position": rg.position(0), "idem-attempt": "3",
+			"idem-error-class": "transient", "idem-error-message": "always: downstream 503 (attempt 3)"},
+		"poison": {"idem-original-topic": rg.topic, "idem-original-position": rg.position(1), "idem-attempt": "1",
+			"idem-error-class": "permanent", "idem-error-message": "permanent: poison: unknown event type"},
 	} {
 		rec, ok := byID[id]
 		if !ok {
@@ -588,7 +588,7 @@ func testDLT(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.Retrier) 
 				t.Errorf("%s: dead-letter header %s = %q, want %q", id, k, got, v)
 			}
 		}
-		if nb := rec.headers[retrytopic.HeaderNotBefore]; nb != "" {
+		if nb := rec.headers["idem-retry-not-before"]; nb != "" {
 			t.Errorf("%s: a dead letter has no due time, got %q", id, nb)
 		}
 	}
@@ -610,7 +610,7 @@ func testDLT(t *testing.T, d store.Driver[any], rg *rig, r *retrytopic.Retrier) 
 	// it shows it was consumed.
 	stage := r.RetryTopics()[0]
 	copyOf := idem.Message{ID: "ok-1", Subject: stage, Key: "order-1", Payload: []byte(`{"id":"ok-1"}`),
-		Headers: map[string]string{retrytopic.HeaderAttempt: "1", broker.HeaderRedrive: "copy"}}
+		Headers: map[string]string{"idem-attempt": "1", broker.HeaderRedrive: "copy"}}
 	sentinel := idem.Message{ID: "sentinel", Subject: stage, Key: "order-1", Payload: []byte(`{}`)}
 	if err := rg.pub.Publish(context.Background(), copyOf, sentinel); err != nil {
 		t.Fatal(err)
