@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/internal/checks"
 	"log/slog"
 	"maps"
 	"time"
@@ -135,7 +136,7 @@ func (m *mw[TTx]) handle(msg *message.Message, h message.HandlerFunc) ([]*messag
 	}
 	for attempt := 1; ; attempt++ {
 		im.Attempt = attempt
-		err := idem.ValidateID(im.ID)
+		err := checks.ID(im.ID)
 		if err != nil {
 			err = idem.Permanent(fmt.Errorf("idemwatermill: message %s has no usable id: %w", msg.UUID, err))
 		} else {

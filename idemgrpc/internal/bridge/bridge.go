@@ -154,7 +154,7 @@ func New[TTx any](d store.Driver[TTx], o Options) (*Engine, error) {
 	}
 	retry := cfg.RetryAfter
 	if retry <= 0 {
-		retry = idemhttp.DefaultRetryAfter
+		retry = time.Second // idemhttp.Config.RetryAfter's default
 	}
 	e := &Engine{storeCode: storeCode, retry: retry}
 	e.h = mw.Handler(http.HandlerFunc(e.inner))
