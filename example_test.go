@@ -66,7 +66,7 @@ func Example() {
 	relay, _ := outbox.NewRelay(d, b.Publisher(), outbox.RelayConfig{PollInterval: 20 * time.Millisecond, Logger: quiet})
 	sub, _ := b.Subscribe("orders", "billing")
 	ib, _ := inbox.New(d, inbox.Config{})
-	billing, _ := consumer.New(d, ib, sub, consumer.Config[*sql.Tx]{
+	billing, _ := consumer.New(ib, sub, consumer.Config[*sql.Tx]{
 		Name: "billing", FetchWait: 20 * time.Millisecond, Logger: quiet,
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO invoices VALUES ($1)`, string(msg.Payload))

@@ -17,7 +17,7 @@ import (
 )
 
 // *idemmetrics.Metrics is the worker's Observer.
-var _ effect.Observer = (*idemmetrics.Metrics)(nil)
+var _ idem.Observer = (*idemmetrics.Metrics)(nil)
 
 // An effect whose first call reached the provider but whose answer was lost
 // is retried with the same key; once that key is older than the provider's
@@ -37,7 +37,7 @@ func TestKeyLifetimeHoldsInsteadOfCalling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := fastWorker(t, l, effect.WorkerConfig[any]{Metrics: m, Backoff: func(int) time.Duration { return time.Minute }})
+		w := fastWorker(t, l, effect.WorkerConfig[any]{Observer: m, Backoff: func(int) time.Duration { return time.Minute }})
 		if err := w.Register("charge", c.Send, effect.WithKeyLifetime(24*time.Hour)); err != nil {
 			t.Fatal(err)
 		}

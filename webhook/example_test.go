@@ -31,7 +31,7 @@ func ExampleNewReceiver() {
 
 	verifier, _ := webhook.NewStandard(webhook.StandardConfig{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}})
 	ib, _ := inbox.New(d, inbox.Config{})
-	receiver, _ := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{
+	receiver, _ := webhook.NewReceiver(ib, webhook.ReceiverConfig[*sql.Tx]{
 		Source:   "billing",
 		Verifier: verifier,
 		EnqueueTx: func(ctx context.Context, tx *sql.Tx, del webhook.Delivery, body []byte) error {

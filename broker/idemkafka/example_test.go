@@ -69,7 +69,7 @@ func Example() {
 	defer sub.Close()
 	ib, _ := inbox.New(d, inbox.Config{})
 	letters, _ := dlq.New(d, dlq.Config{})
-	c, err := consumer.New(d, ib, sub, consumer.Config[*sql.Tx]{
+	c, err := consumer.New(ib, sub, consumer.Config[*sql.Tx]{
 		Name: "billing",
 		DLQ:  letters,
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
