@@ -24,7 +24,7 @@ func ExampleNewReceiver() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	defer d.Close()
 	_ = migrate.Up(ctx, d)
 	_, _ = d.DB().Exec(`CREATE TABLE jobs (delivery_id text PRIMARY KEY, body text)`)

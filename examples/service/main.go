@@ -165,7 +165,7 @@ func run(ctx context.Context, o options, started func(*service)) error {
 		defer d.Close()
 		return serve(ctx, d, s, sub, o, started)
 	}
-	d, err := sqlstore.OpenSQLite(strings.TrimPrefix(o.DB, "sqlite://"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(strings.TrimPrefix(o.DB, "sqlite://"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		return err
 	}
