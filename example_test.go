@@ -32,7 +32,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-example-*")
 	defer os.RemoveAll(dir)
-	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	defer d.Close()
 	_ = migrate.Up(ctx, d)
 	_, _ = d.Pool().Exec(ctx, `CREATE TABLE orders (id text PRIMARY KEY, item text)`)
@@ -66,7 +66,7 @@ func Example() {
 	relay, _ := outbox.NewRelay(d, b.Publisher(), outbox.RelayConfig{PollInterval: 20 * time.Millisecond, Logger: quiet})
 	sub, _ := b.Subscribe("orders", "billing")
 	ib, _ := inbox.New(d, inbox.Config{})
-	billing, _ := consumer.New(d, ib, sub, consumer.Config[*sql.Tx]{
+	billing, _ := consumer.New(ib, sub, consumer.Config[*sql.Tx]{
 		Name: "billing", FetchWait: 20 * time.Millisecond, Logger: quiet,
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO invoices VALUES ($1)`, string(msg.Payload))

@@ -29,7 +29,7 @@ func benchConsume[TTx any](b *testing.B, d store.Driver[TTx], batch int) {
 	defer br.Close()
 	sub, _ := br.Subscribe("s", "g")
 	ib, _ := newInboxB(b, d)
-	c, err := consumer.New(d, ib, sub, consumer.Config[TTx]{Name: "bench", BatchSize: batch, Concurrency: 2, FetchWait: 20 * time.Millisecond,
+	c, err := consumer.New(ib, sub, consumer.Config[TTx]{Name: "bench", BatchSize: batch, Concurrency: 2, FetchWait: 20 * time.Millisecond,
 		Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {
 			return record(ctx, d, tx, msg.ID, msg.Attempt, msg.Payload)
 		}})

@@ -5,7 +5,7 @@
 // parks poison messages in the dead-letter store.
 //
 //	ib, err := inbox.New(d, inbox.Config{})
-//	c, err := consumer.New(d, ib, subscriber, consumer.Config[pgx.Tx]{
+//	c, err := consumer.New(ib, subscriber, consumer.Config[pgx.Tx]{
 //		Name: "billing", // the inbox scope: one record per (Name, message id)
 //		Handler: func(ctx context.Context, tx pgx.Tx, msg idem.Message) error {
 //			_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, msg.Key)
@@ -88,37 +88,6 @@ import (
 // the consumer's defaults are Base 1s, Max 1 minute.
 type Backoff = idem.Backoff
 
-// Observer receives the consumer's metrics. *idemmetrics.Metrics
-// implements it (and is nil-safe); a nil Observer records nothing.
-type Observer interface {
-	// Start counts a handler run in flight; done ends it and observes its
-	// duration.
-	Start(consumer string) (done func())
-	// Processed counts a message whose handler ran and committed.
-	Processed(consumer string)
-	// DuplicateContext counts a duplicate suppressed by component
-	// ("consumer"), with ctx for an exemplar.
-	DuplicateContext(ctx context.Context, component, consumer string)
-	// FingerprintConflict counts a message id reused with another payload.
-	FingerprintConflict(component, consumer string)
-	// Failed counts a failed processing attempt by error class.
-	Failed(consumer, class string)
-	// Retry counts a delivery sent back for redelivery.
-	Retry(consumer string)
-	// DeadLetteredContext counts a message parked in the dead-letter
-	// store, by error class.
-	DeadLetteredContext(ctx context.Context, consumer, class string)
-	// Unidentified counts a message parked for having no usable id.
-	Unidentified(consumer string)
-}
-
-// Tracer is the hook of an extra span around each handler run, for
-// tracers that are not OpenTelemetry (idem's own idem.consume span uses
-// Config.TracerProvider): Start opens a span named name with attrs and
-// returns the context carrying it and the function that ends it with the
-// handler's error. It is idemmetrics.Tracer.
-type Tracer = obs.TraceHook
-
 // Hooks are test and drill seams.
 type Hooks struct {
 	// AfterCommit runs after a message's transaction committed and before
@@ -195,18 +164,15 @@ type Config[TTx any] struct {
 	// is dead-lettered as idem.ErrInvalidInput with its error as the
 	// reason, and nothing is committed.
 	Validate func(payload []byte) error
-	// Metrics, if set, receives processed / duplicate / conflict / failure
+	// Observer, if set, receives processed / duplicate / conflict / failure
 	// / retry / dead-letter counts, in-flight and handler duration; pass
 	// an *idemmetrics.Metrics.
-	Metrics Observer
+	Observer idem.Observer
 	// Logger receives warnings (retries, dead letters, failed acks) and
 	// errors (a message without a usable id, a dead letter that could not
 	// be stored and is retried). Defaults to slog.Default(), so a dead
 	// letter is never silent.
 	Logger *slog.Logger
-	// Tracer opens a span around each handler run. Defaults to a tracer
-	// that does nothing (idemmetrics.NopTracer).
-	Tracer Tracer
 	// TracerProvider supplies the tracer of the idem.consume span opened
 	// per delivery: a child of the traceparent in the message's headers,
 	// with idem.consumer, idem.message_id and idem.decision (processed,
@@ -271,11 +237,13 @@ type Consumer[TTx any] struct {
 	pause pauseHold // the holders of the subscription's pause
 }
 
-// New validates cfg and returns a consumer; call Run.
-func New[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], sub broker.Subscriber, cfg Config[TTx]) (*Consumer[TTx], error) {
+// New validates cfg and returns a consumer of sub recording messages in ib
+// (on ib's driver, which also holds the default dead-letter store); call
+// Run.
+func New[TTx any](ib *inbox.Inbox[TTx], sub broker.Subscriber, cfg Config[TTx]) (*Consumer[TTx], error) {
 	switch {
-	case d == nil || ib == nil || sub == nil:
-		return nil, checks.Optionf("consumer: nil driver, inbox or subscriber")
+	case ib == nil || sub == nil:
+		return nil, checks.Optionf("consumer: nil inbox or subscriber")
 	case cfg.Handler == nil:
 		return nil, checks.Optionf("consumer: nil Handler")
 	case cfg.Concurrency < 0 || cfg.BatchSize < 0 || cfg.MaxAttempts < 0 || cfg.FetchWait < 0 ||
@@ -307,12 +275,8 @@ func New[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], sub broker.Subscrib
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Tracer == nil {
-		cfg.Tracer = obs.NopTraceHook{}
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = nopObserver{}
-	}
+	cfg.Observer = obs.Observer(cfg.Observer)
+	d := ib.Driver()
 	if cfg.DLQ == nil {
 		s, err := dlq.New(d, dlq.Config{Logger: cfg.Logger})
 		if err != nil {
@@ -440,12 +404,9 @@ const msgPanicked = "handler panicked; its writes are rolled back and the messag
 func (c *Consumer[TTx]) handler() inbox.Handler[TTx] {
 	return func(ctx context.Context, tx TTx, msg idem.Message) error {
 		ctx = handlerContext(ctx, msg)
-		done := c.cfg.Metrics.Start(c.cfg.Name)
+		done := c.cfg.Observer.Start(c.cfg.Name)
 		defer done()
-		ctx, end := c.cfg.Tracer.Start(ctx, "idem.consumer.handle", obs.MessageAttrs(c.cfg.Name, msg)...)
-		err := panics.Call(ctx, c.log, msgPanicked, func() error { return c.cfg.Handler(ctx, tx, msg) }, attrs(c.cfg.Name, msg)...)
-		end(err)
-		return err
+		return panics.Call(ctx, c.log, msgPanicked, func() error { return c.cfg.Handler(ctx, tx, msg) }, attrs(c.cfg.Name, msg)...)
 	}
 }
 
@@ -453,13 +414,10 @@ func (c *Consumer[TTx]) handler() inbox.Handler[TTx] {
 // one handler duration and one span for the call.
 func (c *Consumer[TTx]) batchHandler() inbox.BatchHandler[TTx] {
 	return func(ctx context.Context, tx TTx, msgs []idem.Message) error {
-		done := c.cfg.Metrics.Start(c.cfg.Name)
+		done := c.cfg.Observer.Start(c.cfg.Name)
 		defer done()
-		ctx, end := c.cfg.Tracer.Start(ctx, "idem.consumer.handle_batch")
-		err := panics.Call(ctx, c.log, "batch handler panicked; its writes are rolled back and its messages applied one by one",
+		return panics.Call(ctx, c.log, "batch handler panicked; its writes are rolled back and its messages applied one by one",
 			func() error { return c.cfg.BatchHandler(ctx, tx, msgs) }, "messages", len(msgs))
-		end(err)
-		return err
 	}
 }
 
@@ -631,10 +589,10 @@ func (c *Consumer[TTx]) succeeded(ctx context.Context, dv broker.Delivery, msg i
 	}
 	defer endConsume(ctx, msg, decision, nil)
 	if res == inbox.Duplicate {
-		c.cfg.Metrics.DuplicateContext(ctx, "consumer", c.cfg.Name)
+		c.cfg.Observer.DuplicateContext(ctx, "consumer", c.cfg.Name)
 		c.log.DebugContext(ctx, "duplicate acknowledged without running the handler", attrs(c.cfg.Name, msg)...)
 	} else {
-		c.cfg.Metrics.Processed(c.cfg.Name)
+		c.cfg.Observer.Processed(c.cfg.Name)
 	}
 	if h := c.cfg.Hooks.AfterCommit; h != nil && res == inbox.Processed {
 		if err := h(msg); err != nil {
@@ -663,9 +621,9 @@ func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.M
 		return
 	}
 	class := idem.ErrorClass(err)
-	c.cfg.Metrics.Failed(c.cfg.Name, class)
+	c.cfg.Observer.Failed(c.cfg.Name, class)
 	if errors.Is(err, idem.ErrFingerprintMismatch) {
-		c.cfg.Metrics.FingerprintConflict("consumer", c.cfg.Name)
+		c.cfg.Observer.FingerprintConflict("consumer", c.cfg.Name)
 	}
 	if c.rerouted(ctx, sctx, dv, msg, err, class) {
 		decision = decisionRerouted
@@ -674,7 +632,7 @@ func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.M
 	park := idem.IsPermanent(err) || errors.Is(err, idem.ErrNeedsReconciliation) || msg.Attempt >= c.cfg.MaxAttempts
 	if !park {
 		delay := c.cfg.Backoff.Delay(max(msg.Attempt, 1), nil)
-		c.cfg.Metrics.Retry(c.cfg.Name)
+		c.cfg.Observer.Retry(c.cfg.Name)
 		c.log.WarnContext(ctx, "processing failed; retrying", append(attrs(c.cfg.Name, msg), "error", err, "class", class, "delay", delay)...)
 		if nerr := dv.Nak(sctx, delay); nerr != nil {
 			c.log.WarnContext(ctx, "nak failed; the broker redelivers after its ack wait", append(attrs(c.cfg.Name, msg), "error", nerr)...)
@@ -700,9 +658,9 @@ func (c *Consumer[TTx]) fail(ctx context.Context, dv broker.Delivery, msg idem.M
 		return
 	}
 	decision = decisionDeadLettered
-	c.cfg.Metrics.DeadLetteredContext(ctx, c.cfg.Name, class)
+	c.cfg.Observer.DeadLetteredContext(ctx, c.cfg.Name, class)
 	if unidentified {
-		c.cfg.Metrics.Unidentified(c.cfg.Name)
+		c.cfg.Observer.Unidentified(c.cfg.Name)
 		c.log.ErrorContext(ctx, "message without a usable id dead-lettered; set consumer.Config.MessageID or have the producer set a message id",
 			append(attrs(c.cfg.Name, msg), "letter", letter, "error", err, "class", class)...)
 	} else {
@@ -722,15 +680,3 @@ func attrs(consumer string, msg idem.Message) []any {
 	}
 	return out
 }
-
-// nopObserver is the Observer of a consumer without Metrics.
-type nopObserver struct{}
-
-func (nopObserver) Start(string) func()                                 { return func() {} }
-func (nopObserver) Processed(string)                                    {}
-func (nopObserver) DuplicateContext(context.Context, string, string)    {}
-func (nopObserver) FingerprintConflict(string, string)                  {}
-func (nopObserver) Failed(string, string)                               {}
-func (nopObserver) Retry(string)                                        {}
-func (nopObserver) DeadLetteredContext(context.Context, string, string) {}
-func (nopObserver) Unidentified(string)                                 {}

@@ -62,8 +62,8 @@ func testPoisonPaths[TTx any](t *testing.T, d store.Driver[TTx], batch int) {
 		}
 		return nil
 	}
-	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[TTx]{
-		Name: "billing", BatchSize: batch, FetchWait: 50 * time.Millisecond, Metrics: m, DLQ: letters, Validate: validate,
+	c, err := consumer.New(newInbox(t, d), sub, consumer.Config[TTx]{
+		Name: "billing", BatchSize: batch, FetchWait: 50 * time.Millisecond, Observer: m, DLQ: letters, Validate: validate,
 		MaxAttempts: 3, Backoff: consumer.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond},
 		Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {
 			if msg.ID == "always-fails" {
@@ -161,7 +161,7 @@ func TestConfigValidation(t *testing.T) {
 		"no handler": {Name: "c"},
 		"max < base": {Name: "c", Handler: ok, Backoff: consumer.Backoff{Base: time.Second, Max: time.Millisecond}},
 	} {
-		if _, err := consumer.New(d, ib, sub, cfg); !errors.Is(err, idem.ErrInvalidOption) {
+		if _, err := consumer.New(ib, sub, cfg); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%s: err = %v, want ErrInvalidOption", name, err)
 		}
 	}
@@ -184,8 +184,8 @@ func testBusinessKey[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 	reg, m := newMetrics(t)
 	letters, _ := dlq.New(d, dlq.Config{})
-	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[TTx]{
-		Name: "billing", BatchSize: 4, FetchWait: 50 * time.Millisecond, Metrics: m, DLQ: letters,
+	c, err := consumer.New(newInbox(t, d), sub, consumer.Config[TTx]{
+		Name: "billing", BatchSize: 4, FetchWait: 50 * time.Millisecond, Observer: m, DLQ: letters,
 		MessageID: func(msg idem.Message) (string, error) {
 			order, ok := strings.CutPrefix(string(msg.Payload), "order:")
 			if !ok {

@@ -9,7 +9,7 @@ import (
 )
 
 // Importing consumer does not link Prometheus: metrics attach through
-// consumer.Observer, which *idemmetrics.Metrics implements.
+// idem.Observer (Config.Observer), which *idemmetrics.Metrics implements.
 func TestConsumerDoesNotLinkPrometheus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")

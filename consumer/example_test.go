@@ -22,7 +22,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "consumer-example")
 	defer os.RemoveAll(dir)
-	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -36,7 +36,7 @@ func Example() {
 	defer b.Close()
 	sub, _ := b.Subscribe("order-events", "billing")
 	ib, _ := inbox.New(d, inbox.Config{})
-	c, err := consumer.New(d, ib, sub, consumer.Config[*sql.Tx]{
+	c, err := consumer.New(ib, sub, consumer.Config[*sql.Tx]{
 		Name:      "billing",
 		FetchWait: 50 * time.Millisecond,
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {

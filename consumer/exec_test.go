@@ -36,7 +36,7 @@ func testBatchExecQueued[TTx any](t *testing.T, d store.Driver[TTx]) {
 		publish(id)
 	}
 	letters, _ := dlq.New(d, dlq.Config{})
-	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[TTx]{
+	c, err := consumer.New(newInbox(t, d), sub, consumer.Config[TTx]{
 		Name: "billing", BatchSize: 8, FetchWait: 50 * time.Millisecond, DLQ: letters,
 		MaxAttempts: 1, Backoff: consumer.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond},
 		Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {

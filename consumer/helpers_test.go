@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -45,15 +47,16 @@ func newInbox[TTx any](t *testing.T, d store.Driver[TTx]) *inbox.Inbox[TTx] {
 	return ib
 }
 
-// observed is a consumer.Observer that counts what the consumer reports,
+// observed is an idem.Observer that counts what the consumer reports,
 // under the names idemmetrics gives those counts (its own tests check the
 // metrics); labels are "key=value" pairs in key order.
 type observed struct {
-	mu sync.Mutex
-	n  map[string]float64
+	obs.NopObserver // what the consumer does not report
+	mu              sync.Mutex
+	n               map[string]float64
 }
 
-var _ consumer.Observer = (*observed)(nil)
+var _ idem.Observer = (*observed)(nil)
 
 func newMetrics(t *testing.T) (*observed, *observed) {
 	o := &observed{n: map[string]float64{}}

@@ -73,7 +73,7 @@ func testHandlerPanic[TTx any](t *testing.T, d store.Driver[TTx], mode string) {
 		return nil
 	}
 	cfg := consumer.Config[TTx]{
-		Name: "billing", FetchWait: 20 * time.Millisecond, Metrics: m, DLQ: letters, MaxAttempts: 3,
+		Name: "billing", FetchWait: 20 * time.Millisecond, Observer: m, DLQ: letters, MaxAttempts: 3,
 		Backoff: consumer.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond},
 		Logger:  slog.New(slog.NewJSONHandler(logs, nil)), Handler: handler,
 	}
@@ -90,7 +90,7 @@ func testHandlerPanic[TTx any](t *testing.T, d store.Driver[TTx], mode string) {
 			return nil
 		}
 	}
-	c, err := consumer.New(d, newInbox(t, d), sub, cfg)
+	c, err := consumer.New(newInbox(t, d), sub, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func testMessageIDPanic[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatal(err)
 	}
 	letters, _ := dlq.New(d, dlq.Config{})
-	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[TTx]{
+	c, err := consumer.New(newInbox(t, d), sub, consumer.Config[TTx]{
 		Name: "billing", FetchWait: 20 * time.Millisecond, DLQ: letters, MaxAttempts: 3,
 		MessageID: func(m idem.Message) (string, error) {
 			if string(m.Payload) == "bad" {

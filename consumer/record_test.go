@@ -45,7 +45,7 @@ func testRunRecordsInboxRetention[TTx any](t *testing.T, d store.Driver[TTx]) {
 		// The record is written before Run serves: it is there when a
 		// handled message is.
 		handled := make(chan struct{})
-		c, err := consumer.New(d, ib, sub, consumer.Config[TTx]{Name: "billing", FetchWait: 10 * time.Millisecond,
+		c, err := consumer.New(ib, sub, consumer.Config[TTx]{Name: "billing", FetchWait: 10 * time.Millisecond,
 			Handler: func(context.Context, TTx, idem.Message) error { close(handled); return nil }})
 		if err != nil {
 			t.Fatal(err)
@@ -92,7 +92,7 @@ func TestRunWithoutHorizonsTableDoesNotStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := consumer.New(e.D, ib, sub, consumer.Config[any]{Name: "billing",
+		c, err := consumer.New(ib, sub, consumer.Config[any]{Name: "billing",
 			Handler: func(context.Context, any, idem.Message) error { t.Error("a message was handled"); return nil }})
 		if err != nil {
 			t.Fatal(err)
@@ -138,7 +138,7 @@ func TestRunRecordsRetentionLaterWhenTheLockIsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	handled := make(chan struct{}, 1)
-	c, err := consumer.New(d, ib, sub, consumer.Config[*sql.Tx]{Name: "billing", FetchWait: 10 * time.Millisecond,
+	c, err := consumer.New(ib, sub, consumer.Config[*sql.Tx]{Name: "billing", FetchWait: 10 * time.Millisecond,
 		Handler: func(context.Context, *sql.Tx, idem.Message) error { handled <- struct{}{}; return nil }})
 	if err != nil {
 		t.Fatal(err)

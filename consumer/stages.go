@@ -50,7 +50,7 @@ func (c *Consumer[TTx]) rerouted(ctx, sctx context.Context, dv broker.Delivery, 
 		}
 		return true
 	}
-	c.cfg.Metrics.Retry(c.cfg.Name)
+	c.cfg.Observer.Retry(c.cfg.Name)
 	c.log.WarnContext(ctx, "processing failed; rerouted", append(attrs(c.cfg.Name, msg), "error", err, "class", class)...)
 	if aerr := dv.Ack(sctx); aerr != nil {
 		// The next stage has it; the redelivery is rerouted again or
@@ -80,8 +80,8 @@ func (c *Consumer[TTx]) retryInPlace(ctx context.Context, msg idem.Message, err 
 			held = true
 		}
 		delay := c.cfg.Backoff.Delay(msg.Attempt, nil)
-		c.cfg.Metrics.Failed(c.cfg.Name, idem.ErrorClass(err))
-		c.cfg.Metrics.Retry(c.cfg.Name)
+		c.cfg.Observer.Failed(c.cfg.Name, idem.ErrorClass(err))
+		c.cfg.Observer.Retry(c.cfg.Name)
 		c.log.WarnContext(ctx, "processing failed; retrying in place", append(attrs(c.cfg.Name, msg), "error", err, "delay", delay)...)
 		sleep(ctx, delay)
 		if ctx.Err() != nil {

@@ -45,7 +45,7 @@ func consumeSpans(t *testing.T, batch int) {
 	inHandler := map[string]trace.SpanContext{}
 	causation := map[string]string{}
 	failedOnce := false
-	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[*sql.Tx]{
+	c, err := consumer.New(newInbox(t, d), sub, consumer.Config[*sql.Tx]{
 		Name: "billing", BatchSize: batch, FetchWait: 50 * time.Millisecond, MaxAttempts: 3, TracerProvider: rec,
 		Backoff: consumer.Backoff{Base: time.Millisecond, Max: 2 * time.Millisecond},
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {

@@ -18,7 +18,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "dlq-example")
 	defer os.RemoveAll(dir)
-	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		panic(err)
 	}

@@ -150,7 +150,7 @@ func record(e Effect, fp idem.Fingerprint) lease.Record {
 
 // run calls fn for the claimed effect e and finalises under its token.
 func (l *Ledger[TTx]) run(ctx context.Context, e Effect, fn CallFunc) ([]byte, error) {
-	ctx, span := l.startCall(ctx, e)
+	ctx, span := startCall(ctx, l.tr, e)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
 	res, err := callSafely(ctx, l.log, e.Key, func() ([]byte, error) { return fn(cctx, e.Key) })
 	cancel()

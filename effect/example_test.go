@@ -22,7 +22,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	defer d.Close()
 	if err := migrate.Up(ctx, d); err != nil {
 		panic(err)
@@ -75,7 +75,7 @@ func ExampleLedger_Do() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	defer d.Close()
 	_ = migrate.Up(ctx, d)
 	ledger, _ := effect.New(d, effect.Config{})

@@ -10,15 +10,17 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/testclock"
 	"github.com/idemkit/idem/store"
 )
 
-// heldCount is an effect.Observer counting the holds the worker reports
+// heldCount is an idem.Observer counting the holds the worker reports
 // (*idemmetrics.Metrics is the production one; its tests check the metric).
 type heldCount struct {
-	mu sync.Mutex
-	n  map[string]int
+	obs.NopObserver // what the worker does not report
+	mu              sync.Mutex
+	n               map[string]int
 }
 
 func (h *heldCount) EffectHeld(kind string) {
@@ -47,7 +49,7 @@ func TestKeyLifetimeHoldsInsteadOfCalling(t *testing.T) {
 		l := newLedger(t, d, effect.Config{Now: clock.Now})
 		schedule(t, d, l, effect.Effect{Key: "charge:1", Kind: "charge", Payload: []byte(`{"amount":100}`)})
 		m := &heldCount{n: map[string]int{}}
-		w := fastWorker(t, l, effect.WorkerConfig[any]{Metrics: m, Backoff: func(int) time.Duration { return time.Minute }})
+		w := fastWorker(t, l, effect.WorkerConfig[any]{Observer: m, Backoff: func(int) time.Duration { return time.Minute }})
 		if err := w.Register("charge", c.Send, effect.WithKeyLifetime(24*time.Hour)); err != nil {
 			t.Fatal(err)
 		}

@@ -19,12 +19,12 @@ const (
 // kindInline is the idem.effect.kind of a call guarded by Ledger.Do.
 const kindInline = "inline"
 
-// startCall opens the idem.effect.call span of one call of e (a child of
-// the span in ctx) and returns the call's context: it carries the span and
+// startCall opens the idem.effect.call span of one call of e with tr (a
+// child of the span in ctx) and returns the call's context: it carries the span and
 // the effect key for idemhttp.Transport, so the provider request gets
 // Idempotency-Key = e.Key and the span's traceparent.
-func (l *Ledger[TTx]) startCall(ctx context.Context, e Effect) (context.Context, trace.Span) {
-	ctx, span := l.tr.Start(ctx, obs.SpanEffectCall, trace.WithSpanKind(trace.SpanKindClient))
+func startCall(ctx context.Context, tr trace.Tracer, e Effect) (context.Context, trace.Span) {
+	ctx, span := tr.Start(ctx, obs.SpanEffectCall, trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
 		kind := e.Kind
 		if kind == "" {

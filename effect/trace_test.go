@@ -131,3 +131,48 @@ func TestEffectCallSpans(t *testing.T) {
 		}
 	})
 }
+
+// WorkerConfig.TracerProvider takes over the Ledger's for the calls the
+// worker makes: their idem.effect.call spans go to the worker's provider,
+// none to the Ledger's.
+func TestWorkerTracerProvider(t *testing.T) {
+	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
+		ledgerRec, workerRec := spantest.NewRecorder(), spantest.NewRecorder()
+		l := newLedger(t, d, effect.Config{TracerProvider: ledgerRec})
+		w := fastWorker(t, l, effect.WorkerConfig[any]{TracerProvider: workerRec})
+		if err := w.Register("mail", func(context.Context, string, []byte) ([]byte, error) { return []byte("sent"), nil }); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if err := store.InTx(ctx, d, func(tx any) error {
+			_, _, err := l.ScheduleTx(ctx, tx, effect.Effect{Key: "mail:tp", Kind: "mail", Payload: []byte("{}")})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		stop := runWorker(t, w)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			e, err := l.Get(ctx, "mail:tp")
+			if err == nil && e.State == effect.Completed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("effect not completed: %+v %v", e, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		stop()
+		count := func(rec *spantest.Recorder) (n int) {
+			for _, s := range rec.Ended() {
+				if s.Name() == "idem.effect.call" {
+					n++
+				}
+			}
+			return n
+		}
+		if w, l := count(workerRec), count(ledgerRec); w != 1 || l != 0 {
+			t.Errorf("idem.effect.call spans: %d on the worker's provider, %d on the ledger's; want 1 and 0", w, l)
+		}
+	})
+}

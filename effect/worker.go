@@ -140,18 +140,14 @@ type WorkerConfig[TTx any] struct {
 	OnFailed func(ctx context.Context, tx TTx, e Effect, cause error) error
 	// Logger receives the worker's logs. Defaults to the Ledger's.
 	Logger *slog.Logger
-	// Metrics, if set, counts effects held for reconciliation
-	// (idem_effects_held_total, see [WithKeyLifetime]); *idemmetrics.Metrics
-	// implements it.
-	Metrics Observer
-}
-
-// Observer receives the worker's events for metrics. *idemmetrics.Metrics
-// implements it.
-type Observer interface {
-	// EffectHeld counts an effect of kind held for reconciliation because
-	// its provider key is older than the kind's key lifetime.
-	EffectHeld(kind string)
+	// TracerProvider supplies the tracer of the idem.effect.call span of
+	// each call the worker makes. Defaults to the Ledger's
+	// (Config.TracerProvider).
+	TracerProvider trace.TracerProvider
+	// Observer, if set, counts effects held for reconciliation
+	// (idem_effects_held_total, see [WithKeyLifetime]); pass an
+	// *idemmetrics.Metrics.
+	Observer idem.Observer
 }
 
 // Worker claims due scheduled effects and performs them with the registered
@@ -163,6 +159,7 @@ type Worker[TTx any] struct {
 	l   *Ledger[TTx]
 	cfg WorkerConfig[TTx]
 	log *slog.Logger
+	tr  trace.Tracer
 
 	mu      sync.Mutex // protects kinds and running
 	kinds   map[string]*kind
@@ -189,7 +186,12 @@ func NewWorker[TTx any](l *Ledger[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], er
 	if cfg.Logger != nil {
 		log = obs.Logger(cfg.Logger)
 	}
-	return &Worker[TTx]{l: l, cfg: cfg, log: log, kinds: map[string]*kind{}}, nil
+	cfg.Observer = obs.Observer(cfg.Observer)
+	tr := l.tr
+	if cfg.TracerProvider != nil {
+		tr = obs.Tracer(cfg.TracerProvider)
+	}
+	return &Worker[TTx]{l: l, cfg: cfg, log: log, tr: tr, kinds: map[string]*kind{}}, nil
 }
 
 // Register sets the Performer of kind. Registering a kind twice, or after
@@ -448,13 +450,11 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 			w.logFinalise(fctx, log(), "hold", err)
 			return
 		}
-		if w.cfg.Metrics != nil {
-			w.cfg.Metrics.EffectHeld(k.name)
-		}
+		w.cfg.Observer.EffectHeld(k.name)
 		log().WarnContext(fctx, "effect held for reconciliation: provider key lifetime exceeded", "age", age, "key_lifetime", k.keyLifetime)
 		return
 	}
-	sctx, span := w.l.startCall(obs.FromRow(ctx, e.TraceParent, e.TraceState), e)
+	sctx, span := startCall(obs.FromRow(ctx, e.TraceParent, e.TraceState), w.tr, e)
 	fctx = trace.ContextWithSpan(fctx, span)
 	cctx, cancel := context.WithTimeout(sctx, w.l.cfg.CallTimeout)
 	res, err := callSafely(sctx, w.log, e.Key, func() ([]byte, error) { return k.perform(cctx, e.Key, e.Payload) })

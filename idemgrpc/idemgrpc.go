@@ -4,7 +4,7 @@
 // transactional mode the handler's writes and the key record commit in
 // one transaction — on every store idemhttp supports.
 //
-//	d, err := sqlstore.OpenSQLite("orders.db", sqlstore.SQLiteOptions{}, sqlstore.Config{}) // or pgxstore.Open: pgx.Tx
+//	d, err := sqlstore.OpenSQLite("orders.db", sqlstore.SQLiteConfig{}, sqlstore.Config{}) // or pgxstore.Open: pgx.Tx
 //	if err := migrate.Up(ctx, d); err != nil { … }
 //	idem, err := idemgrpc.UnaryServerInterceptor(d, idemgrpc.Config{Tenant: tenantOf}) // func(ctx) (string, error)
 //	if err != nil { … }

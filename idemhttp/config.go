@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/checks"
+	"github.com/idemkit/idem/internal/obs"
 )
 
 // Mode selects how the middleware brackets the handler.
@@ -209,6 +210,11 @@ type Config struct {
 	// the raw key). Defaults to otel.GetTracerProvider(): without an
 	// OpenTelemetry SDK installed the spans are no-ops.
 	TracerProvider trace.TracerProvider
+
+	// Observer, if set, counts every keyed request by decision (executed,
+	// replayed, in_flight, mismatch, rejected: idem_http_requests_total);
+	// pass an *idemmetrics.Metrics.
+	Observer idem.Observer
 }
 
 // DefaultStoreStatus stores 2xx, 3xx and 4xx responses except 400, 401,
@@ -298,6 +304,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Observer = obs.Observer(c.Observer)
 	return c, nil
 }
 

@@ -23,7 +23,7 @@ func openExampleDB() (*sqlstore.Driver, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -274,9 +274,11 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h http.H
 	decision, err := decisionRejected, error(nil)
 	defer func() {
 		if p := recover(); p != nil { // only the handler panics
+			m.cfg.Observer.HTTPRequest(r.Context(), decisionExecuted)
 			endSpan(span, decisionExecuted, sc, fmt.Errorf("handler panicked: %v", p))
 			panic(p)
 		}
+		m.cfg.Observer.HTTPRequest(r.Context(), decision)
 		endSpan(span, decision, sc, err)
 	}()
 	decision, err = m.serveKeyed(w, r, h, &sc)

@@ -9,7 +9,8 @@ import (
 )
 
 // Register idem's metrics on your own registry and pass *Metrics to the
-// components (consumer.Config.Metrics, retention.Config.Metrics, …).
+// components as their Observer (consumer.Config.Observer,
+// outbox.RelayConfig.Observer, idemhttp.Config.Observer, …).
 func Example() {
 	reg := prometheus.NewRegistry()
 	m, err := idemmetrics.New(reg, idemmetrics.Options{ConstLabels: prometheus.Labels{"service": "billing"}})
@@ -19,7 +20,9 @@ func Example() {
 	m.Duplicate("consumer", "billing")
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
-		fmt.Println(mf.GetName(), mf.GetMetric()[0].GetCounter().GetValue())
+		if v := mf.GetMetric()[0].GetCounter().GetValue(); v > 0 {
+			fmt.Println(mf.GetName(), v)
+		}
 	}
 	// Output:
 	// idem_duplicates_suppressed_total 1

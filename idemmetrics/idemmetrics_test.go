@@ -41,6 +41,17 @@ func TestRuntimeMetrics(t *testing.T) {
 	m.Unidentified("billing")
 	m.ObserveVersionGuard("seats", "stale")
 	m.GCDeleted("inbox", 5)
+	m.EffectHeld("mail")
+	ctx := context.Background()
+	m.HTTPRequest(ctx, "executed")
+	m.HTTPRequest(ctx, "replayed")
+	m.HTTPRequest(ctx, "replayed")
+	m.OutboxPublished(3)
+	m.OutboxPublished(0)
+	m.OutboxDuplicate(ctx)
+	m.OutboxParked(ctx, "permanent")
+	m.OutboxPublishDuration(20 * time.Millisecond)
+	m.OutboxPublishDuration(30 * time.Millisecond)
 	done := m.Start("billing")
 	if v := value(t, reg, "idem_in_flight", "consumer=billing"); v != 1 {
 		t.Fatalf("in flight = %v", v)
@@ -61,6 +72,13 @@ func TestRuntimeMetrics(t *testing.T) {
 		{"idem_gc_deleted_rows_total", "table=inbox", 5},
 		{"idem_in_flight", "consumer=billing", 0},
 		{"idem_handler_duration_seconds", "consumer=billing", 1}, // sample count
+		{"idem_effects_held_total", "kind=mail", 1},
+		{"idem_http_requests_total", "decision=executed", 1},
+		{"idem_http_requests_total", "decision=replayed", 2},
+		{"idem_outbox_published_total", "", 3},
+		{"idem_outbox_duplicates_total", "", 1},
+		{"idem_outbox_parked_total", "class=permanent", 1},
+		{"idem_outbox_publish_duration_seconds", "", 2}, // sample count
 	} {
 		if v := value(t, reg, c.name, c.labels); v != c.want {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, v, c.want)
@@ -70,6 +88,11 @@ func TestRuntimeMetrics(t *testing.T) {
 	var nilM *idemmetrics.Metrics
 	nilM.Processed("x")
 	nilM.Start("x")()
+	nilM.HTTPRequest(context.Background(), "executed")
+	nilM.OutboxPublished(1)
+	nilM.OutboxDuplicate(context.Background())
+	nilM.OutboxParked(context.Background(), "permanent")
+	nilM.OutboxPublishDuration(time.Second)
 }
 
 func TestDBCollector(t *testing.T) {

@@ -47,12 +47,3 @@ func Attempt(n int) slog.Attr { return slog.Int(KeyAttempt, n) }
 func MessageAttrs(consumer string, msg idem.Message) []slog.Attr {
 	return obs.MessageAttrs(consumer, msg)
 }
-
-// Tracer is a tracing hook: Start opens a span named name with attrs and
-// returns the context carrying it and the function that ends it with the
-// operation's error (nil on success). It is consumer.Tracer; see
-// internal/obs.TraceHook.
-type Tracer = obs.TraceHook
-
-// NopTracer is a Tracer that does nothing; the default.
-type NopTracer = obs.NopTraceHook

@@ -1,15 +1,16 @@
 // Package idemmetrics is idem's observability: Prometheus collectors with
 // idem_ names, registered on a caller-supplied prometheus.Registerer (never
 // the global registry), log/slog attribute helpers and the log handler
-// that joins records to traces ([TraceLogHandler]), and a tracing hook
-// interface ([Tracer]). The duplicate and dead-letter counters carry the
+// that joins records to traces ([TraceLogHandler]). *[Metrics] implements
+// idem.Observer: pass it as the Observer of every component's Config. The duplicate and dead-letter counters carry the
 // current trace id as exemplar ([Metrics.DuplicateContext],
 // [Metrics.DeadLetteredContext]). Like the rest of idem it depends on the
 // OpenTelemetry API only, never on its SDK.
 //
 // Two kinds of collectors:
 //   - [Metrics]: counters, gauges and histograms updated by the runtime
-//     (consumer workers, HTTP middleware, version guard, GC) as things
+//     (consumer workers, outbox relay, HTTP middleware, webhook receiver,
+//     effect worker, version guard, GC) as things
 //     happen in this process;
 //   - [NewDBCollector]: gauges computed from the database at scrape time
 //     (parked dead letters, outbox lag, table row estimates), so they are
@@ -22,6 +23,8 @@ package idemmetrics
 import (
 	"context"
 	"time"
+
+	"github.com/idemkit/idem"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -42,12 +45,19 @@ type Metrics struct {
 	guard        *prometheus.CounterVec
 	gcDeleted    *prometheus.CounterVec
 	effectsHeld  *prometheus.CounterVec
+	httpRequests *prometheus.CounterVec
+	published    prometheus.Counter
+	outboxDups   prometheus.Counter
+	parked       *prometheus.CounterVec
+	publishTime  prometheus.Histogram
 }
+
+var _ idem.Observer = (*Metrics)(nil)
 
 // Options tunes New.
 type Options struct {
-	// Buckets of the handler duration histogram, in seconds. Defaults to
-	// prometheus.DefBuckets.
+	// Buckets of the handler and outbox publish duration histograms, in
+	// seconds. Defaults to prometheus.DefBuckets.
 	Buckets []float64
 	// ConstLabels are added to every metric (e.g. {"service": "billing"}).
 	ConstLabels prometheus.Labels
@@ -59,18 +69,23 @@ type Options struct {
 //
 // Metric names (labels):
 //
-//	idem_duplicates_suppressed_total  (component, consumer)  duplicates acked without running the handler
-//	idem_fingerprint_conflicts_total  (component, consumer)  same id/key, different payload
-//	idem_messages_processed_total     (consumer)             handler ran and the transaction committed
-//	idem_messages_failed_total        (consumer, class)      handler or processing failures, by idem.ErrorClass
-//	idem_retries_total                (consumer)             deliveries sent back for redelivery (Nak)
-//	idem_dead_letters_total           (consumer, class)      messages parked in the dead-letter store
-//	idem_messages_unidentified_total  (consumer)             messages without a usable id, dead-lettered under a synthesized one
-//	idem_in_flight                    (consumer)             messages being processed now
-//	idem_handler_duration_seconds     (consumer)             processing time of one message / batch item
-//	idem_version_guard_total          (table, result)        version-guarded writes, result applied|stale|missing
-//	idem_gc_deleted_rows_total        (table)                rows deleted by the retention GC
-//	idem_effects_held_total           (kind)                 effects held for reconciliation: provider key lifetime exceeded
+//	idem_duplicates_suppressed_total      (component, consumer)  duplicates acked without running the handler
+//	idem_fingerprint_conflicts_total      (component, consumer)  same id/key, different payload
+//	idem_messages_processed_total         (consumer)             handler ran and the transaction committed
+//	idem_messages_failed_total            (consumer, class)      handler or processing failures, by idem.ErrorClass
+//	idem_retries_total                    (consumer)             deliveries sent back for redelivery (Nak)
+//	idem_dead_letters_total               (consumer, class)      messages parked in the dead-letter store
+//	idem_messages_unidentified_total      (consumer)             messages without a usable id, dead-lettered under a synthesized one
+//	idem_in_flight                        (consumer)             messages being processed now
+//	idem_handler_duration_seconds         (consumer)             processing time of one message / batch item
+//	idem_version_guard_total              (table, result)        version-guarded writes, result applied|stale|missing
+//	idem_gc_deleted_rows_total            (table)                rows deleted by the retention GC
+//	idem_effects_held_total               (kind)                 effects held for reconciliation: provider key lifetime exceeded
+//	idem_http_requests_total              (decision)             keyed requests by the middleware's decision: executed|replayed|in_flight|mismatch|rejected
+//	idem_outbox_published_total           ()                     events acknowledged by the broker and marked published by the relay
+//	idem_outbox_duplicates_total          ()                     events the broker reported as already stored (a republish inside its dedup window)
+//	idem_outbox_parked_total              (class)                events parked by the relay after their last attempt, by idem.ErrorClass
+//	idem_outbox_publish_duration_seconds  ()                     time of one broker publish of a batch of events
 func New(reg prometheus.Registerer, opt Options) (*Metrics, error) {
 	if opt.Buckets == nil {
 		opt.Buckets = prometheus.DefBuckets
@@ -106,9 +121,22 @@ func New(reg prometheus.Registerer, opt Options) (*Metrics, error) {
 		effectsHeld: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_effects_held_total",
 			Help: "Effects held for reconciliation instead of calling the provider with a key older than its lifetime.", ConstLabels: cl},
 			[]string{"kind"}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_http_requests_total",
+			Help: "Keyed requests by the idempotency middleware's decision (executed, replayed, in_flight, mismatch, rejected).", ConstLabels: cl},
+			[]string{"decision"}),
+		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "idem_outbox_published_total",
+			Help: "Outbox events acknowledged by the broker and marked published by this process's relay.", ConstLabels: cl}),
+		outboxDups: prometheus.NewCounter(prometheus.CounterOpts{Name: "idem_outbox_duplicates_total",
+			Help: "Outbox events the broker reported as already stored inside its dedup window (a republish).", ConstLabels: cl}),
+		parked: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_outbox_parked_total",
+			Help: "Outbox events parked by this process's relay after their last attempt, by error class.", ConstLabels: cl},
+			[]string{"class"}),
+		publishTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "idem_outbox_publish_duration_seconds",
+			Help: "Time of one broker publish of a batch of outbox events.", Buckets: opt.Buckets, ConstLabels: cl}),
 	}
 	for _, c := range []prometheus.Collector{m.duplicates, m.conflicts, m.processed, m.failed, m.retries,
-		m.deadLettered, m.unidentified, m.inFlight, m.duration, m.guard, m.gcDeleted, m.effectsHeld} {
+		m.deadLettered, m.unidentified, m.inFlight, m.duration, m.guard, m.gcDeleted, m.effectsHeld,
+		m.httpRequests, m.published, m.outboxDups, m.parked, m.publishTime} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -244,5 +272,44 @@ func (m *Metrics) GCDeleted(table string, n int64) {
 func (m *Metrics) EffectHeld(kind string) {
 	if m != nil {
 		m.effectsHeld.WithLabelValues(kind).Inc()
+	}
+}
+
+// HTTPRequest counts a keyed request of the idempotency middleware by its
+// decision (executed, replayed, in_flight, mismatch, rejected), with the
+// exemplar of the span in ctx.
+func (m *Metrics) HTTPRequest(ctx context.Context, decision string) {
+	if m != nil {
+		inc(ctx, m.httpRequests.WithLabelValues(decision))
+	}
+}
+
+// OutboxPublished counts n events the relay published and marked.
+func (m *Metrics) OutboxPublished(n int) {
+	if m != nil && n > 0 {
+		m.published.Add(float64(n))
+	}
+}
+
+// OutboxDuplicate counts an event the broker reported as already stored
+// inside its dedup window, with the exemplar of the span in ctx.
+func (m *Metrics) OutboxDuplicate(ctx context.Context) {
+	if m != nil {
+		inc(ctx, m.outboxDups)
+	}
+}
+
+// OutboxParked counts an event the relay parked, by error class
+// (idem.ErrorClass), with the exemplar of the span in ctx.
+func (m *Metrics) OutboxParked(ctx context.Context, class string) {
+	if m != nil {
+		inc(ctx, m.parked.WithLabelValues(class))
+	}
+}
+
+// OutboxPublishDuration observes the time of one broker publish of a batch.
+func (m *Metrics) OutboxPublishDuration(d time.Duration) {
+	if m != nil {
+		m.publishTime.Observe(d.Seconds())
 	}
 }

@@ -66,7 +66,7 @@ func (b Backend) open(t testing.TB) (Store, error) {
 		// connection than the request transaction waits for that
 		// transaction's write lock, and must fail fast, not hang.
 		d, err = sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "idemtest.db"),
-			sqlstore.SQLiteOptions{Synchronous: "NORMAL", BusyTimeout: 2 * time.Second}, sqlstore.Config{})
+			sqlstore.SQLiteConfig{Synchronous: "NORMAL", BusyTimeout: 2 * time.Second}, sqlstore.Config{})
 		if err == nil {
 			t.Cleanup(func() { _ = d.Close() })
 		}

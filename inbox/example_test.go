@@ -20,7 +20,7 @@ func Example() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
 
-	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -55,7 +55,7 @@ func ExampleInbox_ProcessBatch() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	defer d.Close()
 	_ = migrate.Up(ctx, d)
 	ib, _ := inbox.New(d, inbox.Config{})

@@ -90,7 +90,7 @@ func TestConcurrentUp(t *testing.T) {
 }
 
 func TestBadNames(t *testing.T) {
-	if _, err := sqlstore.OpenSQLite(testdb.SQLitePath(t), sqlstore.SQLiteOptions{}, sqlstore.Config{Names: store.Names{Prefix: "bad-prefix"}}); err == nil {
+	if _, err := sqlstore.OpenSQLite(testdb.SQLitePath(t), sqlstore.SQLiteConfig{}, sqlstore.Config{Names: store.Names{Prefix: "bad-prefix"}}); err == nil {
 		t.Fatal("want an error for a prefix that is not an identifier")
 	}
 }

@@ -21,7 +21,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-outbox-example-*")
 	defer os.RemoveAll(dir)
-	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	defer d.Close()
 	_ = migrate.Up(ctx, d)
 	_, _ = d.Pool().Exec(ctx, `CREATE TABLE orders (id text PRIMARY KEY, total integer)`)

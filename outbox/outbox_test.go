@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -313,6 +315,8 @@ func testRetryAndPark[TTx any](t *testing.T, d store.Driver[TTx]) {
 	cfg.MaxAttempts = 3
 	cfg.OnRetry = func(_ context.Context, e Event, _ error, _ time.Time) { mu.Lock(); retries++; mu.Unlock() }
 	cfg.OnParked = func(_ context.Context, e Event, _ error) { mu.Lock(); parked = append(parked, e); mu.Unlock() }
+	counts := &relayCounts{}
+	cfg.Observer = counts
 	r, _ := NewRelay(d, pub, cfg)
 	stop := startRelay(t, r)
 	waitFor(t, "parked", func() bool { return countState(t, d, lease.Failed) == 1 })
@@ -333,6 +337,16 @@ func testRetryAndPark[TTx any](t *testing.T, d store.Driver[TTx]) {
 	mustEqual(t, "parked hook", len(parked), 1)
 	mustEqual(t, "parked attempts", parked[0].Attempts, 3)
 	mu.Unlock()
+	// The Observer counts what the hooks see: the published events (good:0
+	// and good:1) and the parked one, by class; every publish is timed.
+	waitFor(t, "2 observed published", func() bool { return counts.published.Load() >= 2 })
+	mustEqual(t, "observed published", counts.published.Load(), int64(2))
+	if got := counts.snapshotParked(); !maps.Equal(got, map[string]int{"transient": 1}) {
+		t.Errorf("observed parked %v, want transient: 1", got)
+	}
+	if counts.publishes.Load() < 3 {
+		t.Errorf("%d publishes timed, want at least the 3 attempts of bad:0", counts.publishes.Load())
+	}
 	var lastErr string
 	var attempts int
 	if err := d.Pool().QueryRow(ctx, `SELECT last_error, attempts FROM `+d.Table("outbox")+` WHERE state = 'failed'`).Scan(&lastErr, &attempts); err != nil {
@@ -830,4 +844,29 @@ func TestClaimIsHeapOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEqual(t, "claimed by another relay", len(more), 0)
+}
+
+// relayCounts is the Observer of a relay under test.
+type relayCounts struct {
+	obs.NopObserver
+	published, publishes atomic.Int64
+	mu                   sync.Mutex
+	parked               map[string]int
+}
+
+func (c *relayCounts) OutboxPublished(n int)               { c.published.Add(int64(n)) }
+func (c *relayCounts) OutboxPublishDuration(time.Duration) { c.publishes.Add(1) }
+func (c *relayCounts) OutboxParked(_ context.Context, class string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.parked == nil {
+		c.parked = map[string]int{}
+	}
+	c.parked[class]++
+}
+
+func (c *relayCounts) snapshotParked() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.parked)
 }

@@ -87,6 +87,13 @@ type RelayConfig struct {
 	// row (Event.TraceParent) and injected into the message's traceparent
 	// and tracestate headers. Defaults to otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// Observer, if set, counts published, duplicate and parked events and
+	// observes the duration of each broker publish
+	// (idem_outbox_published_total, idem_outbox_duplicates_total,
+	// idem_outbox_parked_total, idem_outbox_publish_duration_seconds);
+	// pass an *idemmetrics.Metrics. The On* hooks below still run: they
+	// receive the events themselves.
+	Observer idem.Observer
 
 	// DuplicateWindow declares the broker's dedup window on the message id
 	// (JetStream: the stream's Duplicates, jetstream.StreamHorizon reads
@@ -196,6 +203,7 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Observer = obs.Observer(cfg.Observer)
 	switch {
 	case len(cfg.Name) > idem.MaxKeyLen:
 		return nil, checks.Optionf("outbox: relay name longer than %d bytes", idem.MaxKeyLen)
@@ -431,11 +439,16 @@ func (r *Relay[TTx]) publish(ctx context.Context, evs []Event, msgs []idem.Messa
 }
 
 // publishQuiet is publish without running hooks (it may run on another
-// goroutine than the relay's); it returns the events the broker reported as
-// duplicates.
+// goroutine than the relay's: only the Observer, safe for concurrent use,
+// gets the publish's duration); it returns the events the broker reported
+// as duplicates.
 func (r *Relay[TTx]) publishQuiet(ctx context.Context, evs []Event, msgs []idem.Message) (n int, dups []Event, err error) {
 	spans := r.startSpans(ctx, evs, msgs)
-	defer func() { endSpans(spans, evs, n, dups, err) }()
+	t0 := time.Now()
+	defer func() {
+		r.cfg.Observer.OutboxPublishDuration(time.Since(t0))
+		endSpans(spans, evs, n, dups, err)
+	}()
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
 	rp, ok := r.pub.(broker.ResultPublisher)
@@ -464,11 +477,11 @@ func (r *Relay[TTx]) publishQuiet(ctx context.Context, evs []Event, msgs []idem.
 }
 
 func (r *Relay[TTx]) duplicates(ctx context.Context, dups []Event) {
-	if r.cfg.OnDuplicate == nil {
-		return
-	}
 	for _, e := range dups {
-		r.cfg.OnDuplicate(ctx, e)
+		r.cfg.Observer.OutboxDuplicate(ctx)
+		if r.cfg.OnDuplicate != nil {
+			r.cfg.OnDuplicate(ctx, e)
+		}
 	}
 }
 
@@ -699,6 +712,7 @@ func (r *Relay[TTx]) settle(ctx context.Context, done []Event, failed []failure,
 	for _, p := range parks {
 		r.log.ErrorContext(ctx, "event parked: its ordering key is blocked until it is retried",
 			"seq", p.ev.Seq, "event_id", p.ev.ID, "source", p.ev.Source, "ordering_key", p.ev.Key, "attempts", p.ev.Attempts, "error", p.err)
+		r.cfg.Observer.OutboxParked(ctx, idem.ErrorClass(p.err))
 		if r.cfg.OnParked != nil {
 			r.cfg.OnParked(ctx, p.ev, p.err)
 		}
@@ -712,6 +726,7 @@ func (r *Relay[TTx]) published(ctx context.Context, done []Event) {
 		return
 	}
 	r.log.DebugContext(ctx, "published", "events", len(done), "first_seq", done[0].Seq, "last_seq", done[len(done)-1].Seq)
+	r.cfg.Observer.OutboxPublished(len(done))
 	if r.cfg.OnPublished != nil {
 		r.cfg.OnPublished(ctx, done)
 	}

@@ -60,6 +60,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemhttp"
@@ -106,16 +107,9 @@ type Config struct {
 	// Logger receives a summary of every pass that deleted rows and errors.
 	// Defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics, if set, counts deleted rows (idem_gc_deleted_rows_total);
-	// *idemmetrics.Metrics implements it.
-	Metrics Observer
-}
-
-// Observer receives the GC's numbers for metrics. *idemmetrics.Metrics
-// implements it.
-type Observer interface {
-	// GCDeleted counts n rows deleted from table by one batch.
-	GCDeleted(table string, n int64)
+	// Observer, if set, counts deleted rows (idem_gc_deleted_rows_total);
+	// pass an *idemmetrics.Metrics.
+	Observer idem.Observer
 }
 
 // Report summarises one pass.
@@ -293,8 +287,8 @@ func (g *GC[TTx]) RunOnce(ctx context.Context) (Report, error) {
 			}
 			rep.Batches++
 			rep.Deleted[j.table] += n
-			if g.cfg.Metrics != nil {
-				g.cfg.Metrics.GCDeleted(j.table, n)
+			if g.cfg.Observer != nil {
+				g.cfg.Observer.GCDeleted(j.table, n)
 			}
 			if n < int64(g.cfg.BatchSize) {
 				break

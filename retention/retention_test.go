@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
+	idemobs "github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/retention"
 	"github.com/idemkit/idem/store"
@@ -83,7 +84,7 @@ func testGC[TTx any](t *testing.T, d store.Driver[TTx]) {
 
 	obs := &observer{deleted: map[string]int64{}}
 	gc, err := retention.New(d, retention.Config{BatchSize: 1000, InboxMinAge: map[string]time.Duration{"audit": 24 * time.Hour},
-		Metrics: obs})
+		Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,8 +159,9 @@ func testGC[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 }
 
-// observer is a retention.Observer summing what it is told.
+// observer is an idem.Observer summing the GC's deleted rows.
 type observer struct {
+	idemobs.NopObserver
 	mu      sync.Mutex
 	deleted map[string]int64
 }

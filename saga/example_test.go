@@ -30,7 +30,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-saga-example")
 	defer os.RemoveAll(dir)
-	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "shop.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "shop.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	defer d.Close()
 	if err := migrate.Up(ctx, d); err != nil {
 		panic(err)

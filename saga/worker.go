@@ -29,7 +29,8 @@ var (
 type WorkerConfig[TTx any] struct {
 	// Effect configures the underlying [effect.Worker] that performs the
 	// steps: Concurrency, PollInterval, MaxAttempts (of an action), Backoff,
-	// Logger. Its OnFailed runs only for compensations (an action that
+	// Logger, TracerProvider (the steps' idem.effect.call spans) and
+	// Observer. Its OnFailed runs only for compensations (an action that
 	// fails is compensated, not dead-lettered): plug the dead-letter store
 	// there; it runs in the transaction that marks the compensation failed,
 	// and the saga is then held.

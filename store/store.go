@@ -10,7 +10,7 @@
 //		_, err := ob.EnqueueTx(ctx, tx, event) // every idem part takes the caller's TTx
 //		return err
 //	})
-//	// the same code on *sql.Tx: sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+//	// the same code on *sql.Tx: sqlstore.OpenSQLite(path, sqlstore.SQLiteConfig{}, sqlstore.Config{})
 //
 // Drivers:
 //   - store/pgxstore: PostgreSQL through pgx v5 (pgxpool.Pool, pgx.Tx), the

@@ -15,7 +15,7 @@ func ExampleApply() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "vg-example")
 	defer os.RemoveAll(dir)
-	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		panic(err)
 	}

@@ -24,14 +24,14 @@ func ExampleNewReceiver() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	defer d.Close()
 	_ = migrate.Up(ctx, d)
 	_, _ = d.DB().Exec(`CREATE TABLE jobs (delivery_id text PRIMARY KEY, body text)`)
 
 	verifier, _ := webhook.NewStandard(webhook.StandardConfig{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}})
 	ib, _ := inbox.New(d, inbox.Config{})
-	receiver, _ := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{
+	receiver, _ := webhook.NewReceiver(ib, webhook.ReceiverConfig[*sql.Tx]{
 		Source:   "billing",
 		Verifier: verifier,
 		EnqueueTx: func(ctx context.Context, tx *sql.Tx, del webhook.Delivery, body []byte) error {

@@ -51,6 +51,11 @@ type ReceiverConfig[TTx any] struct {
 	// TracerProvider supplies the tracer of the idem.webhook span.
 	// Defaults to otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// Observer, if set, counts accepted deliveries (Processed), replays
+	// (DuplicateContext, component "webhook") and delivery ids reused with
+	// another body (FingerprintConflict), all under the consumer name
+	// "webhook:"+Source; pass an *idemmetrics.Metrics.
+	Observer idem.Observer
 }
 
 // Receiver is an http.Handler receiving one source's webhooks. It is safe
@@ -87,11 +92,12 @@ type Receiver[TTx any] struct {
 	tr  trace.Tracer
 }
 
-// NewReceiver returns a Receiver recording receipts in ib (on driver d).
-func NewReceiver[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], cfg ReceiverConfig[TTx]) (*Receiver[TTx], error) {
+// NewReceiver returns a Receiver recording receipts in ib (in transactions
+// of ib's driver).
+func NewReceiver[TTx any](ib *inbox.Inbox[TTx], cfg ReceiverConfig[TTx]) (*Receiver[TTx], error) {
 	switch {
-	case d == nil || ib == nil:
-		return nil, checks.Optionf("webhook: NewReceiver needs a driver and an inbox")
+	case ib == nil:
+		return nil, checks.Optionf("webhook: NewReceiver needs an inbox")
 	case cfg.Verifier == nil:
 		return nil, checks.Optionf("webhook: Verifier is required")
 	case cfg.EnqueueTx == nil:
@@ -108,7 +114,8 @@ func NewReceiver[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], cfg Receive
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Receiver[TTx]{d: d, ib: ib, cfg: cfg, log: obs.Component(cmp.Or(cfg.Logger, slog.Default()), "webhook", "source", cfg.Source),
+	cfg.Observer = obs.Observer(cfg.Observer)
+	return &Receiver[TTx]{d: ib.Driver(), ib: ib, cfg: cfg, log: obs.Component(cmp.Or(cfg.Logger, slog.Default()), "webhook", "source", cfg.Source),
 		tr: obs.Tracer(cfg.TracerProvider)}, nil
 }
 
@@ -186,6 +193,7 @@ func (rc *Receiver[TTx]) serve(ctx context.Context, w http.ResponseWriter, r *ht
 	case err == nil:
 	case errors.Is(err, idem.ErrFingerprintMismatch):
 		rc.log.WarnContext(ctx, "delivery id reused with a different body", "delivery_id", d.ID, "error", err)
+		rc.cfg.Observer.FingerprintConflict("webhook", rc.Consumer())
 		problem(w, http.StatusUnprocessableEntity, "delivery id reused", "this delivery id was received before with a different body", 0)
 		return decisionMismatch, d.ID, nil
 	case idem.IsPermanent(err):
@@ -200,6 +208,9 @@ func (rc *Receiver[TTx]) serve(ctx context.Context, w http.ResponseWriter, r *ht
 	status, word := http.StatusAccepted, decisionAccepted
 	if res == inbox.Duplicate {
 		status, word = http.StatusOK, decisionDuplicate
+		rc.cfg.Observer.DuplicateContext(ctx, "webhook", rc.Consumer())
+	} else {
+		rc.cfg.Observer.Processed(rc.Consumer())
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

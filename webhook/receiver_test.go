@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/webhook"
@@ -29,6 +30,31 @@ type env struct {
 	fail   *atomic.Bool // makes Enqueue fail (transient)
 	panic  *atomic.Bool // makes Enqueue panic
 	inbox  string       // the inbox table
+	seen   *counts      // what the receiver told its Observer
+}
+
+// counts is the receiver's Observer under test.
+type counts struct {
+	obs.NopObserver
+	processed, duplicates, conflicts atomic.Int64
+}
+
+func (c *counts) Processed(consumer string) {
+	if consumer == "webhook:billing" {
+		c.processed.Add(1)
+	}
+}
+
+func (c *counts) DuplicateContext(_ context.Context, component, consumer string) {
+	if component == "webhook" && consumer == "webhook:billing" {
+		c.duplicates.Add(1)
+	}
+}
+
+func (c *counts) FingerprintConflict(component, consumer string) {
+	if component == "webhook" && consumer == "webhook:billing" {
+		c.conflicts.Add(1)
+	}
 }
 
 var stdSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("receiver-secret-0123456789"))
@@ -42,7 +68,9 @@ func newEnv[TTx any](t testing.TB, d store.Driver[TTx]) *env {
 	}
 	std, _ := webhook.NewStandard(webhook.StandardConfig{Secrets: []string{stdSecret}})
 	fail, panicking := &atomic.Bool{}, &atomic.Bool{}
-	rc, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[TTx]{
+	seen := &counts{}
+	rc, err := webhook.NewReceiver(ib, webhook.ReceiverConfig[TTx]{
+		Observer:     seen,
 		Source:       "billing",
 		Verifier:     std,
 		MaxBodyBytes: 1024,
@@ -71,7 +99,7 @@ func newEnv[TTx any](t testing.TB, d store.Driver[TTx]) *env {
 	srv := httptest.NewServer(rc)
 	t.Cleanup(srv.Close)
 	return &env{
-		srv: srv, signer: std, fail: fail, panic: panicking, inbox: d.Table("inbox"),
+		srv: srv, signer: std, fail: fail, panic: panicking, inbox: d.Table("inbox"), seen: seen,
 		count: func(t *testing.T, sql string, args ...any) int { return testdb.Count(t, d, sql, args...) },
 	}
 }
@@ -170,6 +198,10 @@ func TestReplayedWebhook(t *testing.T) {
 		if e.jobs(t, "msg_conc") != 1 || e.receipts(t, "msg_conc") != 1 {
 			t.Fatalf("concurrent: jobs=%d receipts=%d", e.jobs(t, "msg_conc"), e.receipts(t, "msg_conc"))
 		}
+		// The Observer counts the two first deliveries and the 18 replays.
+		if p, d := e.seen.processed.Load(), e.seen.duplicates.Load(); p != 2 || d != 18 {
+			t.Errorf("observed processed=%d duplicates=%d, want 2 and 18", p, d)
+		}
 	})
 }
 
@@ -244,6 +276,9 @@ func TestReceiverRejections(t *testing.T) {
 		if e.jobs(t, "msg_1") != 1 || e.receipts(t, "msg_1") != 1 {
 			t.Fatalf("jobs=%d receipts=%d", e.jobs(t, "msg_1"), e.receipts(t, "msg_1"))
 		}
+		if n := e.seen.conflicts.Load(); n != 1 {
+			t.Errorf("observed %d fingerprint conflicts, want 1", n)
+		}
 	})
 }
 
@@ -273,7 +308,7 @@ func TestReceiverSchemes(t *testing.T) {
 		{"github", gh, gh, webhook.Delivery{ID: "72d3162e-cc78-11e3-81ab-4c9367dc0958", Event: "push"}, `{"ref":"main"}`, "72d3162e-cc78-11e3-81ab-4c9367dc0958"},
 		{"stripe", st, st, webhook.Delivery{Timestamp: time.Now()}, `{"id":"evt_9","type":"charge.succeeded"}`, "evt_9"},
 	} {
-		rc, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{Source: c.source, Verifier: c.v, EnqueueTx: enqueue})
+		rc, err := webhook.NewReceiver(ib, webhook.ReceiverConfig[*sql.Tx]{Source: c.source, Verifier: c.v, EnqueueTx: enqueue})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,10 +334,10 @@ func TestReceiverSchemes(t *testing.T) {
 	if len(got) != 2 || got[0].Event != "push" || got[1].Event != "charge.succeeded" || got[1].Source != "stripe" {
 		t.Fatalf("enqueued %+v", got)
 	}
-	if _, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{Verifier: gh, EnqueueTx: enqueue}); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := webhook.NewReceiver(ib, webhook.ReceiverConfig[*sql.Tx]{Verifier: gh, EnqueueTx: enqueue}); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("no source: %v", err)
 	}
-	if _, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{Source: "x", EnqueueTx: enqueue}); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := webhook.NewReceiver(ib, webhook.ReceiverConfig[*sql.Tx]{Source: "x", EnqueueTx: enqueue}); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("no verifier: %v", err)
 	}
 }

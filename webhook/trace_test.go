@@ -26,7 +26,7 @@ func TestWebhookSpans(t *testing.T) {
 	}
 	rec := spantest.NewRecorder()
 	std, _ := webhook.NewStandard(webhook.StandardConfig{Secrets: []string{stdSecret}})
-	rc, err := webhook.NewReceiver(d, ib, webhook.ReceiverConfig[*sql.Tx]{
+	rc, err := webhook.NewReceiver(ib, webhook.ReceiverConfig[*sql.Tx]{
 		Source: "billing", Verifier: std, TracerProvider: rec,
 		EnqueueTx: func(context.Context, *sql.Tx, webhook.Delivery, []byte) error { return nil },
 	})

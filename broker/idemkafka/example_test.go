@@ -37,7 +37,7 @@ func Example() {
 
 	dir, _ := os.MkdirTemp("", "kafka-example")
 	defer os.RemoveAll(dir)
-	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -68,7 +68,7 @@ func Example() {
 	defer sub.Close()
 	ib, _ := inbox.New(d, inbox.Config{})
 	letters, _ := dlq.New(d, dlq.Config{})
-	c, err := consumer.New(d, ib, sub, consumer.Config[*sql.Tx]{
+	c, err := consumer.New(ib, sub, consumer.Config[*sql.Tx]{
 		Name: "billing",
 		DLQ:  letters,
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {

@@ -161,7 +161,7 @@ func TestConsoleCommandReadOnlyAndToken(t *testing.T) {
 func TestConsoleCommandNeedsTheAuditTable(t *testing.T) {
 	t.Parallel()
 	dbPath := filepath.Join(t.TempDir(), "idem.db")
-	d, err := sqlstore.OpenSQLite(dbPath, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(dbPath, sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 // vars, as the consumer does when it starts.
 func recordRetention(t *testing.T, vars map[string]string, consumer string, retain time.Duration) {
 	t.Helper()
-	d, err := sqlstore.OpenSQLite(strings.TrimPrefix(vars["IDEM_DATABASE_URL"], "sqlite://"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(strings.TrimPrefix(vars["IDEM_DATABASE_URL"], "sqlite://"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func TestSagaListShow(t *testing.T) {
 		t.Fatalf("migrate: %s", stderr)
 	}
 	ctx := context.Background()
-	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func TestStatsNamesLettersWithoutID(t *testing.T) {
 	if code, _, stderr := runCmd(t, vars, "migrate", "up"); code != 0 {
 		t.Fatalf("migrate: %s", stderr)
 	}
-	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

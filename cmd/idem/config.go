@@ -63,7 +63,7 @@ func openSQL(ctx context.Context, u string, create bool) (store.Driver[*sql.Tx],
 	if err != nil {
 		return nil, err
 	}
-	d, err := dsn.OpenSQLDriver(ctx, t, dsn.Options{SQLite: sqlstore.SQLiteOptions{MustExist: !create}})
+	d, err := dsn.OpenSQLDriver(ctx, t, dsn.Options{SQLite: sqlstore.SQLiteConfig{MustExist: !create}})
 	if errors.Is(err, sqlstore.ErrNoDatabase) {
 		return nil, fmt.Errorf("no database at %s (check the path; 'idem migrate up' creates one)", t.Path)
 	}

@@ -84,7 +84,7 @@ func TestDLQAndKeysEscapeStoredControls(t *testing.T) {
 	if code, _, stderr := runCmd(t, vars, "migrate", "up"); code != 0 {
 		t.Fatalf("migrate: %s", stderr)
 	}
-	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,6 +57,7 @@ import (
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
@@ -217,14 +218,14 @@ func (s *suite) consumer(t *testing.T, sub broker.Subscriber, obs *observer, cfg
 		t.Fatal(err)
 	}
 	cfg.Name = consumerName
-	cfg.Metrics = obs
+	cfg.Observer = obs
 	if cfg.FetchWait == 0 {
 		cfg.FetchWait = 100 * time.Millisecond
 	}
 	if cfg.Backoff.Base == 0 {
 		cfg.Backoff = consumer.Backoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}
 	}
-	c, err := consumer.New(s.d, ib, sub, cfg)
+	c, err := consumer.New(ib, sub, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -789,15 +790,12 @@ func (d *probeDelivery) Origin() map[string]string {
 
 // observer counts the consumer's metrics the suite asserts on.
 type observer struct {
+	obs.NopObserver
 	processed, duplicates, retries, deadLettered atomic.Int64
 }
 
-func (o *observer) Start(string) func()                { return func() {} }
-func (o *observer) Processed(string)                   { o.processed.Add(1) }
-func (o *observer) FingerprintConflict(string, string) {}
-func (o *observer) Failed(string, string)              {}
-func (o *observer) Retry(string)                       { o.retries.Add(1) }
-func (o *observer) Unidentified(string)                {}
+func (o *observer) Processed(string) { o.processed.Add(1) }
+func (o *observer) Retry(string)     { o.retries.Add(1) }
 func (o *observer) DuplicateContext(context.Context, string, string) {
 	o.duplicates.Add(1)
 }
@@ -805,4 +803,4 @@ func (o *observer) DeadLetteredContext(context.Context, string, string) {
 	o.deadLettered.Add(1)
 }
 
-var _ consumer.Observer = (*observer)(nil)
+var _ idem.Observer = (*observer)(nil)

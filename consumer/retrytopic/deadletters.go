@@ -14,7 +14,6 @@ import (
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/origin"
-	"github.com/idemkit/idem/store"
 )
 
 // DeadLetters returns the consumer of r's dead-letter topic, reading sub
@@ -54,11 +53,11 @@ import (
 // again it travels the retry topics again, and its new dead-letter record
 // parks a new letter (the redriven one is no longer parked).
 //
-// From cfg, DeadLetters keeps Name, MessageID, DLQ, Logger, Metrics (the
-// failure itself is not counted again), Tracer, TracerProvider,
+// From cfg, DeadLetters keeps Name, MessageID, DLQ, Logger, Observer (the
+// failure itself is not counted again), TracerProvider,
 // Concurrency, FetchWait, Backoff, StreamMaxAge and AcceptShortRetention; the
 // handler, schema, reroute, retries in place, gate and hooks are not used.
-func DeadLetters[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, cfg consumer.Config[TTx], sub broker.Subscriber) (*consumer.Consumer[TTx], error) {
+func DeadLetters[TTx any](ib *inbox.Inbox[TTx], r *Retrier, cfg consumer.Config[TTx], sub broker.Subscriber) (*consumer.Consumer[TTx], error) {
 	if r == nil || sub == nil {
 		return nil, checks.Optionf("retrytopic: nil Retrier or subscriber")
 	}
@@ -67,7 +66,6 @@ func DeadLetters[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier,
 		MessageID:            cfg.MessageID,
 		DLQ:                  cfg.DLQ,
 		Logger:               cfg.Logger,
-		Tracer:               cfg.Tracer,
 		TracerProvider:       cfg.TracerProvider,
 		Concurrency:          cfg.Concurrency,
 		FetchWait:            cfg.FetchWait,
@@ -85,10 +83,10 @@ func DeadLetters[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier,
 			return RecordedError(msg.Headers)
 		},
 	}
-	if cfg.Metrics != nil {
-		dl.Metrics = uncounted{cfg.Metrics}
+	if cfg.Observer != nil {
+		dl.Observer = uncounted{cfg.Observer}
 	}
-	return consumer.New(d, ib, &dltSubscriber{sub: sub, topic: r.Topic()}, dl)
+	return consumer.New(ib, &dltSubscriber{sub: sub, topic: r.Topic()}, dl)
 }
 
 // RecordedError rebuilds the failure recorded in a retry or dead-letter
@@ -188,7 +186,7 @@ func (s *dltSubscriber) Resume(ctx context.Context) error { return resume(ctx, s
 
 // uncounted forwards to an Observer except Failed: a dead-letter record's
 // failure was counted when it happened, on the topic it failed on.
-type uncounted struct{ consumer.Observer }
+type uncounted struct{ idem.Observer }
 
 func (uncounted) Failed(string, string) {}
 

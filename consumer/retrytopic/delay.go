@@ -13,7 +13,6 @@ import (
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/checks"
-	"github.com/idemkit/idem/store"
 )
 
 // Delayed wraps the subscriber of a retry topic whose records wait delay.
@@ -136,7 +135,7 @@ func (d *delivery) Message() idem.Message { return d.msg }
 // subscribe(r.DLT(), 0)), which parks its records in the dead-letter store,
 // unless Config.NoDeadLetterConsumer is set. Run them with the main topic's
 // consumer, e.g. with [Run].
-func Consumers[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, cfg consumer.Config[TTx],
+func Consumers[TTx any](ib *inbox.Inbox[TTx], r *Retrier, cfg consumer.Config[TTx],
 	subscribe func(topic string, delay time.Duration) (broker.Subscriber, error)) ([]*consumer.Consumer[TTx], error) {
 	if r == nil || subscribe == nil {
 		return nil, checks.Optionf("retrytopic: nil Retrier or subscribe")
@@ -148,7 +147,7 @@ func Consumers[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, c
 		if err != nil {
 			return nil, fmt.Errorf("retrytopic: subscribe %s: %w", topic, err)
 		}
-		c, err := consumer.New(d, ib, Delayed(sub, r.delays[i]), cfg)
+		c, err := consumer.New(ib, Delayed(sub, r.delays[i]), cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -161,7 +160,7 @@ func Consumers[TTx any](d store.Driver[TTx], ib *inbox.Inbox[TTx], r *Retrier, c
 	if err != nil {
 		return nil, fmt.Errorf("retrytopic: subscribe %s: %w", r.DLT(), err)
 	}
-	c, err := DeadLetters(d, ib, r, cfg, sub)
+	c, err := DeadLetters(ib, r, cfg, sub)
 	if err != nil {
 		return nil, err
 	}

@@ -69,7 +69,7 @@ func (orders) Create(ctx context.Context, in *structpb.Struct) (*structpb.Struct
 // run serves Orders on loopback, calls Create twice with one key and once
 // with that key and another item, and prints what happened.
 func run(ctx context.Context, path string, out io.Writer) error {
-	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		return err
 	}

@@ -165,7 +165,7 @@ func run(ctx context.Context, o options, started func(*service)) error {
 		defer d.Close()
 		return serve(ctx, d, s, sub, o, started)
 	}
-	d, err := sqlstore.OpenSQLite(strings.TrimPrefix(o.DB, "sqlite://"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(strings.TrimPrefix(o.DB, "sqlite://"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func serve[TTx any](ctx context.Context, d store.Driver[TTx], s *service, sub br
 		return err
 	}
 	// The consumer schedules the charge in the transaction of its inbox record.
-	charges, err := consumer.New(d, ib, sub, consumer.Config[TTx]{Name: "charges", Backoff: consumer.Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second},
+	charges, err := consumer.New(ib, sub, consumer.Config[TTx]{Name: "charges", Backoff: consumer.Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second},
 		Handler: scheduleCharge(ledger)})
 	if err != nil {
 		return err

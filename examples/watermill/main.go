@@ -64,7 +64,7 @@ type Result struct{ Invoices, Emails int }
 // invoice event.
 func run(ctx context.Context, path string, out io.Writer) (Result, error) {
 	quiet := slog.New(slog.DiscardHandler)
-	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		return Result{}, err
 	}

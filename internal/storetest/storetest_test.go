@@ -65,12 +65,12 @@ func TestLockTimeoutPostgres(t *testing.T) {
 func TestBusySQLite(t *testing.T) {
 	t.Parallel()
 	path := testdb.SQLitePath(t)
-	a, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	a, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{BusyTimeout: 50 * time.Millisecond}, sqlstore.Config{})
+	b, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteConfig{BusyTimeout: 50 * time.Millisecond}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -228,7 +228,7 @@ func SQLite(t testing.TB) *sqlstore.Driver {
 // SQLiteBare is SQLite without the migrations.
 func SQLiteBare(t testing.TB) *sqlstore.Driver {
 	t.Helper()
-	d, err := sqlstore.OpenSQLite(SQLitePath(t), sqlstore.SQLiteOptions{Synchronous: "NORMAL"}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(SQLitePath(t), sqlstore.SQLiteConfig{Synchronous: "NORMAL"}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
-	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "shop.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "shop.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		panic(err)
 	}

@@ -35,7 +35,7 @@ func (e *externalSQL) Translate(err error) error { return fmt.Errorf("%w: %w", e
 // on it without knowing its name.
 func TestExternalDialect(t *testing.T) {
 	ctx := context.Background()
-	db, err := sql.Open("sqlite", sqlstore.SQLiteDSN(filepath.Join(t.TempDir(), "x.db"), sqlstore.SQLiteOptions{}))
+	db, err := sql.Open("sqlite", sqlstore.SQLiteDSN(filepath.Join(t.TempDir(), "x.db"), sqlstore.SQLiteConfig{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // and a rolled-back transaction's INSERT leaves nothing.
 func TestPreparedHTTPKeyStatements(t *testing.T) {
 	ctx := context.Background()
-	d, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "p.db"), sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "p.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestPreparedHTTPKeyStatements(t *testing.T) {
 // soak's first requests stalled until SQLite's busy timeout).
 func TestPreparedNeverWaitsForAConnectionInATransaction(t *testing.T) {
 	ctx := context.Background()
-	d, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "p.db"), sqlstore.SQLiteOptions{MaxOpenConns: 1}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "p.db"), sqlstore.SQLiteConfig{MaxOpenConns: 1}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

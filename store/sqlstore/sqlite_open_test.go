@@ -23,7 +23,7 @@ func TestOpenSQLitePrivateModes(t *testing.T) {
 	defer syscall.Umask(old)
 	root := t.TempDir()
 	path := filepath.Join(root, "a", "b", "idem.db")
-	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestOpenSQLiteMustExist(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	missing := filepath.Join(root, "typo", "idem.db")
-	_, err := sqlstore.OpenSQLite(missing, sqlstore.SQLiteOptions{MustExist: true}, sqlstore.Config{})
+	_, err := sqlstore.OpenSQLite(missing, sqlstore.SQLiteConfig{MustExist: true}, sqlstore.Config{})
 	if !errors.Is(err, sqlstore.ErrNoDatabase) || !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("missing database: %v, want ErrNoDatabase", err)
 	}
@@ -71,13 +71,13 @@ func TestOpenSQLiteMustExist(t *testing.T) {
 	}
 	// Same directory, missing file.
 	missing = filepath.Join(root, "idem.db")
-	if _, err := sqlstore.OpenSQLite(missing, sqlstore.SQLiteOptions{MustExist: true}, sqlstore.Config{}); !errors.Is(err, sqlstore.ErrNoDatabase) {
+	if _, err := sqlstore.OpenSQLite(missing, sqlstore.SQLiteConfig{MustExist: true}, sqlstore.Config{}); !errors.Is(err, sqlstore.ErrNoDatabase) {
 		t.Fatalf("missing file: %v", err)
 	}
 	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("MustExist created the file: %v", err)
 	}
-	d, err := sqlstore.OpenSQLite(missing, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(missing, sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestOpenSQLiteMustExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Close()
-	d, err = sqlstore.OpenSQLite(missing, sqlstore.SQLiteOptions{MustExist: true}, sqlstore.Config{})
+	d, err = sqlstore.OpenSQLite(missing, sqlstore.SQLiteConfig{MustExist: true}, sqlstore.Config{})
 	if err != nil {
 		t.Fatalf("existing database: %v", err)
 	}
@@ -101,7 +101,7 @@ func TestOpenSQLiteMustExist(t *testing.T) {
 func TestOpenSQLiteOddPath(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "a%20b?c#d.db")
-	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{}, sqlstore.Config{})
+	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 // caller's *sql.Tx. It serves SQLite through modernc.org/sqlite (pure Go, the
 // embedded default) and PostgreSQL through github.com/jackc/pgx/v5/stdlib.
 //
-//	d, err := sqlstore.OpenSQLite("./idem-data/idem.db", sqlstore.SQLiteOptions{}, sqlstore.Config{})
+//	d, err := sqlstore.OpenSQLite("./idem-data/idem.db", sqlstore.SQLiteConfig{}, sqlstore.Config{})
 //	if err := migrate.Up(ctx, d); err != nil { … }
 //	mw, err := idemhttp.New(d, idemhttp.Config{Tenant: tenantOf})
 //	mux.Handle("POST /orders", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -119,8 +119,8 @@ func New(db *sql.DB, cfg Config) (*Driver, error) {
 	return d, nil
 }
 
-// SQLiteOptions tunes OpenSQLite.
-type SQLiteOptions struct {
+// SQLiteConfig configures the SQLite connection OpenSQLite opens.
+type SQLiteConfig struct {
 	// BusyTimeout bounds how long a writer waits for the write lock.
 	// Defaults to 30s.
 	BusyTimeout time.Duration
@@ -147,7 +147,7 @@ var ErrNoDatabase = errors.New("no database")
 // BEGIN IMMEDIATE transactions, a busy timeout and foreign keys on. With
 // opt.MustExist it also carries SQLite's mode=rw, so opening it never
 // creates the file.
-func SQLiteDSN(path string, opt SQLiteOptions) string {
+func SQLiteDSN(path string, opt SQLiteConfig) string {
 	if opt.BusyTimeout <= 0 {
 		opt.BusyTimeout = 30 * time.Second
 	}
@@ -179,7 +179,7 @@ func uriPath(p string) string {
 // and payloads are readable by their owner only; the process umask can
 // only remove bits from these. The modes of existing files and
 // directories are left as they are.
-func OpenSQLite(path string, opt SQLiteOptions, cfg Config) (*Driver, error) {
+func OpenSQLite(path string, opt SQLiteConfig, cfg Config) (*Driver, error) {
 	if path == "" {
 		return nil, errors.New("sqlstore: empty SQLite path")
 	}
@@ -205,7 +205,7 @@ func OpenSQLite(path string, opt SQLiteOptions, cfg Config) (*Driver, error) {
 	return d, err
 }
 
-func openSQLite(path string, opt SQLiteOptions, cfg Config) (*Driver, error) {
+func openSQLite(path string, opt SQLiteConfig, cfg Config) (*Driver, error) {
 	db, err := sql.Open("sqlite", SQLiteDSN(path, opt))
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: %w", err)

@@ -16,7 +16,7 @@ import (
 // commit; dead-letter permanent failures and messages out of attempts, and
 // send transient failures back with a full-jitter backoff.
 func (s *System[TTx]) consumerRunner(name string, sub broker.Subscriber, h inbox.Handler[TTx]) (func(context.Context) error, error) {
-	c, err := consumer.New(s.db, s.inbox, sub, s.consumerConfig(name, h))
+	c, err := consumer.New(s.inbox, sub, s.consumerConfig(name, h))
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +33,7 @@ func (s *System[TTx]) consumerConfig(name string, h inbox.Handler[TTx]) consumer
 		MaxAttempts:    s.cfg.MaxAttempts,
 		Backoff:        consumer.Backoff{Base: s.cfg.RetryBase, Max: s.cfg.RetryMax},
 		DLQ:            s.dlq,
-		Metrics:        s.metrics,
+		Observer:       s.metrics,
 		Logger:         s.log,
 		TracerProvider: s.cfg.TracerProvider,
 	}

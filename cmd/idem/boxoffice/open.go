@@ -83,7 +83,7 @@ func OpenDB(ctx context.Context, url, schema, synchronous string) (store.Driver[
 	d, err := dsn.Open(ctx, url, dsn.Options{
 		Names:    store.Names{Schema: schema},
 		MaxConns: dbPoolConns,
-		SQLite:   sqlstore.SQLiteOptions{Synchronous: synchronous},
+		SQLite:   sqlstore.SQLiteConfig{Synchronous: synchronous},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("boxoffice: %w", err)

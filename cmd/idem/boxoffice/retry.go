@@ -44,11 +44,11 @@ func (s *System[TTx]) RetryTopics(name string, pub broker.Publisher, main broker
 	}
 	cfg := s.consumerConfig(name, h)
 	cfg.Reroute = r
-	first, err := consumer.New(s.db, s.inbox, main, cfg)
+	first, err := consumer.New(s.inbox, main, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	retries, err := retrytopic.Consumers(s.db, s.inbox, r, cfg, subscribe)
+	retries, err := retrytopic.Consumers(s.inbox, r, cfg, subscribe)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -34,7 +34,7 @@ func (s *System[TTx]) webhookHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boxoffice: webhook secret: %w", err)
 	}
-	rc, err := webhook.NewReceiver(s.db, s.inbox, webhook.ReceiverConfig[TTx]{
+	rc, err := webhook.NewReceiver(s.inbox, webhook.ReceiverConfig[TTx]{
 		Source:         WebhookSource,
 		Verifier:       v,
 		EnqueueTx:      s.markPaid,

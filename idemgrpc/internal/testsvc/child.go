@@ -39,7 +39,7 @@ func OpenStore(ctx context.Context, name, db string) (store.Driver[any], func(),
 	path, schema, _ := strings.Cut(db, "#")
 	switch name {
 	case "sqlite":
-		d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{Synchronous: "NORMAL"}, sqlstore.Config{})
+		d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteConfig{Synchronous: "NORMAL"}, sqlstore.Config{})
 		if err != nil {
 			return nil, nil, err
 		}

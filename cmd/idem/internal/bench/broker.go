@@ -175,7 +175,7 @@ const consumerWorkers = 2
 
 // run consumes until ctx is done.
 func (c *batchConsumer[TTx]) run(ctx context.Context) error {
-	cons, err := consumer.New(c.d, c.in, c.sub, consumer.Config[TTx]{
+	cons, err := consumer.New(c.in, c.sub, consumer.Config[TTx]{
 		Name: c.consumer, Handler: c.h, BatchHandler: c.bh, Concurrency: consumerWorkers, BatchSize: batchSize,
 		FetchWait: 50 * time.Millisecond,
 	})

@@ -123,7 +123,7 @@ func Open(ctx context.Context, cfg Config) (_ *Env, err error) {
 		e.ownSQLite = true
 	}
 	path := e.sqliteDir + string(os.PathSeparator) + "bench_" + e.runID + ".db"
-	e.sqlite, err = sqlstore.OpenSQLite(path, sqlstore.SQLiteOptions{MaxOpenConns: 16}, sqlstore.Config{})
+	e.sqlite, err = sqlstore.OpenSQLite(path, sqlstore.SQLiteConfig{MaxOpenConns: 16}, sqlstore.Config{})
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
 
@@ -159,9 +160,9 @@ func editPayload(payload []byte) ([]byte, error) {
 // dead-letter store until the returned stop is called: it appends a row
 // (name, message id, payload) to table per message it applies, and rejects
 // every message for good while poisoned holds.
-func runApplier(ctx context.Context, e *env, name, table string, poisoned *atomic.Bool, obs consumer.Observer) (stop func(), err error) {
+func runApplier(ctx context.Context, e *env, name, table string, poisoned *atomic.Bool, o idem.Observer) (stop func(), err error) {
 	db := e.sys.DB()
-	return runConsumer(ctx, e, inbox.Config{}, consumer.Config[any]{Name: name, Metrics: obs,
+	return runConsumer(ctx, e, inbox.Config{}, consumer.Config[any]{Name: name, Observer: o,
 		Handler: func(ctx context.Context, tx any, msg idem.Message) error {
 			if poisoned.Load() {
 				return idem.Permanent(errors.New("drill: " + name + " rejects the order"))
@@ -188,7 +189,7 @@ func runConsumer(ctx context.Context, e *env, ib inbox.Config, cfg consumer.Conf
 	}
 	cfg.DLQ, cfg.FetchWait = e.sys.DeadLetters(), 100*time.Millisecond
 	cfg.Logger = cmp.Or(cfg.Logger, e.sys.Config().Logger)
-	cons, err := consumer.New(db, in, sub, cfg)
+	cons, err := consumer.New(in, sub, cfg)
 	if err != nil {
 		sub.Close()
 		return nil, err
@@ -233,18 +234,14 @@ func waitApplied(ctx context.Context, r *runner, count func() (map[string]int64,
 	}
 }
 
-// dupCounter is a consumer.Observer that counts the duplicates its
+// dupCounter is an idem.Observer that counts the duplicates its
 // consumer suppressed and records nothing else.
-type dupCounter struct{ n atomic.Int64 }
+type dupCounter struct {
+	obs.NopObserver
+	n atomic.Int64
+}
 
-func (d *dupCounter) Start(string) func()                                 { return func() {} }
-func (d *dupCounter) Processed(string)                                    {}
-func (d *dupCounter) DuplicateContext(context.Context, string, string)    { d.n.Add(1) }
-func (d *dupCounter) FingerprintConflict(string, string)                  {}
-func (d *dupCounter) Failed(string, string)                               {}
-func (d *dupCounter) Retry(string)                                        {}
-func (d *dupCounter) DeadLetteredContext(context.Context, string, string) {}
-func (d *dupCounter) Unidentified(string)                                 {}
+func (d *dupCounter) DuplicateContext(context.Context, string, string) { d.n.Add(1) }
 
 // dupCounters are the counters of several consumers.
 type dupCounters map[string]*dupCounter

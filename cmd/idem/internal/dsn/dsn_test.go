@@ -206,7 +206,7 @@ func TestOpenSQLite(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sub", "idem.db")
-	if _, err := dsn.Open(ctx, "sqlite://"+path, dsn.Options{SQLite: sqlstore.SQLiteOptions{MustExist: true}}); !errors.Is(err, sqlstore.ErrNoDatabase) {
+	if _, err := dsn.Open(ctx, "sqlite://"+path, dsn.Options{SQLite: sqlstore.SQLiteConfig{MustExist: true}}); !errors.Is(err, sqlstore.ErrNoDatabase) {
 		t.Fatalf("Open MustExist on a missing file = %v, want sqlstore.ErrNoDatabase", err)
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {

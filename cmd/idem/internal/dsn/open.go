@@ -26,7 +26,7 @@ type Options struct {
 	MaxConns int
 	// SQLite are the SQLite file's options (synchronous level, busy
 	// timeout, pool cap, MustExist).
-	SQLite sqlstore.SQLiteOptions
+	SQLite sqlstore.SQLiteConfig
 }
 
 // Open opens s with the driver idem's tools run on for its dialect: pgx

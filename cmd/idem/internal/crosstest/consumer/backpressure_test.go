@@ -133,7 +133,7 @@ func runBacklog[TTx any](t *testing.T, d store.Driver[TTx], cfg backlogRun) back
 
 	sub := &countingPauser{Subscriber: kafkaGroup(t, addrs, "mailer", topic)}
 	var consumed atomic.Int64
-	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[TTx]{
+	c, err := consumer.New(newInbox(t, d), sub, consumer.Config[TTx]{
 		Name: "mailer", BatchSize: cfg.batch, FetchWait: 100 * time.Millisecond, Gate: w.Gate("email"),
 		Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {
 			_, _, err := ledger.ScheduleTx(ctx, tx, effect.Effect{Key: "mail:" + msg.ID, Kind: "email", Payload: msg.Payload})
@@ -289,7 +289,7 @@ func TestBackpressureBreakerPausesTheConsumer(t *testing.T) {
 	}
 	raw := kafkaGroup(t, addrs, "mailer", "mail")
 	var consumed atomic.Int64
-	c, err := consumer.New(d, newInbox(t, d), raw, consumer.Config[*sqlTx]{
+	c, err := consumer.New(newInbox(t, d), raw, consumer.Config[*sqlTx]{
 		Name: "mailer", FetchWait: 100 * time.Millisecond, Gate: w.Gate("email"),
 		Handler: func(ctx context.Context, tx *sqlTx, msg idem.Message) error {
 			_, _, err := ledger.ScheduleTx(ctx, tx, effect.Effect{Key: "mail:" + msg.ID, Kind: "email"})

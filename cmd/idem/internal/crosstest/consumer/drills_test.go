@@ -44,8 +44,8 @@ func testCrashBeforeAck[TTx any](t *testing.T, d store.Driver[TTx], batch int) {
 	const n = 60
 	var crashes atomic.Int64
 	var crashed sync.Map
-	c, err := consumer.New(d, newInbox(t, d), env.subscriber(t, "billing", 300*time.Millisecond), consumer.Config[TTx]{
-		Name: "billing", Concurrency: 3, BatchSize: batch, FetchWait: 100 * time.Millisecond, Metrics: m,
+	c, err := consumer.New(newInbox(t, d), env.subscriber(t, "billing", 300*time.Millisecond), consumer.Config[TTx]{
+		Name: "billing", Concurrency: 3, BatchSize: batch, FetchWait: 100 * time.Millisecond, Observer: m,
 		Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {
 			return record(ctx, d, tx, msg.ID, msg.Attempt, msg.Payload)
 		},
@@ -106,8 +106,8 @@ func testConcurrentInstances[TTx any](t *testing.T, d store.Driver[TTx]) {
 	ib := newInbox(t, d)
 	var runs atomic.Int64
 	for _, durable := range []string{"instance-a", "instance-b"} {
-		c, err := consumer.New(d, ib, env.subscriber(t, durable, 5*time.Second), consumer.Config[TTx]{
-			Name: "billing", FetchWait: 100 * time.Millisecond, Metrics: m,
+		c, err := consumer.New(ib, env.subscriber(t, durable, 5*time.Second), consumer.Config[TTx]{
+			Name: "billing", FetchWait: 100 * time.Millisecond, Observer: m,
 			Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {
 				runs.Add(1)
 				time.Sleep(5 * time.Millisecond) // widen the overlap
@@ -156,8 +156,8 @@ func testRetryDeadLetterRedrive[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatal(err)
 	}
 	var fixed atomic.Bool
-	c, err := consumer.New(d, newInbox(t, d), env.subscriber(t, "billing", 5*time.Second), consumer.Config[TTx]{
-		Name: "billing", Concurrency: 2, FetchWait: 100 * time.Millisecond, Metrics: m, DLQ: letters,
+	c, err := consumer.New(newInbox(t, d), env.subscriber(t, "billing", 5*time.Second), consumer.Config[TTx]{
+		Name: "billing", Concurrency: 2, FetchWait: 100 * time.Millisecond, Observer: m, DLQ: letters,
 		MaxAttempts: 5, Backoff: consumer.Backoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond},
 		Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {
 			switch {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker/memory"
 	"strings"
 	"sync"
@@ -54,12 +55,8 @@ func newInbox[TTx any](t *testing.T, d store.Driver[TTx]) *inbox.Inbox[TTx] {
 	return ib
 }
 
-// idemmetrics attaches to the consumer through consumer.Observer and
-// consumer.Tracer.
-var (
-	_ consumer.Observer = (*idemmetrics.Metrics)(nil)
-	_ consumer.Tracer   = idemmetrics.NopTracer{}
-)
+// idemmetrics attaches to the consumer through Config.Observer.
+var _ idem.Observer = (*idemmetrics.Metrics)(nil)
 
 func newMetrics(t *testing.T) (*prometheus.Registry, *idemmetrics.Metrics) {
 	reg := prometheus.NewRegistry()

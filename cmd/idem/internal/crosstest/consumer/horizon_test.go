@@ -47,7 +47,7 @@ func TestShortRetentionDoesNotStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := consumer.New(d, ib, sub, consumer.Config[*sqlTx]{Name: "billing", FetchWait: 50 * time.Millisecond,
+		c, err := consumer.New(ib, sub, consumer.Config[*sqlTx]{Name: "billing", FetchWait: 50 * time.Millisecond,
 			AcceptShortRetention: accept,
 			Handler: func(ctx context.Context, tx *sqlTx, msg idem.Message) error {
 				return record(ctx, d, tx, msg.ID, msg.Attempt, msg.Payload)
@@ -109,7 +109,7 @@ func TestShortRetentionDoubleEffect(t *testing.T) {
 		Handler: func(ctx context.Context, tx *sqlTx, msg idem.Message) error {
 			return record(ctx, d, tx, msg.ID, msg.Attempt, msg.Payload)
 		}}
-	c, err := consumer.New(d, ib, broker.Subscriber(sub), cfg)
+	c, err := consumer.New(ib, broker.Subscriber(sub), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestShortRetentionDoubleEffect(t *testing.T) {
 		t.Fatalf("Run with a declared 7d max age and 24h retention = %v", err)
 	}
 	cfg.AcceptShortRetention = true
-	c, err = consumer.New(d, ib, sub, cfg)
+	c, err = consumer.New(ib, sub, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestDeclaredUnlimitedMaxAge(t *testing.T) {
 	d := testdb.SQLite(t)
 	b := memBroker(t)
 	sub, _ := b.Subscribe("orders", "billing")
-	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[*sqlTx]{Name: "billing", StreamMaxAge: horizon.Unlimited,
+	c, err := consumer.New(newInbox(t, d), sub, consumer.Config[*sqlTx]{Name: "billing", StreamMaxAge: horizon.Unlimited,
 		Handler: func(context.Context, *sqlTx, idem.Message) error { return nil }})
 	if err != nil {
 		t.Fatal(err)

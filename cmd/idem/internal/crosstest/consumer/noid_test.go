@@ -104,8 +104,8 @@ func testNoID[TTx any](t *testing.T, d store.Driver[TTx], b noIDBroker, batch in
 	defer logFile.Close()
 	var runs, rawRuns atomic.Int64
 	sub := &countDeliveries{Subscriber: b.sub}
-	c, err := consumer.New(d, newInbox(t, d), sub, consumer.Config[TTx]{
-		Name: "billing", BatchSize: batch, FetchWait: 50 * time.Millisecond, Metrics: m, DLQ: letters,
+	c, err := consumer.New(newInbox(t, d), sub, consumer.Config[TTx]{
+		Name: "billing", BatchSize: batch, FetchWait: 50 * time.Millisecond, Observer: m, DLQ: letters,
 		Logger: slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {
 			runs.Add(1)
@@ -452,8 +452,8 @@ func TestMessageIDFailsWithoutBrokerID(t *testing.T) {
 	b := memNoID(t, "orders")
 	reg, m := newMetrics(t)
 	letters, _ := dlq.New(d, dlq.Config{})
-	c, err := consumer.New(d, newInbox(t, d), b.sub, consumer.Config[*sqlTx]{
-		Name: "billing", FetchWait: 50 * time.Millisecond, Metrics: m, DLQ: letters,
+	c, err := consumer.New(newInbox(t, d), b.sub, consumer.Config[*sqlTx]{
+		Name: "billing", FetchWait: 50 * time.Millisecond, Observer: m, DLQ: letters,
 		MessageID: func(msg idem.Message) (string, error) {
 			order, ok := strings.CutPrefix(string(msg.Payload), "order:")
 			if !ok {

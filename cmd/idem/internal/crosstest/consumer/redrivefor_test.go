@@ -113,7 +113,7 @@ func amqpFanout(t *testing.T) fanout {
 
 // dupObserver counts the duplicates a consumer suppressed.
 type dupObserver struct {
-	consumer.Observer
+	idem.Observer
 	dups atomic.Int64
 }
 
@@ -166,7 +166,7 @@ func testRedriveFor[TTx any](t *testing.T, d store.Driver[TTx], f fanout) {
 	for _, name := range fanoutConsumers {
 		_, m := newMetrics(t)
 		obs[name] = &dupObserver{Observer: m}
-		cfg := consumer.Config[TTx]{Name: name, DLQ: letters, FetchWait: 100 * time.Millisecond, Metrics: obs[name],
+		cfg := consumer.Config[TTx]{Name: name, DLQ: letters, FetchWait: 100 * time.Millisecond, Observer: obs[name],
 			Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {
 				if poisoned.Load() {
 					return idem.Permanent(errors.New("the order is rejected"))
@@ -178,7 +178,7 @@ func testRedriveFor[TTx any](t *testing.T, d store.Driver[TTx], f fanout) {
 		if name == "a" {
 			cfg.MessageID = orderKey // a dedups on the business key, so its letter is parked under it
 		}
-		c, err := consumer.New(d, newInbox(t, d), f.subs[name], cfg)
+		c, err := consumer.New(newInbox(t, d), f.subs[name], cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -141,7 +141,7 @@ func startConsumer[TTx any](t *testing.T, d store.Driver[TTx], name string, reta
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := consumer.New(d, ib, sub, consumer.Config[TTx]{Name: name, FetchWait: 10 * time.Millisecond,
+	c, err := consumer.New(ib, sub, consumer.Config[TTx]{Name: name, FetchWait: 10 * time.Millisecond,
 		Handler: func(context.Context, TTx, idem.Message) error { return nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -1,19 +1,15 @@
 package idemmetrics_test
 
 import (
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/idemproxy"
-	"github.com/idemkit/idem/consumer"
-	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemmetrics"
-	"github.com/idemkit/idem/retention"
 )
 
-// *idemmetrics.Metrics attaches to every feature through the small
-// observer interface the feature defines.
+// *idemmetrics.Metrics attaches to every component through idem.Observer
+// (the Observer field of each component's Config), and to the proxy
+// through its Observer.
 var (
-	_ consumer.Observer  = (*idemmetrics.Metrics)(nil)
-	_ effect.Observer    = (*idemmetrics.Metrics)(nil)
+	_ idem.Observer      = (*idemmetrics.Metrics)(nil)
 	_ idemproxy.Observer = (*idemmetrics.Metrics)(nil)
-	_ retention.Observer = (*idemmetrics.Metrics)(nil)
-	_ consumer.Tracer    = idemmetrics.NopTracer{}
 )

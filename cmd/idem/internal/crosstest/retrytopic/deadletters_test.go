@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/origin"
+	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/store"
 )
 
@@ -249,8 +250,8 @@ func testConcurrentCopies(t *testing.T, d store.Driver[any], rg *rig, r *retryto
 	var counters [2]parkCounter
 	var cs []*consumer.Consumer[any]
 	for i, group := range []string{"billing-dlt-a", "billing-dlt-b"} {
-		c, err := retrytopic.DeadLetters(d, ib, r, consumer.Config[any]{Name: "billing", FetchWait: 200 * time.Millisecond,
-			Concurrency: 2, Metrics: &counters[i]}, rg.subscribe(t, group, r.DLT()))
+		c, err := retrytopic.DeadLetters(ib, r, consumer.Config[any]{Name: "billing", FetchWait: 200 * time.Millisecond,
+			Concurrency: 2, Observer: &counters[i]}, rg.subscribe(t, group, r.DLT()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,16 +294,12 @@ func testConcurrentCopies(t *testing.T, d store.Driver[any], rg *rig, r *retryto
 	}
 }
 
-// parkCounter is a consumer.Observer counting dead letters parked.
-type parkCounter struct{ parked atomic.Int64 }
+// parkCounter is an idem.Observer counting dead letters parked.
+type parkCounter struct {
+	obs.NopObserver
+	parked atomic.Int64
+}
 
-func (*parkCounter) Start(string) func()                              { return func() {} }
-func (*parkCounter) Processed(string)                                 {}
-func (*parkCounter) DuplicateContext(context.Context, string, string) {}
-func (*parkCounter) FingerprintConflict(string, string)               {}
-func (*parkCounter) Failed(string, string)                            {}
-func (*parkCounter) Retry(string)                                     {}
 func (c *parkCounter) DeadLetteredContext(context.Context, string, string) {
 	c.parked.Add(1)
 }
-func (*parkCounter) Unidentified(string) {}

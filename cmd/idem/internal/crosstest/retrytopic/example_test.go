@@ -11,7 +11,6 @@ import (
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/consumer/retrytopic"
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/store"
 )
 
 // A consumer of order-events with retry topics order-events-retry-1s, -4s,
@@ -20,8 +19,7 @@ func Example() {
 	var (
 		ctx   = context.Background()
 		seeds = []string{"127.0.0.1:9092"}
-		d     store.Driver[*sql.Tx] // your driver, e.g. sqlstore.Open…
-		ib    *inbox.Inbox[*sql.Tx] // inbox.New(d, inbox.Config{})
+		ib    *inbox.Inbox[*sql.Tx] // inbox.New(d, inbox.Config{}) on your driver d
 	)
 	pub, _ := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: seeds})
 	r, _ := retrytopic.New(retrytopic.Config{Topic: "order-events", Publisher: pub}) // delays 1s, 4s, 16s
@@ -36,10 +34,10 @@ func Example() {
 		},
 	}
 	main, _ := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: seeds, Group: "notification", Topics: []string{"order-events"}})
-	first, _ := consumer.New(d, ib, main, cfg)
+	first, _ := consumer.New(ib, main, cfg)
 	// The retry consumers, and last the consumer of order-events-dlt that
 	// parks its records in the dead-letter store (idem dlq list / redrive).
-	retries, _ := retrytopic.Consumers(d, ib, r, cfg, func(topic string, delay time.Duration) (broker.Subscriber, error) {
+	retries, _ := retrytopic.Consumers(ib, r, cfg, func(topic string, delay time.Duration) (broker.Subscriber, error) {
 		// One group per retry topic (and one for the DLT, delay 0); the ack
 		// wait exceeds the delay.
 		return idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: seeds, Group: "notification-" + topic,

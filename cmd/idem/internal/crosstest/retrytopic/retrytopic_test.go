@@ -454,11 +454,11 @@ func setupHandler[TTx any](t *testing.T, d store.Driver[TTx], rg *rig, r *retryt
 			return nil
 		}},
 	}
-	main, err := consumer.New(d, ib, rg.subscribe(t, "billing", rg.topic), cfg)
+	main, err := consumer.New(ib, rg.subscribe(t, "billing", rg.topic), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	retries, err := retrytopic.Consumers(d, ib, r, cfg, func(tp string, delay time.Duration) (broker.Subscriber, error) {
+	retries, err := retrytopic.Consumers(ib, r, cfg, func(tp string, delay time.Duration) (broker.Subscriber, error) {
 		if tp == r.DLT() {
 			return rg.subscribe(t, "billing-dlt", tp), nil
 		}
@@ -650,7 +650,7 @@ func testBlocking(t *testing.T, d store.Driver[any], rg *rig, _ *retrytopic.Retr
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := consumer.New(d, ib, sub, consumer.Config[any]{
+	cons, err := consumer.New(ib, sub, consumer.Config[any]{
 		Name: "billing", FetchWait: 200 * time.Millisecond, RetryInPlace: true, MaxAttempts: 5,
 		Backoff: consumer.Backoff{Base: 300 * time.Millisecond, Max: time.Second},
 		Handler: func(ctx context.Context, tx any, msg idem.Message) error {
@@ -700,7 +700,7 @@ func testBlocking(t *testing.T, d store.Driver[any], rg *rig, _ *retrytopic.Retr
 func TestBlockingNeedsOneWorker(t *testing.T) {
 	d := testdb.SQLite(t)
 	ib, _ := inbox.New(d, inbox.Config{})
-	_, err := consumer.New(d, ib, nopSub{}, consumer.Config[*sql.Tx]{Name: "x", RetryInPlace: true, Concurrency: 2,
+	_, err := consumer.New(ib, nopSub{}, consumer.Config[*sql.Tx]{Name: "x", RetryInPlace: true, Concurrency: 2,
 		Handler: func(context.Context, *sql.Tx, idem.Message) error { return nil }})
 	if !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("RetryInPlace with Concurrency 2: %v, want ErrInvalidOption", err)
