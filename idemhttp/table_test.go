@@ -81,8 +81,8 @@ func TestCountsListHeldExpire(t *testing.T) {
 
 		// The operator resolves the held key: a retry replays the given
 		// response; releasing a key that is not held is refused.
-		if err := idemhttp.ResolveHeld(ctx, d.D, "acme", "POST /orders", "held", 201, http.Header{"Location": {"/orders/x"}},
-			[]byte(`{"resolved":true}`), clk.Now()); err != nil {
+		if err := idemhttp.ResolveHeld(ctx, d.D, idemhttp.Resolution{Tenant: "acme", Operation: "POST /orders", Key: "held",
+			Status: 201, Header: http.Header{"Location": {"/orders/x"}}, Body: []byte(`{"resolved":true}`), CompletedAt: clk.Now()}); err != nil {
 			t.Fatal(err)
 		}
 		w := do(h, req{tenant: "acme", key: "held", body: `{"a":1}`})
