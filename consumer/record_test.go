@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idem/broker/memory"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -30,7 +31,7 @@ func testRunRecordsInboxRetention[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	if _, found, err := inbox.RecordedRetention(ctx, d, "billing"); err != nil || found {
+	if _, found, err := operator.RecordedRetention(ctx, d, "billing"); err != nil || found {
 		t.Fatalf("before any start: found %v, %v", found, err)
 	}
 	for _, retain := range []time.Duration{72 * time.Hour, 36 * time.Hour} {
@@ -61,7 +62,7 @@ func testRunRecordsInboxRetention[TTx any](t *testing.T, d store.Driver[TTx]) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the consumer handled nothing")
 		}
-		r, found, err := inbox.RecordedRetention(ctx, d, "billing")
+		r, found, err := operator.RecordedRetention(ctx, d, "billing")
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
@@ -166,7 +167,7 @@ func TestRunRecordsRetentionLaterWhenTheLockIsHeld(t *testing.T) {
 	}
 	deadline := time.Now().Add(40 * time.Second)
 	for {
-		r, found, err := inbox.RecordedRetention(ctx, d, "billing")
+		r, found, err := operator.RecordedRetention(ctx, d, "billing")
 		if err == nil && found && r.Retention == 36*time.Hour {
 			break
 		}

@@ -60,6 +60,7 @@ import (
 	"github.com/idemkit/idem/internal/errtext"
 	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
@@ -114,7 +115,7 @@ type Letter struct {
 
 // NoIDPrefix begins the message id of a letter whose message came without a
 // usable id (see [SyntheticID]).
-const NoIDPrefix = "no-id:"
+const NoIDPrefix = operator.NoIDPrefix
 
 // SyntheticID is the message id of the letter of a message that has no
 // usable id of its own (its producer set none, or an invalid one): its
@@ -513,10 +514,10 @@ func (s *Store[TTx]) discard(ctx context.Context, id int64, by string) error {
 	return nil
 }
 
-// CountParked returns the number of parked letters per consumer; see the
-// package-level [CountParked].
+// CountParked returns the number of parked letters per consumer;
+// consumers without parked letters are absent.
 func (s *Store[TTx]) CountParked(ctx context.Context) (map[string]int64, error) {
-	return CountParked(ctx, s.d)
+	return operator.DLQCountParked(ctx, s.d)
 }
 
 type scanner interface{ Scan(dest ...any) error }

@@ -4,22 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/internal/operator"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/horizon"
-	"github.com/idemkit/idem/inbox"
 )
 
 // DefaultInboxRetention is the inbox retention the store assumes for a
-// consumer that recorded none ([inbox.Inbox.RecordRetention]; it has not
+// consumer that recorded none (inbox.Inbox.RecordRetention; it has not
 // started since migration 0015_consumer_horizons): the inbox's default.
 const DefaultInboxRetention = 7 * 24 * time.Hour
 
 // ErrRetentionOverstated reports an inbox retention given to the store
 // (Config.InboxRetention; the idem dlq command's --inbox-retention)
 // longer than the one the letter's consumer recorded when it started
-// ([inbox.Inbox.RecordRetention]), or, for a consumer that recorded
+// (inbox.Inbox.RecordRetention), or, for a consumer that recorded
 // none, longer than [DefaultInboxRetention], which cannot be checked: a
 // redrive judged by it could apply again a message whose id the inbox has
 // already forgotten. It is refused even with RedriveOptions.Force (a
@@ -59,7 +59,7 @@ func (e *RetentionClaimError) Is(target error) bool { return target == ErrRetent
 // one Config.InboxRetention gives. A longer Config.InboxRetention is a
 // [RetentionClaimError].
 func (s *Store[TTx]) InboxRetention(ctx context.Context, consumer string) (time.Duration, error) {
-	rec, found, err := inbox.RecordedRetention(ctx, s.d, consumer)
+	rec, found, err := operator.RecordedRetention(ctx, s.d, consumer)
 	if err != nil {
 		return 0, fmt.Errorf("dlq: %w", err)
 	}
@@ -67,7 +67,7 @@ func (s *Store[TTx]) InboxRetention(ctx context.Context, consumer string) (time.
 }
 
 // judgeRetention is InboxRetention on what consumer recorded.
-func (s *Store[TTx]) judgeRetention(consumer string, rec inbox.Recorded, found bool) (time.Duration, error) {
+func (s *Store[TTx]) judgeRetention(consumer string, rec operator.Recorded, found bool) (time.Duration, error) {
 	own := rec.Retention
 	if !found {
 		own, rec.RecordedAt = DefaultInboxRetention, time.Time{}
@@ -167,7 +167,8 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRedriveRefuse
 // still recognises the id, so the redrive is safe either way.
 func (s *Store[TTx]) checkHorizon(ctx context.Context, tx TTx, l Letter) error {
 	now := s.now()
-	rec, recorded, err := inbox.RecordedRetentionTx(ctx, s.d, tx, l.Consumer)
+	in := operator.InTx(s.d, s.d.Tx(tx))
+	rec, recorded, err := operator.RecordedRetention(ctx, in, l.Consumer)
 	if err != nil {
 		return fmt.Errorf("dlq: redrive %d: %w", l.ID, err)
 	}
@@ -175,10 +176,11 @@ func (s *Store[TTx]) checkHorizon(ctx context.Context, tx TTx, l Letter) error {
 	if err != nil {
 		return err
 	}
-	exp, found, err := inbox.ExpiryOfTx(ctx, s.d, tx, l.Consumer, l.MessageID)
+	original, found, err := operator.InboxRecordOf(ctx, in, l.Consumer, l.MessageID)
 	if err != nil {
 		return fmt.Errorf("dlq: redrive %d: %w", l.ID, err)
 	}
+	exp := original.ExpiresAt
 	if found && (exp.IsZero() || exp.After(now)) {
 		return nil
 	}

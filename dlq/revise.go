@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/internal/operator"
 	"log/slog"
 
 	"github.com/google/uuid"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
-	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/store"
@@ -127,7 +127,7 @@ func revision(l Letter, id string, payload []byte) idem.Message {
 // are): a record already there (the letter was parked for a fingerprint
 // mismatch, or a copy was processed meanwhile) is left as it is.
 func (s *Store[TTx]) consumed(ctx context.Context, tx TTx, l Letter) error {
-	rec, found, err := inbox.RecordedRetentionTx(ctx, s.d, tx, l.Consumer)
+	rec, found, err := operator.RecordedRetention(ctx, operator.InTx(s.d, s.d.Tx(tx)), l.Consumer)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -74,14 +75,14 @@ func TestTableFunctions(t *testing.T) {
 			}
 		}
 
-		if ok, err := dlq.Installed(ctx, d); err != nil || !ok {
+		if ok, err := operator.DLQInstalled(ctx, d); err != nil || !ok {
 			t.Fatalf("Installed = %v, %v on a migrated database", ok, err)
 		}
-		parked, err := dlq.CountParked(ctx, d)
+		parked, err := operator.DLQCountParked(ctx, d)
 		if err != nil || !maps.Equal(parked, map[string]int64{"billing": 2, "shipping": 2}) {
 			t.Fatalf("CountParked = %v, %v", parked, err)
 		}
-		noID, err := dlq.CountParkedNoID(ctx, d)
+		noID, err := operator.DLQCountParkedNoID(ctx, d)
 		if err != nil || !maps.Equal(noID, map[string]int64{"shipping": 1}) {
 			t.Fatalf("CountParkedNoID = %v, %v", noID, err)
 		}
@@ -98,11 +99,11 @@ func TestTableFunctions(t *testing.T) {
 		// CountClass: letters of one error class in any state (a redriven,
 		// b discarded, c and d parked are all still counted).
 		for class, want := range map[string]int64{"permanent": 1, "transient": 3, "fingerprint_mismatch": 0, "": 0} {
-			if n, err := dlq.CountClass(ctx, d, class); err != nil || n != want {
+			if n, err := operator.DLQCountClass(ctx, d, class); err != nil || n != want {
 				t.Errorf("CountClass(%q) = %d, %v; want %d", class, n, err, want)
 			}
 		}
-		counts, err := dlq.Counts(ctx, d)
+		counts, err := operator.DLQCounts(ctx, d)
 		if err != nil || !maps.Equal(counts, map[string]int64{"parked": 2, "redriven": 1, "discarded": 1}) {
 			t.Fatalf("Counts = %v, %v", counts, err)
 		}
@@ -111,13 +112,13 @@ func TestTableFunctions(t *testing.T) {
 		}
 
 		// Expire: only resolved letters, resolved before the horizon, at most limit per call.
-		if n, err := dlq.Expire(ctx, d, t0.Add(4*time.Hour), 10); err != nil || n != 0 {
+		if n, err := operator.DLQExpire(ctx, d, t0.Add(4*time.Hour), 10); err != nil || n != 0 {
 			t.Fatalf("Expire before any resolution = %d, %v", n, err)
 		}
-		if n, err := dlq.Expire(ctx, d, t0.Add(100*time.Hour), 1); err != nil || n != 1 {
+		if n, err := operator.DLQExpire(ctx, d, t0.Add(100*time.Hour), 1); err != nil || n != 1 {
 			t.Fatalf("Expire limit 1 = %d, %v", n, err)
 		}
-		if n, err := dlq.Expire(ctx, d, t0.Add(100*time.Hour), 10); err != nil || n != 1 {
+		if n, err := operator.DLQExpire(ctx, d, t0.Add(100*time.Hour), 10); err != nil || n != 1 {
 			t.Fatalf("Expire rest = %d, %v", n, err)
 		}
 		if got := ids(dlq.Filter{}); !slices.Equal(got, []int64{c, dd}) {
@@ -129,7 +130,7 @@ func TestTableFunctions(t *testing.T) {
 func TestInstalledOnAnUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
 	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
-		if ok, err := dlq.Installed(context.Background(), e.D); err != nil || ok {
+		if ok, err := operator.DLQInstalled(context.Background(), e.D); err != nil || ok {
 			t.Fatalf("Installed = %v, %v on an empty database, want false", ok, err)
 		}
 	}, testdb.Unmigrated)
@@ -145,7 +146,7 @@ func TestCountClass(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n, err := dlq.CountClass(ctx, e.D, idem.ErrorClass(idem.ErrFingerprintMismatch)); err != nil || n != 0 {
+		if n, err := operator.DLQCountClass(ctx, e.D, idem.ErrorClass(idem.ErrFingerprintMismatch)); err != nil || n != 0 {
 			t.Fatalf("CountClass on an empty table = %d, %v", n, err)
 		}
 		for i, cause := range []error{idem.ErrFingerprintMismatch, fmt.Errorf("wrapped: %w", idem.ErrFingerprintMismatch),
@@ -156,7 +157,7 @@ func TestCountClass(t *testing.T) {
 			}
 		}
 		for class, want := range map[string]int64{"fingerprint_mismatch": 2, "invalid_input": 1, "transient": 1, "permanent": 0} {
-			if n, err := dlq.CountClass(ctx, e.D, class); err != nil || n != want {
+			if n, err := operator.DLQCountClass(ctx, e.D, class); err != nil || n != want {
 				t.Errorf("CountClass(%q) = %d, %v; want %d", class, n, err, want)
 			}
 		}

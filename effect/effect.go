@@ -41,7 +41,8 @@
 // adds the trace context columns, 0009 the key-lifetime columns). This
 // package owns it: its states, its statements (internal/sqlset.Effects,
 // written once per dialect in internal/dialect/postgres and internal/dialect/sqlite), its
-// counts ([Counts]) and its expiry ([Expire]). Claims, take-overs and
+// counts ([Ledger.Counts]; the operator tools read it through
+// internal/operator, as they expire it). Claims, take-overs and
 // fenced writes run on idem's one lease machine (internal/lease).
 package effect
 
@@ -63,6 +64,7 @@ import (
 	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/panics"
 	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
@@ -476,10 +478,11 @@ func (l *Ledger[TTx]) hold(ctx context.Context, key string, token int64, cause e
 	return lease.Fence(n, err, fmt.Sprintf("effect: hold %q", key), token)
 }
 
-// Counts returns the number of effects per state (see the package-level
-// [Counts]).
+// Counts returns the number of effects per stored state; a state without
+// effects is absent. Held effects ([Effect.HeldAt]) are stored in_progress
+// and counted there.
 func (l *Ledger[TTx]) Counts(ctx context.Context) (map[State]int64, error) {
-	c, err := Counts(ctx, l.d)
+	c, err := operator.EffectCounts(ctx, l.d)
 	if err != nil {
 		return nil, err
 	}

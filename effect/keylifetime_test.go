@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testclock"
 	"github.com/idemkit/idem/store"
 )
@@ -85,10 +86,10 @@ func TestKeyLifetimeHoldsInsteadOfCalling(t *testing.T) {
 		if err != nil || len(held) != 1 || held[0].Key != "charge:1" {
 			t.Fatalf("ListHeld = %v, %v", held, err)
 		}
-		if held, err := effect.CountHeld(ctx, d); err != nil || len(held) != 1 || held["charge"] != 1 {
+		if held, err := operator.EffectCountHeld(ctx, d); err != nil || len(held) != 1 || held["charge"] != 1 {
 			t.Fatalf("CountHeld = %v, %v", held, err)
 		}
-		if c, err := effect.Counts(ctx, d); err != nil || c["in_progress"] != 1 {
+		if c, err := operator.EffectCounts(ctx, d); err != nil || c["in_progress"] != 1 {
 			t.Fatalf("Counts of a held effect = %v, %v", c, err)
 		}
 		if n := m.of("charge"); n != 1 {

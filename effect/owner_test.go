@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testclock"
 	"github.com/idemkit/idem/store"
 )
@@ -30,18 +31,18 @@ func TestCountsByKindAndAbandoned(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := map[string]int64{"email": 2, "sms": 1, "": 1}
-		if got, err := effect.CountsByKind(ctx, d); err != nil || !maps.Equal(got, want) {
+		if got, err := operator.EffectCountsByKind(ctx, d); err != nil || !maps.Equal(got, want) {
 			t.Fatalf("CountsByKind = %v, %v; want %v", got, err, want)
 		}
-		if n, err := effect.CountAbandoned(ctx, d, t0.Add(time.Hour)); err != nil || n != 0 {
+		if n, err := operator.EffectCountAbandoned(ctx, d, t0.Add(time.Hour)); err != nil || n != 0 {
 			t.Fatalf("CountAbandoned with nothing in progress = %d, %v", n, err)
 		}
 		_, err := l.Do(ctx, "stuck", func(context.Context, string) ([]byte, error) {
 			// In progress under a one-minute lease claimed at t0.
-			if n, err := effect.CountAbandoned(ctx, d, t0.Add(30*time.Second)); err != nil || n != 0 {
+			if n, err := operator.EffectCountAbandoned(ctx, d, t0.Add(30*time.Second)); err != nil || n != 0 {
 				t.Errorf("CountAbandoned within the lease = %d, %v; want 0", n, err)
 			}
-			if n, err := effect.CountAbandoned(ctx, d, t0.Add(time.Minute)); err != nil || n != 1 {
+			if n, err := operator.EffectCountAbandoned(ctx, d, t0.Add(time.Minute)); err != nil || n != 1 {
 				t.Errorf("CountAbandoned at the lease's end = %d, %v; want 1", n, err)
 			}
 			return []byte("ok"), nil
@@ -49,13 +50,13 @@ func TestCountsByKindAndAbandoned(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n, err := effect.CountAbandoned(ctx, d, t0.Add(time.Hour)); err != nil || n != 0 {
+		if n, err := operator.EffectCountAbandoned(ctx, d, t0.Add(time.Hour)); err != nil || n != 0 {
 			t.Fatalf("CountAbandoned after the call completed = %d, %v", n, err)
 		}
 		// Pending and completed alike count under their kind.
 		schedule(t, d, l, effect.Effect{Key: "text:2", Kind: "sms"})
 		want = map[string]int64{"email": 2, "sms": 2, "": 2}
-		if got, err := effect.CountsByKind(ctx, d); err != nil || !maps.Equal(got, want) {
+		if got, err := operator.EffectCountsByKind(ctx, d); err != nil || !maps.Equal(got, want) {
 			t.Fatalf("CountsByKind = %v, %v; want %v", got, err, want)
 		}
 	})

@@ -4,69 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/store"
 )
-
-// Expire deletes up to limit completed effects whose expires_at (set from
-// [Config.Retention] when they completed; 0 keeps them) passed before
-// horizon, and returns the number deleted. Pending, in_progress (held
-// included) and failed effects are never deleted. The retention GC calls it
-// in batches.
-func Expire[TTx any](ctx context.Context, d store.Driver[TTx], horizon time.Time, limit int) (int64, error) {
-	if limit <= 0 {
-		return 0, nil
-	}
-	n, err := d.Pool().Exec(ctx, d.Statements().Effects.Expire, store.Micros(horizon), limit)
-	if err != nil {
-		return 0, fmt.Errorf("effect: expire: %w", err)
-	}
-	return n, nil
-}
-
-// Counts returns the number of effects per stored state ("pending",
-// "in_progress", "completed", "failed"); a state without effects is
-// absent. Held effects ([Effect.HeldAt]) are stored in_progress and counted
-// there; [CountHeld] counts them apart.
-func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	return countBy(ctx, d, d.Statements().Effects.CountByState, "counts")
-}
-
-// CountHeld returns the number of effects held for reconciliation (see
-// [WithKeyLifetime]) per kind; a kind without held effects is absent.
-func CountHeld[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	return countBy(ctx, d, d.Statements().Effects.CountHeld, "count held")
-}
-
-// countBy runs a (name, count) statement of the ledger's (see
-// [store.CountBy]), its error naming what was counted.
-func countBy[TTx any](ctx context.Context, d store.Driver[TTx], sql, what string) (map[string]int64, error) {
-	out, err := store.CountBy(ctx, d.Pool(), sql)
-	if err != nil {
-		return nil, fmt.Errorf("effect: %s: %w", what, err)
-	}
-	return out, nil
-}
-
-// CountAbandoned returns the number of in_progress effects whose lease
-// ended by now: their worker crashed or hung (held effects, which have no
-// lease, are included).
-func CountAbandoned[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) (int64, error) {
-	var n int64
-	if err := d.Pool().QueryRow(ctx, d.Statements().Effects.CountAbandoned, store.Micros(now)).Scan(&n); err != nil {
-		return 0, fmt.Errorf("effect: count abandoned: %w", err)
-	}
-	return n, nil
-}
-
-// CountsByKind returns the number of effects per kind, every state
-// counted; a kind without effects is absent. Inline effects
-// ([Ledger.Do]) have the empty kind.
-func CountsByKind[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	return countBy(ctx, d, d.Statements().Effects.CountByKind, "counts by kind")
-}
 
 // LockTx reads the state of effect key and locks its row in the caller's
 // transaction tx until tx ends: the lock the ledger takes to record a

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testclock"
 	"github.com/idemkit/idem/store"
 )
@@ -40,21 +41,21 @@ func TestExpireAndCounts(t *testing.T) {
 		schedule(t, d, l, effect.Effect{Key: "later", Kind: "email"})
 
 		want := map[string]int64{"completed": 4, "failed": 1, "pending": 1}
-		if c, err := effect.Counts(ctx, d); err != nil || !maps.Equal(c, want) {
+		if c, err := operator.EffectCounts(ctx, d); err != nil || !maps.Equal(c, want) {
 			t.Fatalf("Counts = %v, %v; want %v", c, err, want)
 		}
 		// Before the completed effects' expires_at: nothing to delete.
-		if n, err := effect.Expire(ctx, d, t0.Add(30*time.Minute), 10); err != nil || n != 0 {
+		if n, err := operator.EffectExpire(ctx, d, t0.Add(30*time.Minute), 10); err != nil || n != 0 {
 			t.Fatalf("early Expire = %d, %v", n, err)
 		}
 		horizon := t0.Add(2 * time.Hour)
-		if n, err := effect.Expire(ctx, d, horizon, 2); err != nil || n != 2 {
+		if n, err := operator.EffectExpire(ctx, d, horizon, 2); err != nil || n != 2 {
 			t.Fatalf("Expire (limit 2) = %d, %v", n, err)
 		}
-		if n, err := effect.Expire(ctx, d, horizon, 2); err != nil || n != 1 {
+		if n, err := operator.EffectExpire(ctx, d, horizon, 2); err != nil || n != 1 {
 			t.Fatalf("second Expire = %d, %v", n, err)
 		}
-		if n, err := effect.Expire(ctx, d, horizon.Add(1000*time.Hour), 10); err != nil || n != 0 {
+		if n, err := operator.EffectExpire(ctx, d, horizon.Add(1000*time.Hour), 10); err != nil || n != 0 {
 			t.Fatalf("Expire of kept, failed and pending = %d, %v", n, err)
 		}
 		for _, k := range []string{"kept", "declined", "later"} {
@@ -67,7 +68,7 @@ func TestExpireAndCounts(t *testing.T) {
 		if c := counts(t, l); len(c) != 3 || c[effect.Completed] != 1 || c[effect.Failed] != 1 || c[effect.Pending] != 1 {
 			t.Fatalf("Ledger.Counts = %v, want %v", c, want)
 		}
-		if held, err := effect.CountHeld(ctx, d); err != nil || len(held) != 0 {
+		if held, err := operator.EffectCountHeld(ctx, d); err != nil || len(held) != 0 {
 			t.Fatalf("CountHeld = %v, %v", held, err)
 		}
 	})

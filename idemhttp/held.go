@@ -47,20 +47,35 @@ func ListHeld[TTx any](ctx context.Context, d store.Driver[TTx], limit int) ([]*
 	return out, nil
 }
 
+// Resolution is an operator's resolution of a held record with
+// [ResolveHeld]: the record's scope and the response later retries with the
+// key get replayed.
+type Resolution struct {
+	Tenant, Operation, Key string
+	// Status is the response's HTTP status, 100 to 599.
+	Status int
+	// Header and Body are the response's; nil stores none.
+	Header http.Header
+	Body   []byte
+	// CompletedAt is stored as the record's completion time.
+	CompletedAt time.Time
+}
+
 // ResolveHeld completes a held record with an operator-supplied response
 // (the operator found that the effect did happen): later retries with the
-// key get status, header and body replayed, and the handler never runs
+// key get r's status, header and body replayed, and the handler never runs
 // again for it. A record that is not held is refused with [ErrNotHeld]
 // (an unknown one with idem.ErrNotFound). The fencing token is bumped, so a
 // late original execution can no longer complete it.
-func ResolveHeld[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation, key string, status int, header http.Header, body []byte, now time.Time) error {
-	s := scope{tenant, operation, key}
+func ResolveHeld[TTx any](ctx context.Context, d store.Driver[TTx], r Resolution) error {
+	s := scope{r.Tenant, r.Operation, r.Key}
 	if err := s.check(); err != nil {
 		return err
 	}
-	if status < 100 || status > 599 {
-		return fmt.Errorf("%w: status %d", idem.ErrInvalidInput, status)
+	if r.Status < 100 || r.Status > 599 {
+		return fmt.Errorf("%w: status %d", idem.ErrInvalidInput, r.Status)
 	}
+	header, body := r.Header, r.Body
 	if header == nil {
 		header = http.Header{}
 	}
@@ -71,7 +86,7 @@ func ResolveHeld[TTx any](ctx context.Context, d store.Driver[TTx], tenant, oper
 	if body == nil {
 		body = []byte{}
 	}
-	n, err := d.Pool().Exec(ctx, d.Statements().HTTPKeys.ResolveHeld, s.args(status, string(hj), body, store.Micros(now))...)
+	n, err := d.Pool().Exec(ctx, d.Statements().HTTPKeys.ResolveHeld, s.args(r.Status, string(hj), body, store.Micros(r.CompletedAt))...)
 	if err != nil {
 		return fmt.Errorf("idemhttp: resolve %s: %w", s, err)
 	}

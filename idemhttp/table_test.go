@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -40,7 +41,7 @@ func TestCountsListHeldExpire(t *testing.T) {
 		h := e.handler(t, cfg, a)
 		counts := func(want map[string]int64) {
 			t.Helper()
-			got, err := idemhttp.Counts(ctx, d.D)
+			got, err := operator.HTTPKeyCounts(ctx, d.D)
 			if err != nil || !maps.Equal(got, want) {
 				t.Fatalf("Counts = %v, %v; want %v", got, err, want)
 			}
@@ -72,8 +73,8 @@ func TestCountsListHeldExpire(t *testing.T) {
 
 		// The operator resolves the held key: a retry replays the given
 		// response; releasing a key that is not held is refused.
-		if err := idemhttp.ResolveHeld(ctx, d.D, "acme", "POST /orders", "held", 201, http.Header{"Location": {"/orders/x"}},
-			[]byte(`{"resolved":true}`), clk.Now()); err != nil {
+		if err := idemhttp.ResolveHeld(ctx, d.D, idemhttp.Resolution{Tenant: "acme", Operation: "POST /orders", Key: "held",
+			Status: 201, Header: http.Header{"Location": {"/orders/x"}}, Body: []byte(`{"resolved":true}`), CompletedAt: clk.Now()}); err != nil {
 			t.Fatal(err)
 		}
 		w := do(h, req{tenant: "acme", key: "held", body: `{"a":1}`})
@@ -87,12 +88,12 @@ func TestCountsListHeldExpire(t *testing.T) {
 		counts(map[string]int64{"completed": 2})
 
 		// Nothing is past its retention yet.
-		if n, err := idemhttp.Expire(ctx, d.D, clk.Now(), 10); err != nil || n != 0 {
+		if n, err := operator.HTTPKeyExpire(ctx, d.D, clk.Now(), 10); err != nil || n != 0 {
 			t.Fatalf("Expire before retention = %d, %v; want 0", n, err)
 		}
 		horizon := clk.Now().Add(2 * time.Hour)
 		for i, want := range []int64{1, 1, 0} {
-			if n, err := idemhttp.Expire(ctx, d.D, horizon, 1); err != nil || n != want {
+			if n, err := operator.HTTPKeyExpire(ctx, d.D, horizon, 1); err != nil || n != want {
 				t.Fatalf("Expire batch %d = %d, %v; want %d", i, n, err, want)
 			}
 		}

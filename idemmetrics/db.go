@@ -7,10 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemkit/idem/dlq"
-	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/sqlmeta"
-	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 )
 
@@ -111,7 +109,7 @@ func (c *dbCollector[TTx]) collectTable(ctx context.Context, ch chan<- prometheu
 	ch <- prometheus.MustNewConstMetric(c.rows, prometheus.GaugeValue, float64(n), name)
 	switch name {
 	case "dead_letters":
-		parked, err := dlq.CountParked(ctx, c.d)
+		parked, err := operator.DLQCountParked(ctx, c.d)
 		if err != nil {
 			return err
 		}
@@ -119,7 +117,7 @@ func (c *dbCollector[TTx]) collectTable(ctx context.Context, ch chan<- prometheu
 			ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(n), consumer)
 		}
 	case "effects":
-		held, err := effect.CountHeld(ctx, c.d)
+		held, err := operator.EffectCountHeld(ctx, c.d)
 		if err != nil {
 			return err
 		}
@@ -127,7 +125,7 @@ func (c *dbCollector[TTx]) collectTable(ctx context.Context, ch chan<- prometheu
 			ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(n), kind)
 		}
 	case "outbox":
-		b, err := outbox.Backlog(ctx, c.d, c.cfg.Now())
+		b, err := operator.OutboxBacklog(ctx, c.d, c.cfg.Now())
 		if err != nil {
 			return err
 		}

@@ -4,11 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/idemkit/idem/dlq"
-	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/store"
 )
 
@@ -21,15 +17,15 @@ var Tables = []string{"inbox", "idempotency_keys", "outbox", "effects", "dead_le
 func counts[TTx any](ctx context.Context, d store.Driver[TTx], name string) (map[string]int64, error) {
 	switch name {
 	case "inbox":
-		return inbox.Counts(ctx, d)
+		return operator.InboxCounts(ctx, d)
 	case "idempotency_keys":
-		return idemhttp.Counts(ctx, d)
+		return operator.HTTPKeyCounts(ctx, d)
 	case "outbox":
-		return outbox.Counts(ctx, d)
+		return operator.OutboxCounts(ctx, d)
 	case "effects":
-		return effect.Counts(ctx, d)
+		return operator.EffectCounts(ctx, d)
 	case "dead_letters":
-		return dlq.Counts(ctx, d)
+		return operator.DLQCounts(ctx, d)
 	}
 	return nil, fmt.Errorf("idemmetrics: %q is not one of idem's tables", name)
 }

@@ -5,13 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem/dlq"
-	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/sqlmeta"
-	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 )
 
@@ -76,35 +72,35 @@ func Snapshot[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) 
 		fill func() error
 	}{
 		{"inbox", func() error {
-			by, err := inbox.CountsByConsumer(ctx, d)
+			by, err := operator.InboxCountsByConsumer(ctx, d)
 			st.Inbox = countsOf(by)
 			return err
 		}},
 		{"idempotency_keys", func() error {
-			by, err := idemhttp.Counts(ctx, d)
+			by, err := operator.HTTPKeyCounts(ctx, d)
 			st.HTTPKeys = countsOf(by)
 			return err
 		}},
 		{"outbox", func() error {
-			by, err := outbox.Counts(ctx, d)
+			by, err := operator.OutboxCounts(ctx, d)
 			if err != nil {
 				return err
 			}
 			// The JSON keeps its names: published is the completed state,
 			// parked the failed one (migration 0010).
 			st.Outbox = OutboxStats{Pending: by[lease.Pending], Published: by[lease.Completed], Parked: by[lease.Failed]}
-			b, err := outbox.Backlog(ctx, d, now)
+			b, err := operator.OutboxBacklog(ctx, d, now)
 			st.Outbox.LagSeconds = b.Oldest.Seconds()
 			return err
 		}},
 		{"effects", func() error {
-			by, err := effect.Counts(ctx, d)
+			by, err := operator.EffectCounts(ctx, d)
 			if err != nil {
 				return err
 			}
 			// Effects held for reconciliation (effect.WithKeyLifetime)
 			// count as state "held" rather than in_progress.
-			held, err := effect.CountHeld(ctx, d)
+			held, err := operator.EffectCountHeld(ctx, d)
 			if n := total(held); n > 0 {
 				by["held"] = n
 				if by[lease.InProgress] -= n; by[lease.InProgress] <= 0 {
@@ -115,16 +111,16 @@ func Snapshot[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) 
 			return err
 		}},
 		{"dead_letters", func() error {
-			by, err := dlq.Counts(ctx, d)
+			by, err := operator.DLQCounts(ctx, d)
 			if err != nil {
 				return err
 			}
 			st.DeadLetters = countsOf(by)
-			if by, err = dlq.CountParked(ctx, d); err != nil {
+			if by, err = operator.DLQCountParked(ctx, d); err != nil {
 				return err
 			}
 			st.DeadParked = countsOf(by)
-			by, err = dlq.CountParkedNoID(ctx, d)
+			by, err = operator.DLQCountParkedNoID(ctx, d)
 			st.DeadNoID = countsOf(by)
 			return err
 		}},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/idemkit/idem/internal/driverkit"
 	"github.com/idemkit/idem/store"
 )
 
@@ -149,7 +150,7 @@ func (d *faultDriver) BeginReserved(context.Context, []store.Stmt) (*sql.Tx, boo
 }
 
 func (d *faultDriver) SendBatch(ctx context.Context, q store.Querier, stmts []store.Stmt) error {
-	return store.RunStmts(ctx, q, stmts)
+	return driverkit.RunStmts(ctx, q, stmts)
 }
 
 // faultQuerier is a Querier that fails the statement recording a response

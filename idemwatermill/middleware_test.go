@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/idemkit/idem/internal/operator"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -58,8 +59,8 @@ func TestMiddlewareIdentity(t *testing.T) {
 	if n := r.get("billing", "o-1"); n != 1 {
 		t.Errorf("o-1 ran %d times, want 1", n)
 	}
-	if state, found, err := inbox.StateOf(ctx, d, "billing", "o-1"); err != nil || !found || state != "completed" {
-		t.Errorf("inbox record o-1: %q %v %v", state, found, err)
+	if rec, found, err := operator.InboxRecordOf(ctx, d, "billing", "o-1"); err != nil || !found || rec.State != "completed" {
+		t.Errorf("inbox record o-1: %+v %v %v", rec, found, err)
 	}
 	// A redrive for another consumer: acknowledged, not run, not recorded.
 	if err := deliver("u-3", "o-2", map[string]string{broker.HeaderRedriveFor: "shipping"}); err != nil {
@@ -68,7 +69,7 @@ func TestMiddlewareIdentity(t *testing.T) {
 	if n := r.get("billing", "o-2"); n != 0 {
 		t.Errorf("a redrive for another consumer ran the handler %d times", n)
 	}
-	if _, found, _ := inbox.StateOf(ctx, d, "billing", "o-2"); found {
+	if _, found, _ := operator.InboxRecordOf(ctx, d, "billing", "o-2"); found {
 		t.Error("a redrive for another consumer left an inbox record")
 	}
 	// The key missing: a permanent error (dead-lettered with DeadLetters).

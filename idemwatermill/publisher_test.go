@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/idemkit/idem/internal/operator"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -31,7 +32,7 @@ func newPublisher(t *testing.T, cfg idemwatermill.PublisherConfig) (store.Driver
 
 func pending(t *testing.T, d store.Driver[*sql.Tx]) int64 {
 	t.Helper()
-	c, err := outbox.Counts(context.Background(), d)
+	c, err := operator.OutboxCounts(context.Background(), d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/idemkit/idem/internal/operator"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -195,9 +196,9 @@ func testRedelivery[TTx any](t *testing.T, b backend[TTx]) {
 		if n := count(t, b.d, `SELECT count(*) FROM writes WHERE msg_uuid = $1 AND handler = $2`, "evt-1", name); n != 1 {
 			t.Errorf("%s: %d writes for evt-1, want 1", name, n)
 		}
-		state, found, err := inbox.StateOf(ctx, b.d, name, "evt-1")
-		if err != nil || !found || state != "completed" {
-			t.Errorf("%s: inbox record of evt-1: state %q found %v err %v, want completed", name, state, found, err)
+		rec, found, err := operator.InboxRecordOf(ctx, b.d, name, "evt-1")
+		if err != nil || !found || rec.State != "completed" {
+			t.Errorf("%s: inbox record of evt-1: state %q found %v err %v, want completed", name, rec.State, found, err)
 		}
 	}
 }
@@ -267,7 +268,7 @@ func testEvents[TTx any](t *testing.T, b backend[TTx]) {
 	if n := count(t, b.d, `SELECT count(*) FROM writes WHERE msg_uuid = $1`, "evt-1"); n != 1 {
 		t.Errorf("%d writes, want 1", n)
 	}
-	counts, err := outbox.Counts(ctx, b.d)
+	counts, err := operator.OutboxCounts(ctx, b.d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func testEvents[TTx any](t *testing.T, b backend[TTx]) {
 		t.Fatalf("outbox counts %v, want 2 pending (the failed run's events rolled back)", counts)
 	}
 	for _, id := range []string{"audit-evt-1", "invoice-evt-1"} {
-		if _, found, err := outbox.StateOf(ctx, b.d, "/billing", id); err != nil || !found {
+		if _, found, err := operator.OutboxStateOf(ctx, b.d, "/billing", id); err != nil || !found {
 			t.Errorf("event %s: found %v err %v", id, found, err)
 		}
 	}
@@ -413,7 +414,7 @@ func testDeadLetters[TTx any](t *testing.T, b backend[TTx]) {
 			t.Errorf("o-1: letter error %q, want ErrOutputWithoutOutbox", l.Error)
 		}
 		if l.MessageID != "ok-1" {
-			if _, found, _ := inbox.StateOf(ctx, b.d, "billing", l.MessageID); found {
+			if _, found, _ := operator.InboxRecordOf(ctx, b.d, "billing", l.MessageID); found {
 				t.Errorf("%s: an inbox record was left for a dead-lettered message", l.MessageID)
 			}
 		}
@@ -500,8 +501,8 @@ func testRedrive[TTx any](t *testing.T, b backend[TTx]) {
 		if n := count(t, b.d, `SELECT count(*) FROM writes WHERE msg_uuid = $1 AND handler = $2`, "evt-1", name); n != 1 {
 			t.Errorf("%s: %d writes, want 1", name, n)
 		}
-		if state, found, err := inbox.StateOf(ctx, b.d, name, "evt-1"); err != nil || !found || state != "completed" {
-			t.Errorf("%s: inbox record %q %v %v, want completed", name, state, found, err)
+		if rec, found, err := operator.InboxRecordOf(ctx, b.d, name, "evt-1"); err != nil || !found || rec.State != "completed" {
+			t.Errorf("%s: inbox record %q %v %v, want completed", name, rec.State, found, err)
 		}
 	}
 	if l, err := dls.Get(ctx, letters[0].ID); err != nil || l.State != dlq.Redriven {

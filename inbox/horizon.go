@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -32,35 +31,4 @@ func (in *Inbox[TTx]) RecordRetention(ctx context.Context, consumer string) erro
 		return fmt.Errorf("inbox: record the retention of consumer %q: %w", consumer, err)
 	}
 	return nil
-}
-
-// Recorded is the inbox retention a consumer recorded with
-// [Inbox.RecordRetention], and when.
-type Recorded struct {
-	Retention  time.Duration
-	RecordedAt time.Time
-}
-
-// RecordedRetention returns the inbox retention consumer recorded last
-// ([Inbox.RecordRetention]); found is false when it recorded none (it has
-// not started since migration 0015_consumer_horizons).
-func RecordedRetention[TTx any](ctx context.Context, d store.Driver[TTx], consumer string) (r Recorded, found bool, err error) {
-	return recorded(ctx, d.Pool(), d, consumer)
-}
-
-// RecordedRetentionTx is [RecordedRetention] in the caller's transaction.
-func RecordedRetentionTx[TTx any](ctx context.Context, d store.Driver[TTx], tx TTx, consumer string) (r Recorded, found bool, err error) {
-	return recorded(ctx, d.Tx(tx), d, consumer)
-}
-
-func recorded[TTx any](ctx context.Context, q store.Querier, d store.Driver[TTx], consumer string) (Recorded, bool, error) {
-	var ret, at int64
-	err := q.QueryRow(ctx, d.Statements().Horizons.Get, consumer).Scan(&ret, &at)
-	if errors.Is(err, store.ErrNoRows) {
-		return Recorded{}, false, nil
-	}
-	if err != nil {
-		return Recorded{}, false, fmt.Errorf("inbox: recorded retention of consumer %q: %w", consumer, err)
-	}
-	return Recorded{Retention: time.Duration(ret) * time.Microsecond, RecordedAt: store.FromMicros(at)}, true, nil
 }

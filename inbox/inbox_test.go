@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -109,12 +110,12 @@ func newEnv[TTx any](t *testing.T, d store.Driver[TTx]) env {
 		release: ib.Release,
 		fail:    ib.Fail,
 		expire: func(ctx context.Context, horizon time.Time, limit int) (int64, error) {
-			return inbox.Expire(ctx, d, horizon, limit)
+			return operator.InboxExpire(ctx, d, horizon, limit, nil)
 		},
 		expireKeep: func(ctx context.Context, horizon time.Time, limit int, keep map[string]time.Time) (int64, error) {
-			return inbox.ExpireKeeping(ctx, d, horizon, limit, keep)
+			return operator.InboxExpire(ctx, d, horizon, limit, keep)
 		},
-		counts: func(ctx context.Context) (map[string]int64, error) { return inbox.Counts(ctx, d) },
+		counts: func(ctx context.Context) (map[string]int64, error) { return operator.InboxCounts(ctx, d) },
 		clock:  clk,
 	}
 }

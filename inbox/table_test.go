@@ -9,13 +9,15 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
 
-// StateOf, ExpiryOf (and its Tx form) and CountsByConsumer read the stored
-// records: the state each finaliser left, the expiry from the consumer's
-// retention, and nothing for a record never received or expired.
+// operator.InboxRecordOf (on the pool and in a transaction) and
+// InboxCountsByConsumer read the stored records: the state each finaliser
+// left, the expiry from the consumer's retention, and nothing for a record
+// never received or expired.
 func TestStateExpiryAndCountsByConsumer(t *testing.T) {
 	t.Parallel()
 	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
@@ -52,16 +54,13 @@ func TestStateExpiryAndCountsByConsumer(t *testing.T) {
 			{"orders", "m2", lease.InProgress, week},
 			{"short", "m3", lease.Failed, hour},
 		} {
-			if st, found, err := inbox.StateOf(ctx, d, c.consumer, c.id); err != nil || !found || st != c.state {
-				t.Fatalf("StateOf(%s, %s) = %q, %v, %v; want %q", c.consumer, c.id, st, found, err, c.state)
-			}
-			if exp, found, err := inbox.ExpiryOf(ctx, d, c.consumer, c.id); err != nil || !found || !exp.Equal(c.expires) {
-				t.Fatalf("ExpiryOf(%s, %s) = %v, %v, %v; want %v", c.consumer, c.id, exp, found, err, c.expires)
+			if r, found, err := operator.InboxRecordOf(ctx, d, c.consumer, c.id); err != nil || !found || r.State != c.state || !r.ExpiresAt.Equal(c.expires) {
+				t.Fatalf("InboxRecordOf(%s, %s) = %+v, %v, %v; want %q, %v", c.consumer, c.id, r, found, err, c.state, c.expires)
 			}
 			err := store.InTx(ctx, d, func(tx any) error {
-				exp, found, err := inbox.ExpiryOfTx(ctx, d, tx, c.consumer, c.id)
-				if err == nil && (!found || !exp.Equal(c.expires)) {
-					t.Errorf("ExpiryOfTx(%s, %s) = %v, %v; want %v", c.consumer, c.id, exp, found, c.expires)
+				r, found, err := operator.InboxRecordOf(ctx, operator.InTx(d, d.Tx(tx)), c.consumer, c.id)
+				if err == nil && (!found || !r.ExpiresAt.Equal(c.expires)) {
+					t.Errorf("InboxRecordOf(%s, %s) in a transaction = %+v, %v; want %v", c.consumer, c.id, r, found, c.expires)
 				}
 				return err
 			})
@@ -71,30 +70,24 @@ func TestStateExpiryAndCountsByConsumer(t *testing.T) {
 		}
 		// Another consumer's id, an unknown id: no record.
 		for _, k := range [][2]string{{"short", "m1"}, {"orders", "m3"}, {"orders", "nope"}} {
-			if st, found, err := inbox.StateOf(ctx, d, k[0], k[1]); err != nil || found || st != "" {
-				t.Fatalf("StateOf%v = %q, %v, %v; want not found", k, st, found, err)
-			}
-			if exp, found, err := inbox.ExpiryOf(ctx, d, k[0], k[1]); err != nil || found || !exp.IsZero() {
-				t.Fatalf("ExpiryOf%v = %v, %v, %v; want not found", k, exp, found, err)
+			if r, found, err := operator.InboxRecordOf(ctx, d, k[0], k[1]); err != nil || found || r != (operator.InboxRecord{}) {
+				t.Fatalf("InboxRecordOf%v = %+v, %v, %v; want not found", k, r, found, err)
 			}
 		}
 		want := map[string]int64{"orders": 2, "short": 1}
-		if got, err := inbox.CountsByConsumer(ctx, d); err != nil || !maps.Equal(got, want) {
+		if got, err := operator.InboxCountsByConsumer(ctx, d); err != nil || !maps.Equal(got, want) {
 			t.Fatalf("CountsByConsumer = %v, %v; want %v", got, err, want)
 		}
 
 		// The short consumer's record expires; the others stay.
-		if n, err := inbox.Expire(ctx, d, t0.Add(2*time.Hour), 10); err != nil || n != 1 {
+		if n, err := operator.InboxExpire(ctx, d, t0.Add(2*time.Hour), 10, nil); err != nil || n != 1 {
 			t.Fatalf("Expire = %d, %v; want 1", n, err)
 		}
-		if _, found, err := inbox.StateOf(ctx, d, "short", "m3"); err != nil || found {
-			t.Fatalf("StateOf expired record: found %v, %v", found, err)
-		}
-		if _, found, err := inbox.ExpiryOf(ctx, d, "short", "m3"); err != nil || found {
-			t.Fatalf("ExpiryOf expired record: found %v, %v", found, err)
+		if _, found, err := operator.InboxRecordOf(ctx, d, "short", "m3"); err != nil || found {
+			t.Fatalf("InboxRecordOf expired record: found %v, %v", found, err)
 		}
 		want = map[string]int64{"orders": 2}
-		if got, err := inbox.CountsByConsumer(ctx, d); err != nil || !maps.Equal(got, want) {
+		if got, err := operator.InboxCountsByConsumer(ctx, d); err != nil || !maps.Equal(got, want) {
 			t.Fatalf("CountsByConsumer after Expire = %v, %v; want %v", got, err, want)
 		}
 	})

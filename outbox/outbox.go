@@ -68,7 +68,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -88,6 +87,7 @@ import (
 	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/schemacheck"
 	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
@@ -514,7 +514,7 @@ func (o *Outbox[TTx]) Prune(ctx context.Context, olderThan time.Duration, batch 
 	horizon := o.cfg.Now().Add(-olderThan)
 	var total int64
 	for {
-		n, err := Expire(ctx, o.d, horizon, batch)
+		n, err := operator.OutboxExpire(ctx, o.d, horizon, batch)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("outbox: prune: %w", err)
@@ -523,97 +523,6 @@ func (o *Outbox[TTx]) Prune(ctx context.Context, olderThan time.Duration, batch 
 			return total, nil
 		}
 	}
-}
-
-// Expire deletes up to limit published events (stored as completed) whose
-// published_at is before horizon, oldest first, and returns how many it
-// deleted (defaults to 1000 when limit ≤ 0). Pending and parked events are
-// never deleted; call it again while it returns limit. It is the outbox's
-// retention step (package retention calls it with now - OutboxRetention).
-func Expire[TTx any](ctx context.Context, d store.Driver[TTx], horizon time.Time, limit int) (int64, error) {
-	if limit <= 0 {
-		limit = 1000
-	}
-	n, err := d.Pool().Exec(ctx, d.Statements().Outbox.Expire, store.Micros(horizon), limit)
-	if err != nil {
-		return n, fmt.Errorf("outbox: expire: %w", err)
-	}
-	return n, nil
-}
-
-// Counts returns the number of outbox events per stored state:
-// lease.Pending ("pending"), lease.Completed ("completed": published) and
-// lease.Failed ("failed": parked). States without events are absent.
-func Counts[TTx any](ctx context.Context, d store.Driver[TTx]) (map[string]int64, error) {
-	out, err := store.CountBy(ctx, d.Pool(), d.Statements().Outbox.Counts)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: counts: %w", err)
-	}
-	return out, nil
-}
-
-// StateOf returns the stored state of the event eventID of source:
-// lease.Pending ("pending", claimed or not), lease.Completed ("completed":
-// published) or lease.Failed ("failed": parked). found is false when there
-// is no such event: never enqueued, or expired after its publication.
-func StateOf[TTx any](ctx context.Context, d store.Driver[TTx], source, eventID string) (state string, found bool, err error) {
-	err = d.Pool().QueryRow(ctx, d.Statements().Outbox.State, source, eventID).Scan(&state)
-	if errors.Is(err, store.ErrNoRows) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("outbox: state of %s/%s: %w", source, eventID, err)
-	}
-	return state, true, nil
-}
-
-// BacklogStats is the outbox's backlog, as [Backlog] measures it.
-type BacklogStats struct {
-	// Pending is the number of events not yet published (claimed ones
-	// included).
-	Pending int64
-	// Oldest is the age of the oldest pending event (by seq) at the time
-	// given to Backlog: the outbox lag. 0 when nothing is pending.
-	Oldest time.Duration
-}
-
-// Backlog measures the outbox lag at now: how many events are pending and
-// how old the oldest of them is. It is the one outbox-lag computation
-// (metrics, console, stats all use it); one statement, one snapshot.
-func Backlog[TTx any](ctx context.Context, d store.Driver[TTx], now time.Time) (BacklogStats, error) {
-	b, _, err := backlog(ctx, d)
-	if err != nil {
-		return BacklogStats{}, err
-	}
-	return b.at(now), nil
-}
-
-// pendingBacklog is Backlog before it is aged: the count and the created_at
-// of the oldest pending event (zero when none).
-type pendingBacklog struct {
-	pending int64
-	oldest  time.Time
-}
-
-func (b pendingBacklog) at(now time.Time) BacklogStats {
-	s := BacklogStats{Pending: b.pending}
-	if b.pending > 0 {
-		s.Oldest = max(0, now.Sub(b.oldest))
-	}
-	return s
-}
-
-func backlog[TTx any](ctx context.Context, d store.Driver[TTx]) (pendingBacklog, bool, error) {
-	var b pendingBacklog
-	var created int64
-	if err := d.Pool().QueryRow(ctx, d.Statements().Outbox.Backlog).Scan(&b.pending, &created); err != nil {
-		return b, false, fmt.Errorf("outbox: backlog: %w", err)
-	}
-	if b.pending == 0 {
-		return b, false, nil
-	}
-	b.oldest = store.FromMicros(created)
-	return b, true, nil
 }
 
 // RetryParked moves parked events (all of them, or only those with the
@@ -659,19 +568,14 @@ type Stats struct {
 	Lag           time.Duration // age of the oldest pending event (outbox lag); 0 if none
 }
 
-// Stats counts pending and parked events and measures the outbox lag (see
-// [Backlog]).
+// Stats counts pending and parked events and measures the outbox lag.
 func (o *Outbox[TTx]) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
-	b, ok, err := backlog(ctx, o.d)
+	b, err := operator.OutboxBacklog(ctx, o.d, o.cfg.Now())
 	if err != nil {
 		return s, err
 	}
-	s.Pending = b.pending
-	if ok {
-		s.OldestPending = b.oldest
-		s.Lag = b.at(o.cfg.Now()).Oldest
-	}
+	s.Pending, s.OldestPending, s.Lag = b.Pending, b.OldestAt, b.Oldest
 	if err := o.d.Pool().QueryRow(ctx, o.q.CountState, lease.Failed).Scan(&s.Parked); err != nil {
 		return s, fmt.Errorf("outbox: stats: %w", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -689,11 +690,11 @@ func testOwnerFunctions[TTx any](t *testing.T, d store.Driver[TTx]) {
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	o, _ := New(d, Config{Now: func() time.Time { return created }})
 	now := created.Add(90 * time.Second)
-	b, err := Backlog(ctx, d, now)
-	if err != nil || b != (BacklogStats{}) {
+	b, err := operator.OutboxBacklog(ctx, d, now)
+	if err != nil || b != (operator.Backlog{}) {
 		t.Fatalf("empty Backlog = %+v, %v", b, err)
 	}
-	c, err := Counts(ctx, d)
+	c, err := operator.OutboxCounts(ctx, d)
 	if err != nil || len(c) != 0 {
 		t.Fatalf("empty Counts = %v, %v", c, err)
 	}
@@ -708,7 +709,7 @@ func testOwnerFunctions[TTx any](t *testing.T, d store.Driver[TTx]) {
 	testdb.Exec(t, d, `UPDATE `+tbl+` SET state = 'completed', published_at = $1 WHERE seq = $2`, store.Micros(now), out[2].Seq)
 	testdb.Exec(t, d, `UPDATE `+tbl+` SET state = 'failed' WHERE seq = $1`, out[3].Seq)
 
-	c, err = Counts(ctx, d)
+	c, err = operator.OutboxCounts(ctx, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -717,13 +718,13 @@ func testOwnerFunctions[TTx any](t *testing.T, d store.Driver[TTx]) {
 	mustEqual(t, "pending", c[lease.Pending], 2)
 	mustEqual(t, "states", len(c), 3)
 
-	b, err = Backlog(ctx, d, now)
+	b, err = operator.OutboxBacklog(ctx, d, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustEqual(t, "backlog pending", b.Pending, 2)
 	mustEqual(t, "backlog oldest", b.Oldest, 90*time.Second)
-	b, _ = Backlog(ctx, d, created.Add(-time.Hour)) // a clock behind the rows: never negative
+	b, _ = operator.OutboxBacklog(ctx, d, created.Add(-time.Hour)) // a clock behind the rows: never negative
 	mustEqual(t, "backlog oldest, clock behind", b.Oldest, 0)
 	st, err := o.Stats(ctx)
 	if err != nil {
@@ -735,15 +736,15 @@ func testOwnerFunctions[TTx any](t *testing.T, d store.Driver[TTx]) {
 
 	// Expire: the two old completed events, one per call with limit 1.
 	horizon := created.Add(-24 * time.Hour)
-	n, err := Expire(ctx, d, horizon, 1)
+	n, err := operator.OutboxExpire(ctx, d, horizon, 1)
 	if err != nil || n != 1 {
 		t.Fatalf("Expire(limit 1) = %d, %v", n, err)
 	}
-	n, err = Expire(ctx, d, horizon, 10)
+	n, err = operator.OutboxExpire(ctx, d, horizon, 10)
 	if err != nil || n != 1 {
 		t.Fatalf("Expire(limit 10) = %d, %v; want the second old one", n, err)
 	}
-	n, err = Expire(ctx, d, now.Add(time.Hour), 10) // c too; pending and parked never
+	n, err = operator.OutboxExpire(ctx, d, now.Add(time.Hour), 10) // c too; pending and parked never
 	if err != nil || n != 1 {
 		t.Fatalf("Expire(future) = %d, %v; want 1", n, err)
 	}

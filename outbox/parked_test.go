@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -24,15 +25,15 @@ func testStateOf[TTx any](t *testing.T, d store.Driver[TTx]) {
 	testdb.Exec(t, d, `UPDATE `+tbl+` SET state = 'completed', published_at = 1 WHERE seq = $1`, out[1].Seq)
 	testdb.Exec(t, d, `UPDATE `+tbl+` SET state = 'failed' WHERE seq = $1`, out[2].Seq)
 	for i, want := range []string{lease.Pending, lease.Completed, lease.Failed} {
-		state, found, err := StateOf(ctx, d, out[i].Source, out[i].ID)
+		state, found, err := operator.OutboxStateOf(ctx, d, out[i].Source, out[i].ID)
 		if err != nil || !found || state != want {
-			t.Fatalf("StateOf(%s) = %q, %v, %v; want %q", out[i].ID, state, found, err, want)
+			t.Fatalf("operator.OutboxStateOf(%s) = %q, %v, %v; want %q", out[i].ID, state, found, err, want)
 		}
 	}
 	for _, k := range [][2]string{{"urn:test", "no-such-event"}, {"urn:other", out[0].ID}} {
-		state, found, err := StateOf(ctx, d, k[0], k[1])
+		state, found, err := operator.OutboxStateOf(ctx, d, k[0], k[1])
 		if err != nil || found || state != "" {
-			t.Fatalf("StateOf(%s, %s) = %q, %v, %v; want not found", k[0], k[1], state, found, err)
+			t.Fatalf("operator.OutboxStateOf(%s, %s) = %q, %v, %v; want not found", k[0], k[1], state, found, err)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem/broker/memory"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/driverkit"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/retention"
@@ -36,7 +37,7 @@ func partitionedStores(t *testing.T) (plain, part store.Driver[any]) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return store.Erase(pl), store.Erase(pa)
+	return driverkit.Erase(pl), driverkit.Erase(pa)
 }
 
 // day is 2026-12-01 00:00 UTC, the test's calendar.

@@ -61,15 +61,10 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/dlq"
-	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/sqlmeta"
-	"github.com/idemkit/idem/outbox"
-	"github.com/idemkit/idem/saga"
 	"github.com/idemkit/idem/store"
 )
 
@@ -193,17 +188,17 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*GC[TTx], error) {
 	return &GC[TTx]{d: d, cfg: cfg, log: obs.Component(cfg.Logger, "retention"), exists: map[string]bool{}}, nil
 }
 
-// rule is one table's expiry: its owner's Expire, with the horizon the
+// rule is one table's expiry (an internal/operator Expire), with the horizon the
 // GC's configuration gives it.
-type rule[TTx any] struct {
+type rule struct {
 	table   string
 	horizon time.Time
-	expire  func(ctx context.Context, d store.Driver[TTx], horizon time.Time, limit int) (int64, error)
+	expire  func(ctx context.Context, d operator.DB, horizon time.Time, limit int) (int64, error)
 }
 
 // rules are the tables' expiries, in the order they run: the owners decide
 // which rows have passed their horizon (pending work never has).
-func (g *GC[TTx]) rules(now time.Time) []rule[TTx] {
+func (g *GC[TTx]) rules(now time.Time) []rule {
 	sagas := now.Add(-g.cfg.SagaRetention)
 	inboxHorizon, outboxHorizon := now, now.Add(-g.cfg.OutboxRetention)
 	if g.partitioned() {
@@ -218,22 +213,22 @@ func (g *GC[TTx]) rules(now time.Time) []rule[TTx] {
 		inboxHorizon, _ = bounds(now, g.cfg.Partitions.Span)
 		outboxHorizon, _ = bounds(outboxHorizon, g.cfg.Partitions.Span)
 	}
-	return []rule[TTx]{
+	return []rule{
 		{"inbox", inboxHorizon, g.expireInbox},
-		{"idempotency_keys", inboxHorizon, idemhttp.Expire[TTx]},
-		{"outbox", outboxHorizon, outbox.Expire[TTx]},
-		{"effects", inboxHorizon, effect.Expire[TTx]},
-		{"dead_letters", now.Add(-g.cfg.DLQRetention), dlq.Expire[TTx]},
+		{"idempotency_keys", inboxHorizon, operator.HTTPKeyExpire},
+		{"outbox", outboxHorizon, operator.OutboxExpire},
+		{"effects", inboxHorizon, operator.EffectExpire},
+		{"dead_letters", now.Add(-g.cfg.DLQRetention), operator.DLQExpire},
 		// Steps before their sagas: a saga whose steps remain waits.
-		{"saga_steps", sagas, saga.ExpireSteps[TTx]},
-		{"sagas", sagas, saga.ExpireSagas[TTx]},
+		{"saga_steps", sagas, operator.SagaExpireSteps},
+		{"sagas", sagas, operator.SagaExpireSagas},
 	}
 }
 
-// expireInbox is inbox.Expire, keeping the rows of the consumers of
+// expireInbox is operator.InboxExpire, keeping the rows of the consumers of
 // Config.InboxMinAge received within their minimum age.
-func (g *GC[TTx]) expireInbox(ctx context.Context, d store.Driver[TTx], horizon time.Time, limit int) (int64, error) {
-	return inbox.ExpireKeeping(ctx, d, horizon, limit, g.keep(horizon))
+func (g *GC[TTx]) expireInbox(ctx context.Context, d operator.DB, horizon time.Time, limit int) (int64, error) {
+	return operator.InboxExpire(ctx, d, horizon, limit, g.keep(horizon))
 }
 
 // keep maps each consumer of Config.InboxMinAge to the received_at from

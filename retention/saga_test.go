@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testdb"
-	"github.com/idemkit/idem/saga"
 	"github.com/idemkit/idem/store"
 )
 
@@ -27,7 +27,7 @@ func testSagaWaitsForItsSteps[TTx any](t *testing.T, d store.Driver[TTx]) {
 	testdb.Exec(t, d, sg, "without-steps", []byte{0}, old)
 	testdb.Exec(t, d, `INSERT INTO `+d.Table("saga_steps")+` (saga_id, step, op, step_name, origin, outcome, created_at, updated_at)
  VALUES ('with-steps', 0, 'do', 's', 'do', 'applied', 0, 0)`)
-	n, err := saga.ExpireSagas(ctx, d, store.FromMicros(old+1), 100)
+	n, err := operator.SagaExpireSagas(ctx, d, store.FromMicros(old+1), 100)
 	if err != nil || n != 1 {
 		t.Fatalf("sagas' rule deleted %d, %v; want only the saga without steps", n, err)
 	}

@@ -95,6 +95,7 @@ import (
 	"github.com/idemkit/idem/internal/fingerprint"
 	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
 )
@@ -513,10 +514,10 @@ func (s *Sagas[TTx]) List(ctx context.Context, state State, limit int) ([]Saga, 
 	return out, rows.Err()
 }
 
-// Counts returns the number of sagas per state; see the package-level
-// [Counts].
+// Counts returns the number of sagas per stored state; states without
+// sagas are absent.
 func (s *Sagas[TTx]) Counts(ctx context.Context) (map[State]int64, error) {
-	c, err := Counts(ctx, s.d)
+	c, err := operator.SagaCounts(ctx, s.d)
 	if err != nil {
 		return nil, err
 	}

@@ -325,33 +325,3 @@ type Listener interface {
 // ErrNotSupported is returned by an optional ability a driver does not
 // have; ask first with the matching Supports method.
 var ErrNotSupported = errors.New("store: not supported by this driver")
-
-// RunStmts runs stmts one by one on q: the SendBatch of a driver that does
-// not pipeline.
-func RunStmts(ctx context.Context, q Querier, stmts []Stmt) error {
-	for i, s := range stmts {
-		if s.Rows == nil {
-			n, err := q.Exec(ctx, s.SQL, s.Args...)
-			if err != nil {
-				return fmt.Errorf("statement %d of batch: %w", i+1, err)
-			}
-			if s.Affected != nil {
-				*s.Affected = n
-			}
-			continue
-		}
-		rows, err := q.Query(ctx, s.SQL, s.Args...)
-		if err != nil {
-			return fmt.Errorf("statement %d of batch: %w", i+1, err)
-		}
-		err = s.Rows(rows)
-		if err == nil {
-			err = rows.Err()
-		}
-		rows.Close()
-		if err != nil {
-			return fmt.Errorf("statement %d of batch: %w", i+1, err)
-		}
-	}
-	return nil
-}

@@ -23,6 +23,7 @@ import (
 	"github.com/idemkit/idem/broker/idemkafka"
 	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/redact"
 )
 
@@ -116,7 +117,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer d.Close()
-	if ok, err := dlq.Installed(ctx, d); err != nil {
+	if ok, err := operator.DLQInstalled(ctx, d); err != nil {
 		return err
 	} else if !ok {
 		return errors.New("the dead_letters table does not exist: run 'idem migrate up' first")

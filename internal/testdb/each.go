@@ -3,6 +3,7 @@ package testdb
 import (
 	"testing"
 
+	"github.com/idemkit/idem/internal/driverkit"
 	"github.com/idemkit/idem/store"
 )
 
@@ -92,6 +93,6 @@ func EachDriver(t *testing.T, body func(t *testing.T, d Driver), opts ...Option)
 	}
 }
 
-// Erase is store.Erase: a Driver[TTx] as a Driver[any], forwarding every
+// Erase is driverkit.Erase: a Driver[TTx] as a Driver[any], forwarding every
 // method and ability.
-func Erase[TTx any](d store.Driver[TTx]) store.Driver[any] { return store.Erase(d) }
+func Erase[TTx any](d store.Driver[TTx]) store.Driver[any] { return driverkit.Erase(d) }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/internal/driverkit"
 	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
 )
@@ -37,15 +38,15 @@ type batcher interface {
 // transaction (one Sync): transaction-scoped locks and settings last until
 // its end, it commits when every statement succeeded and rolls back at the
 // first error. On a querier that is not the driver's own, or on the simple
-// protocol, the statements run one by one (store.RunStmts).
+// protocol, the statements run one by one (driverkit.RunStmts).
 func (d *Driver) SendBatch(ctx context.Context, q store.Querier, stmts []store.Stmt) error {
 	qq, ok := q.(querier)
 	if !ok || !d.SupportsPipeline() {
-		return store.RunStmts(ctx, q, stmts)
+		return driverkit.RunStmts(ctx, q, stmts)
 	}
 	bt, ok := qq.c.(batcher)
 	if !ok {
-		return store.RunStmts(ctx, q, stmts)
+		return driverkit.RunStmts(ctx, q, stmts)
 	}
 	b := &pgx.Batch{}
 	queueStmts(b, stmts, nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 
+	"github.com/idemkit/idem/internal/driverkit"
 	"github.com/idemkit/idem/internal/sqlset"
 	"github.com/idemkit/idem/store"
 )
@@ -40,7 +41,7 @@ func (d *Driver) EndReserved(context.Context, *sql.Tx, bool, []store.Stmt, []sto
 
 // SendBatch runs stmts one by one on q.
 func (d *Driver) SendBatch(ctx context.Context, q store.Querier, stmts []store.Stmt) error {
-	return store.RunStmts(ctx, q, stmts)
+	return driverkit.RunStmts(ctx, q, stmts)
 }
 
 // SupportsListener is false: database/sql cannot LISTEN.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/boxoffice"
-	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
@@ -117,7 +117,7 @@ func TestNotificationBatch(t *testing.T) {
 		if emails() != len(ocs)+2 || effects() != len(ocs)+2 {
 			t.Fatalf("after the fresh batch: %d e-mail rows and %d effects, want %d", emails(), effects(), len(ocs)+2)
 		}
-		if c, err := effect.CountsByKind(ctx, d); err != nil || c[boxoffice.EffectKindEmail] != int64(len(ocs)+2) {
+		if c, err := operator.EffectCountsByKind(ctx, d); err != nil || c[boxoffice.EffectKindEmail] != int64(len(ocs)+2) {
 			t.Fatalf("effects by kind %v (%v)", c, err)
 		}
 	})

@@ -7,11 +7,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idemkit/idem/dlq"
-	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/lease"
-	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/internal/operator"
 )
 
 // Stats is the body of GET /stats. Business counts come from the database
@@ -20,16 +17,16 @@ import (
 // process's components suppressed since it started.
 type Stats struct {
 	Orders          int64 `json:"orders"`           // rows in orders
-	EventsPublished int64 `json:"events_published"` // outbox events the relay published (until pruned; outbox.Counts)
-	Notifications   int64 `json:"notifications"`    // OrderConfirmed events the notification consumer recorded (its inbox records; inbox.CountsByConsumer)
-	EmailsScheduled int64 `json:"emails_scheduled"` // e-mail effects in the ledger (effect.CountsByKind)
+	EventsPublished int64 `json:"events_published"` // outbox events the relay published (until pruned; operator.OutboxCounts)
+	Notifications   int64 `json:"notifications"`    // OrderConfirmed events the notification consumer recorded (its inbox records; operator.InboxCountsByConsumer)
+	EmailsScheduled int64 `json:"emails_scheduled"` // e-mail effects in the ledger (operator.EffectCountsByKind)
 	EmailsSent      int64 `json:"emails_sent"`      // unique effects at the provider
 	ProviderCalls   int64 `json:"provider_calls"`   // raw calls the provider received
 	Invoices        int64 `json:"invoices"`         // rows in invoices
 	Payments        int64 `json:"payments"`         // paid orders
 	// SeatsLeft is the search projection: seats left per event.
 	SeatsLeft map[string]int64 `json:"seats_left"`
-	// DeadLetters is the number of parked dead letters (dlq.CountParked).
+	// DeadLetters is the number of parked dead letters (operator.DLQCountParked).
 	DeadLetters int64 `json:"dead_letters"`
 	// DuplicatesSuppressed per component: http (replayed responses),
 	// broker (publishes the broker dropped as duplicates), notification,
@@ -57,22 +54,22 @@ func (s *System[TTx]) Stats(ctx context.Context) (Stats, error) {
 			return st, fmt.Errorf("boxoffice: stats: %w", err)
 		}
 	}
-	byConsumer, err := inbox.CountsByConsumer(ctx, s.db)
+	byConsumer, err := operator.InboxCountsByConsumer(ctx, s.db)
 	if err != nil {
 		return st, fmt.Errorf("boxoffice: stats: %w", err)
 	}
 	st.Notifications = byConsumer[ConsumerNotification]
-	byKind, err := effect.CountsByKind(ctx, s.db)
+	byKind, err := operator.EffectCountsByKind(ctx, s.db)
 	if err != nil {
 		return st, fmt.Errorf("boxoffice: stats: %w", err)
 	}
 	st.EmailsScheduled = byKind[EffectKindEmail]
-	published, err := outbox.Counts(ctx, s.db)
+	published, err := operator.OutboxCounts(ctx, s.db)
 	if err != nil {
 		return st, fmt.Errorf("boxoffice: stats: %w", err)
 	}
 	st.EventsPublished = published[lease.Completed]
-	parked, err := dlq.CountParked(ctx, s.db)
+	parked, err := operator.DLQCountParked(ctx, s.db)
 	if err != nil {
 		return st, fmt.Errorf("boxoffice: stats: %w", err)
 	}

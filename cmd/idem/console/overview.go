@@ -14,7 +14,7 @@ import (
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemmetrics"
-	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/saga"
 )
 
@@ -71,7 +71,7 @@ func (c *Console[TTx]) Sample(ctx context.Context) (Overview, error) {
 	if ok, _ := tableExists(ctx, c.d, "effects"); ok {
 		// In progress with the lease ended (held ones included: they have
 		// no lease), and failed.
-		if o.HeldEffects, err = effect.CountAbandoned(ctx, c.d, now); err != nil {
+		if o.HeldEffects, err = operator.EffectCountAbandoned(ctx, c.d, now); err != nil {
 			return o, err
 		}
 		o.HeldEffects += o.Stats.Effects.By[string(effect.Failed)]
@@ -84,12 +84,12 @@ func (c *Console[TTx]) Sample(ctx context.Context) (Overview, error) {
 		o.HeldSagas, o.SagasKnown = n[saga.Held], true
 	}
 	if ok, _ := tableExists(ctx, c.d, "inbox"); ok {
-		if o.InboxStates, err = inbox.Counts(ctx, c.d); err != nil {
+		if o.InboxStates, err = operator.InboxCounts(ctx, c.d); err != nil {
 			return o, err
 		}
 	}
 	if ok, _ := tableExists(ctx, c.d, "dead_letters"); ok {
-		if o.ConflictLetters, err = dlq.CountClass(ctx, c.d, idem.ErrorClass(idem.ErrFingerprintMismatch)); err != nil {
+		if o.ConflictLetters, err = operator.DLQCountClass(ctx, c.d, idem.ErrorClass(idem.ErrFingerprintMismatch)); err != nil {
 			return o, err
 		}
 	}

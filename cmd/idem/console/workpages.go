@@ -113,7 +113,8 @@ func (c *Console[TTx]) heldAct(w http.ResponseWriter, r *http.Request) error {
 			body := formText(r, "body")
 			err = c.audited(r, "held.key.resolve", target, why, fmt.Sprintf("status %d, body %d bytes: %s", status, len(body), truncate(string(body), 200)),
 				func() (string, error) {
-					return "", idemhttp.ResolveHeld(ctx, c.d, tenant, op, key, status, h, body, c.now())
+					return "", idemhttp.ResolveHeld(ctx, c.d, idemhttp.Resolution{Tenant: tenant, Operation: op, Key: key,
+						Status: status, Header: h, Body: body, CompletedAt: c.now()})
 				})
 		} else {
 			err = c.audited(r, "held.key.release", target, why, "",

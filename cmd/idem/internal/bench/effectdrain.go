@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/driverkit"
 	"github.com/idemkit/idem/store"
 )
 
@@ -44,7 +45,7 @@ func effectDrain(e *Env, storeName string) Pair {
 		if err != nil {
 			return err
 		}
-		d = store.Erase(pd) // the pgx driver, its abilities forwarded
+		d = driverkit.Erase(pd) // the pgx driver, its abilities forwarded
 		table = d.Table("effects")
 		l, err = effect.New(d, effect.Config{})
 		return err

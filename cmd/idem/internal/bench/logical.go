@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/cmd/idem/internal/dsn"
+	"github.com/idemkit/idem/internal/driverkit"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 )
@@ -53,7 +54,7 @@ func outboxRelayLogical(e *Env) Pair {
 		if err != nil {
 			return err
 		}
-		d = store.Erase(pd)
+		d = driverkit.Erase(pd)
 		if ob, err = outbox.New(d, outbox.Config{}); err != nil {
 			return err
 		}

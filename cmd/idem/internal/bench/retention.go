@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/driverkit"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/retention"
@@ -94,7 +95,7 @@ SELECT 'seed', 'm-' || $1::text || '-' || g, '\x01'::bytea, 'completed', $2::big
 			if err != nil {
 				return Sample{}, err
 			}
-			in, err := inbox.New(store.Erase(*d), inbox.Config{})
+			in, err := inbox.New(driverkit.Erase(*d), inbox.Config{})
 			if err != nil {
 				return Sample{}, err
 			}
@@ -253,7 +254,7 @@ func layoutStores(ctx context.Context, e *Env) (ds [2]store.Driver[any], biz [2]
 		if _, err := d.Pool().Exec(ctx, `CREATE TABLE `+biz[i]+` (id text PRIMARY KEY, payload bytea NOT NULL)`); err != nil {
 			return ds, biz, err
 		}
-		ds[i] = store.Erase(d)
+		ds[i] = driverkit.Erase(d)
 	}
 	return ds, biz, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/driverkit"
 	"github.com/idemkit/idem/store"
 )
 
@@ -40,7 +41,7 @@ func (e *Env) riverLedger(ctx context.Context) (store.Driver[any], *effect.Ledge
 	if err != nil {
 		return nil, nil, err
 	}
-	d := store.Erase(pd) // the pgx driver, its abilities forwarded
+	d := driverkit.Erase(pd) // the pgx driver, its abilities forwarded
 	l, err := effect.New(d, effect.Config{})
 	return d, l, err
 }

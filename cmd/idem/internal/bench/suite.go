@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"slices"
 
+	"github.com/idemkit/idem/internal/driverkit"
 	"github.com/idemkit/idem/store"
 )
 
@@ -33,7 +34,7 @@ func (e *Env) Pairs() []Pair {
 			if err != nil {
 				return nil, err
 			}
-			return store.Erase(d), nil // the pgx driver, its abilities forwarded
+			return driverkit.Erase(d), nil // the pgx driver, its abilities forwarded
 		}
 		ps = append(ps, outboxRelay(e, ns, "postgres"), pipeline(e, ns, "postgres"))
 		ps = append(ps, effectDrain(e, "postgres"))

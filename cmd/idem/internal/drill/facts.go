@@ -10,9 +10,8 @@ import (
 	"github.com/idemkit/idem/cmd/idem/boxoffice"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/lease"
-	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/internal/operator"
 )
 
 // facts are what the database and the provider say after a scenario.
@@ -138,14 +137,14 @@ func (e *env) effects(ctx context.Context, keep func(effect.Effect) bool, states
 }
 
 // emailsDone counts the completed e-mail effects without listing them:
-// the ledger's e-mail effects (effect.CountsByKind, every state) less
+// the ledger's e-mail effects (operator.EffectCountsByKind, every state) less
 // those still open or failed, listed by state (few once the system
 // settles). The kind count comes first, so an effect scheduled meanwhile
 // only lowers the result; in_progress is listed on both sides of pending,
 // so a claim or a release between two listings is still seen, and failed
 // last, after the claims that fail.
 func (e *env) emailsDone(ctx context.Context) (int64, error) {
-	byKind, err := effect.CountsByKind(ctx, e.sys.DB())
+	byKind, err := operator.EffectCountsByKind(ctx, e.sys.DB())
 	if err != nil {
 		return 0, fmt.Errorf("drill: effects by kind: %w", err)
 	}
@@ -161,9 +160,9 @@ func (e *env) emailsDone(ctx context.Context) (int64, error) {
 	return byKind[boxoffice.EffectKindEmail] - int64(len(keys)), nil
 }
 
-// parked counts the parked dead letters (dlq.CountParked, per consumer).
+// parked counts the parked dead letters (operator.DLQCountParked, per consumer).
 func (e *env) parked(ctx context.Context) (int64, error) {
-	by, err := dlq.CountParked(ctx, e.sys.DB())
+	by, err := operator.DLQCountParked(ctx, e.sys.DB())
 	if err != nil {
 		return 0, fmt.Errorf("drill: parked letters: %w", err)
 	}
@@ -249,8 +248,8 @@ func (e *env) projectionReport(ctx context.Context) string {
 	for _, l := range letters {
 		letterOf[l.MessageID] = string(l.State)
 	}
-	outboxBy, oerr := outbox.Counts(ctx, e.sys.DB())
-	inboxBy, ierr := inbox.Counts(ctx, e.sys.DB())
+	outboxBy, oerr := operator.OutboxCounts(ctx, e.sys.DB())
+	inboxBy, ierr := operator.InboxCounts(ctx, e.sys.DB())
 	if err := errors.Join(oerr, ierr); err != nil {
 		return "projection report: " + err.Error()
 	}
@@ -278,13 +277,13 @@ func (e *env) projectionReport(ctx context.Context) string {
 				fmt.Fprintf(&b, "\n    … %d more", len(newer)-i)
 				break
 			}
-			ostate, ofound, oerr := outbox.StateOf(ctx, e.sys.DB(), x.source, x.id)
-			istate, ifound, ierr := inbox.StateOf(ctx, e.sys.DB(), boxoffice.ConsumerSearch, x.id)
+			ostate, ofound, oerr := operator.OutboxStateOf(ctx, e.sys.DB(), x.source, x.id)
+			irec, ifound, ierr := operator.InboxRecordOf(ctx, e.sys.DB(), boxoffice.ConsumerSearch, x.id)
 			if err := errors.Join(oerr, ierr); err != nil {
 				return b.String() + "\nprojection report: " + err.Error()
 			}
 			fmt.Fprintf(&b, "\n    message %s version=%d outbox=%s search_inbox=%s dead_letter=%s", x.id, x.version,
-				outboxWord(ostate, ofound), or(istate, ifound), or(letterOf[x.id], letterOf[x.id] != ""))
+				outboxWord(ostate, ofound), or(irec.State, ifound), or(letterOf[x.id], letterOf[x.id] != ""))
 		}
 	}
 	return b.String()

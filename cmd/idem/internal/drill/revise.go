@@ -15,7 +15,7 @@ import (
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/obs"
-	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/internal/operator"
 )
 
 // The drill's own consumers of revise-one-consumer, each appending one row
@@ -202,7 +202,7 @@ func runConsumer(ctx context.Context, e *env, ib inbox.Config, cfg consumer.Conf
 
 // appliedBy counts the rows of table per consumer.
 func appliedBy(ctx context.Context, e *env, table string) (map[string]int64, error) {
-	return store.CountBy(ctx, e.sys.DB().Pool(), `SELECT consumer, count(*) FROM `+table+` GROUP BY consumer`)
+	return operator.CountBy(ctx, e.sys.DB().Pool(), `SELECT consumer, count(*) FROM `+table+` GROUP BY consumer`)
 }
 
 // appliedRows counts the rows of table of consumer for message id whose

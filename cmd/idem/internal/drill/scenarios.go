@@ -16,7 +16,7 @@ import (
 	"github.com/idemkit/idem/cmd/idem/boxoffice"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/retention"
 )
 
@@ -571,7 +571,7 @@ func expiryLateRetry(ctx context.Context, r *runner, res *Result) error {
 		}
 		// Every consumer recorded all 2m events (billing's ids are the 2m
 		// orders' invoice keys).
-		by, err := inbox.CountsByConsumer(ctx, e.sys.DB())
+		by, err := operator.InboxCountsByConsumer(ctx, e.sys.DB())
 		if err != nil {
 			return false
 		}

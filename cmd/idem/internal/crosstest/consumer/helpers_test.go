@@ -20,8 +20,8 @@ import (
 	"github.com/idemkit/idem/broker/idemjetstream/embedded"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/idemmetrics"
-	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/idemmetrics/idemmetricstest"
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )

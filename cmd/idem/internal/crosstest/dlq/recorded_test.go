@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testclock"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
@@ -151,7 +152,7 @@ func startConsumer[TTx any](t *testing.T, d store.Driver[TTx], name string, reta
 	go func() { done <- c.Run(ctx) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r, found, err := inbox.RecordedRetention(ctx, d, name)
+		r, found, err := operator.RecordedRetention(ctx, d, name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,8 +16,8 @@ import (
 	"github.com/idemkit/idem/consumer/retrytopic"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/internal/obs"
+	"github.com/idemkit/idem/internal/origin"
 	"github.com/idemkit/idem/store"
 )
 

@@ -1,4 +1,4 @@
-package store_test
+package driverkit_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idem/internal/driverkit"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
@@ -19,12 +20,12 @@ func TestRunStmts(t *testing.T) {
 		ctx := context.Background()
 		q := e.D.Pool()
 		testdb.Exec(t, e.D, `CREATE TABLE rs (k text PRIMARY KEY, v bigint NOT NULL)`)
-		if err := store.RunStmts(ctx, q, nil); err != nil {
+		if err := driverkit.RunStmts(ctx, q, nil); err != nil {
 			t.Fatal(err)
 		}
 		var ins, upd int64 = -1, -1
 		var got []int64
-		err := store.RunStmts(ctx, q, []store.Stmt{
+		err := driverkit.RunStmts(ctx, q, []store.Stmt{
 			{SQL: `INSERT INTO rs (k, v) VALUES ('a', 1), ('b', 2)`, Affected: &ins},
 			{SQL: `UPDATE rs SET v = v * 10 WHERE k = $1`, Args: []any{"b"}, Affected: &upd},
 			{SQL: `SELECT v FROM rs ORDER BY k`, Rows: func(r store.Rows) error {
@@ -43,7 +44,7 @@ func TestRunStmts(t *testing.T) {
 		}
 
 		later := int64(-1)
-		err = store.RunStmts(ctx, q, []store.Stmt{
+		err = driverkit.RunStmts(ctx, q, []store.Stmt{
 			{SQL: `INSERT INTO rs (k, v) VALUES ('c', 3)`},
 			{SQL: `INSERT INTO rs (k, v) VALUES ('a', 3)`},
 			{SQL: `INSERT INTO rs (k, v) VALUES ('d', 4)`, Affected: &later},
@@ -60,14 +61,14 @@ func TestRunStmts(t *testing.T) {
 
 		boom := errors.New("boom")
 		ran := false
-		err = store.RunStmts(ctx, q, []store.Stmt{
+		err = driverkit.RunStmts(ctx, q, []store.Stmt{
 			{SQL: `SELECT v FROM rs`, Rows: func(store.Rows) error { return boom }},
 			{SQL: `SELECT v FROM rs`, Rows: func(store.Rows) error { ran = true; return nil }},
 		})
 		if !errors.Is(err, boom) || ran || !strings.Contains(err.Error(), "statement 1 of batch") {
 			t.Fatalf("Rows error: %v (later ran %v)", err, ran)
 		}
-		err = store.RunStmts(ctx, q, []store.Stmt{{SQL: `SELECT nope FROM rs`, Rows: func(store.Rows) error { return nil }}})
+		err = driverkit.RunStmts(ctx, q, []store.Stmt{{SQL: `SELECT nope FROM rs`, Rows: func(store.Rows) error { return nil }}})
 		if err == nil || !strings.Contains(err.Error(), "statement 1 of batch") {
 			t.Fatalf("a query that fails: %v", err)
 		}
