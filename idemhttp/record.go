@@ -25,11 +25,6 @@ const (
 	// StateInProgress: an execution owns the key (in two-phase mode until
 	// LockedUntil).
 	StateInProgress State = lease.InProgress
-	// StatePending is the former name of StateInProgress.
-	//
-	// Deprecated: use StateInProgress (stored "in_progress" since
-	// migration 0010).
-	StatePending = StateInProgress
 	// StateCompleted: the response is stored and replayed.
 	StateCompleted State = lease.Completed
 	// StateFailed: an abandoned two-phase execution held for an operator

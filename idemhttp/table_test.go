@@ -14,10 +14,10 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-// The deprecated StatePending is the stored in-progress state.
-func TestStatePendingIsInProgress(t *testing.T) {
-	if idemhttp.StatePending != idemhttp.StateInProgress || idemhttp.StateInProgress != "in_progress" { //nolint:staticcheck // the deprecated name must keep compiling
-		t.Fatalf("StatePending %q, StateInProgress %q; want both in_progress", idemhttp.StatePending, idemhttp.StateInProgress) //nolint:staticcheck // as above
+// The in-progress state is stored as "in_progress" (since migration 0010).
+func TestStateInProgressIsStored(t *testing.T) {
+	if idemhttp.StateInProgress != "in_progress" {
+		t.Fatalf("StateInProgress %q, want in_progress", idemhttp.StateInProgress)
 	}
 }
 

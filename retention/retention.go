@@ -348,8 +348,8 @@ var ErrRetentionTooShort = errors.New("retention: inbox retention shorter than t
 // consumer's inbox retention is shorter than streamMaxAge (the stream's max
 // age, or more generally the longest time after which the broker or an
 // operator may still deliver the message). streamMaxAge <= 0 means unknown
-// or unlimited and is not checked. Call it at start-up and log the result
-// (see [WarnRetention]).
+// or unlimited and is not checked. Call it at start-up and log the error
+// as a warning (the consumer runtime checks its own retention this way).
 func CheckRetention(consumer string, retention, streamMaxAge time.Duration) error {
 	if streamMaxAge > 0 && retention < streamMaxAge {
 		return fmt.Errorf("%w: consumer %q keeps inbox records %s but its stream keeps messages %s; "+
@@ -357,16 +357,4 @@ func CheckRetention(consumer string, retention, streamMaxAge time.Duration) erro
 			ErrRetentionTooShort, consumer, retention, streamMaxAge, streamMaxAge)
 	}
 	return nil
-}
-
-// WarnRetention runs CheckRetention and logs its error as a warning on
-// logger; it reports whether the retention is long enough.
-func WarnRetention(ctx context.Context, logger *slog.Logger, consumer string, retention, streamMaxAge time.Duration) bool {
-	if err := CheckRetention(consumer, retention, streamMaxAge); err != nil {
-		if logger != nil {
-			logger.WarnContext(ctx, err.Error(), "consumer", consumer, "retention", retention, "stream_max_age", streamMaxAge)
-		}
-		return false
-	}
-	return true
 }

@@ -1,11 +1,9 @@
 package retention_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"sync"
 	"testing"
@@ -205,10 +203,8 @@ func TestCheckRetention(t *testing.T) {
 	if err := retention.CheckRetention("billing", time.Hour, 0); err != nil {
 		t.Fatal("unknown max age must not warn")
 	}
-	var buf bytes.Buffer
-	if retention.WarnRetention(context.Background(), slog.New(slog.NewTextHandler(&buf, nil)), "billing", time.Hour, 2*time.Hour) ||
-		!bytes.Contains(buf.Bytes(), []byte("level=WARN")) {
-		t.Fatalf("no warning logged: %q", buf.String())
+	if err := retention.CheckRetention("billing", time.Hour, 2*time.Hour); !errors.Is(err, retention.ErrRetentionTooShort) {
+		t.Fatalf("1h retention for a 2h stream: %v, want ErrRetentionTooShort", err)
 	}
 }
 

@@ -9,3 +9,6 @@ var (
 
 // DefaultTolerance is defaultTolerance, for the tests.
 const DefaultTolerance = defaultTolerance
+
+// MaxStandardSignatures is maxStandardSignatures, for the tests.
+const MaxStandardSignatures = maxStandardSignatures

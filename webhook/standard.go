@@ -84,11 +84,11 @@ const (
 	standardPrivatePrefix = "whsk_"
 )
 
-// MaxStandardSignatures bounds the entries of one webhook-signature header
+// maxStandardSignatures bounds the entries of one webhook-signature header
 // (of any version); a longer list is malformed. Senders send one entry per
 // active key; the bound stops a forger from making the receiver run
 // thousands of Ed25519 verifications over one body.
-const MaxStandardSignatures = 16
+const maxStandardSignatures = 16
 
 // NewStandard returns a Standard Webhooks verifier and signer. Secrets and
 // keys must be canonical standard base64 of a non-empty key (32 bytes for
@@ -319,7 +319,7 @@ type standardSignature struct {
 }
 
 // parseStandardSignatures parses a webhook-signature header value: a
-// space-separated list of at most [MaxStandardSignatures] "version,base64"
+// space-separated list of at most [maxStandardSignatures] "version,base64"
 // entries. It returns the decoded v1 and v1a entries in order (other
 // versions are skipped), or an error wrapping ErrMalformedHeader when an
 // entry is malformed, a v1 or v1a signature is not the canonical standard
@@ -332,8 +332,8 @@ func parseStandardSignatures(h string) ([]standardSignature, error) {
 		if entry == "" {
 			continue
 		}
-		if n++; n > MaxStandardSignatures {
-			return nil, fmt.Errorf("%w: webhook-signature has more than %d entries", ErrMalformedHeader, MaxStandardSignatures)
+		if n++; n > maxStandardSignatures {
+			return nil, fmt.Errorf("%w: webhook-signature has more than %d entries", ErrMalformedHeader, maxStandardSignatures)
 		}
 		version, sig, ok := strings.Cut(entry, ",")
 		if !ok || version == "" || sig == "" {

@@ -15,17 +15,17 @@ import (
 )
 
 // Statements returns idem's PostgreSQL statements for the driver's schema.
-func (d *Driver) Statements() *sqlset.Set { return d.stmts }
+func (d *driver) Statements() *sqlset.Set { return d.stmts }
 
 // SupportsPipeline is true unless the pool runs pgx's simple protocol,
 // where pgx interpolates values itself and idem declines to pipeline.
-func (d *Driver) SupportsPipeline() bool { return d.mode != pgx.QueryExecModeSimpleProtocol }
+func (d *driver) SupportsPipeline() bool { return d.mode != pgx.QueryExecModeSimpleProtocol }
 
 // SupportsListener is true: PostgreSQL has LISTEN/NOTIFY.
-func (d *Driver) SupportsListener() bool { return true }
+func (d *driver) SupportsListener() bool { return true }
 
 // SupportsAdvisoryLocks is true: PostgreSQL has advisory locks.
-func (d *Driver) SupportsAdvisoryLocks() bool { return true }
+func (d *driver) SupportsAdvisoryLocks() bool { return true }
 
 // batcher is what pgx.Tx, *pgx.Conn and *pgxpool.Pool offer for batches.
 type batcher interface {
@@ -39,7 +39,7 @@ type batcher interface {
 // its end, it commits when every statement succeeded and rolls back at the
 // first error. On a querier that is not the driver's own, or on the simple
 // protocol, the statements run one by one (driverkit.RunStmts).
-func (d *Driver) SendBatch(ctx context.Context, q store.Querier, stmts []store.Stmt) error {
+func (d *driver) SendBatch(ctx context.Context, q store.Querier, stmts []store.Stmt) error {
 	qq, ok := q.(querier)
 	if !ok || !d.SupportsPipeline() {
 		return driverkit.RunStmts(ctx, q, stmts)
@@ -59,7 +59,7 @@ func (d *Driver) SendBatch(ctx context.Context, q store.Querier, stmts []store.S
 var channelRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // Listen acquires a connection from the pool and LISTENs on channel.
-func (d *Driver) Listen(ctx context.Context, channel string) (store.Listener, error) {
+func (d *driver) Listen(ctx context.Context, channel string) (store.Listener, error) {
 	if !channelRe.MatchString(channel) {
 		return nil, fmt.Errorf("pgxstore: channel %q is not a plain identifier", channel)
 	}

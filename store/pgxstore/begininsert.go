@@ -45,8 +45,8 @@ const maxPrepared = 64
 // The transaction returned is a pgx.Tx on one pooled connection, released
 // when it ends. Savepoints (Begin), Exec, Query, QueryRow, SendBatch,
 // CopyFrom, Prepare and Conn behave as on any pgx transaction; see
-// [Driver.ExecCommit] for LargeObjects.
-func (d *Driver) BeginInsert(ctx context.Context, insertSQL string, args ...any) (pgx.Tx, bool, bool, error) {
+// ExecCommit for LargeObjects.
+func (d *driver) BeginInsert(ctx context.Context, insertSQL string, args ...any) (pgx.Tx, bool, bool, error) {
 	if d.mode == pgx.QueryExecModeSimpleProtocol {
 		return nil, false, false, nil
 	}
@@ -121,7 +121,7 @@ func closeIfUnprepared(ctx context.Context, conn *pgx.Conn, err error) bool {
 // statement, and when the COMMIT did not commit (its command tag is not
 // COMMIT, or the connection is still in a transaction afterwards): both wrap
 // pgx.ErrTxCommitRollback.
-func (d *Driver) ExecCommit(ctx context.Context, tx pgx.Tx, stmt string, args ...any) (bool, error) {
+func (d *driver) ExecCommit(ctx context.Context, tx pgx.Tx, stmt string, args ...any) (bool, error) {
 	t, ok := tx.(*pooledTx)
 	if !ok || t.d != d || t.lo.Load() || !t.closed.CompareAndSwap(false, true) {
 		return false, nil
@@ -169,7 +169,7 @@ func (d *Driver) ExecCommit(ctx context.Context, tx pgx.Tx, stmt string, args ..
 // failed batch does not evict it as it would a statement-cache entry). In
 // modes other than pgx's default statement cache nothing is prepared by
 // name: those modes are chosen to avoid named statements.
-func (d *Driver) prepare(ctx context.Context, conn *pgx.Conn, sqls ...string) error {
+func (d *driver) prepare(ctx context.Context, conn *pgx.Conn, sqls ...string) error {
 	if d.mode != pgx.QueryExecModeCacheStatement {
 		return nil
 	}
@@ -186,7 +186,7 @@ func (d *Driver) prepare(ctx context.Context, conn *pgx.Conn, sqls ...string) er
 
 // preparable reports whether sql is one of the at most maxPrepared
 // statements prepared by name.
-func (d *Driver) preparable(sql string) bool {
+func (d *driver) preparable(sql string) bool {
 	if _, ok := d.prepared.Load(sql); ok {
 		return true
 	}
@@ -219,7 +219,7 @@ var closedTx = func() pgx.Tx {
 // pgx.ErrTxClosed, also when ExecCommit ended the transaction without pgx's
 // Tx knowing.
 type pooledTx struct {
-	d      *Driver
+	d      *driver
 	tx     pgx.Tx
 	c      *pgxpool.Conn
 	once   sync.Once

@@ -18,7 +18,7 @@
 // No SQL text is built from values: idem passes every value as an
 // argument, which pgx sends as a bound parameter in all its
 // extended-protocol modes (the default). The one-round-trip paths
-// ([Driver.BeginInsert], [Driver.ExecCommit]) pipeline prepared statements
+// (BeginInsert, ExecCommit) pipeline prepared statements
 // in a pgx.Batch; they are declined on a pool configured for pgx's simple
 // protocol (QueryExecModeSimpleProtocol), where pgx itself interpolates the
 // values, and idem then takes its ordinary path.
@@ -46,8 +46,15 @@ type Config struct {
 }
 
 // Driver implements store.Driver[pgx.Tx] on a pgxpool.Pool. It is safe for
-// concurrent use.
-type Driver struct {
+// concurrent use. Its documented methods are the handle a service uses
+// (PgxPool, Close, Dialect, Names); the transactional methods idem's
+// packages call (Begin, Tx, BeginReserved, SendBatch, …) come from an
+// embedded implementation: they are not application API and not covered by
+// semver (run your own transactions with store.InTx or on PgxPool).
+type Driver struct{ *driver }
+
+// driver is Driver's implementation of store.Driver.
+type driver struct {
 	pool  *pgxpool.Pool
 	names store.Names
 	owned bool
@@ -79,8 +86,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	pc := pool.Config()
-	return &Driver{pool: pool, names: names, mode: pc.ConnConfig.DefaultQueryExecMode,
-		traced: pc.ConnConfig.Tracer != nil || pc.BeforeConnect != nil, stmts: postgres.Statements(names)}, nil
+	return &Driver{&driver{pool: pool, names: names, mode: pc.ConnConfig.DefaultQueryExecMode,
+		traced: pc.ConnConfig.Tracer != nil || pc.BeforeConnect != nil, stmts: postgres.Statements(names)}}, nil
 }
 
 // Open connects a new pool to connString ("postgres://…") and returns a
@@ -114,20 +121,20 @@ func (d *Driver) Dialect() store.Dialect { return store.Postgres }
 func (d *Driver) Names() store.Names { return d.names }
 
 // Table returns "schema".name.
-func (d *Driver) Table(name string) string { return d.names.Table(store.Postgres, name) }
+func (d *driver) Table(name string) string { return d.names.Table(store.Postgres, name) }
 
 // Begin starts a transaction at the pool's default isolation (READ
 // COMMITTED unless the server says otherwise).
-func (d *Driver) Begin(ctx context.Context) (pgx.Tx, error) {
+func (d *driver) Begin(ctx context.Context) (pgx.Tx, error) {
 	tx, err := d.pool.Begin(ctx)
 	return tx, translate(err)
 }
 
 // Commit commits tx.
-func (d *Driver) Commit(ctx context.Context, tx pgx.Tx) error { return translate(tx.Commit(ctx)) }
+func (d *driver) Commit(ctx context.Context, tx pgx.Tx) error { return translate(tx.Commit(ctx)) }
 
 // Rollback rolls tx back; a finished transaction is not an error.
-func (d *Driver) Rollback(ctx context.Context, tx pgx.Tx) error {
+func (d *driver) Rollback(ctx context.Context, tx pgx.Tx) error {
 	err := tx.Rollback(ctx)
 	if errors.Is(err, pgx.ErrTxClosed) {
 		return nil
@@ -136,10 +143,10 @@ func (d *Driver) Rollback(ctx context.Context, tx pgx.Tx) error {
 }
 
 // Tx wraps tx as a store.Querier.
-func (d *Driver) Tx(tx pgx.Tx) store.Querier { return querier{tx} }
+func (d *driver) Tx(tx pgx.Tx) store.Querier { return querier{tx} }
 
 // Pool returns a store.Querier on the pool.
-func (d *Driver) Pool() store.Querier { return querier{d.pool} }
+func (d *driver) Pool() store.Querier { return querier{d.pool} }
 
 // Close closes the pool if Open created it.
 func (d *Driver) Close() error {
@@ -186,10 +193,6 @@ func (r pgxRows) Err() error             { return translate(r.Rows.Err()) }
 type pgxRow struct{ r pgx.Row }
 
 func (r pgxRow) Scan(dest ...any) error { return translate(r.r.Scan(dest...)) }
-
-// Translate maps pgx and PostgreSQL errors onto store's sentinels, keeping
-// the original error in the chain.
-func Translate(err error) error { return translate(err) }
 
 func translate(err error) error {
 	if err == nil {

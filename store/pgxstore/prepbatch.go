@@ -36,7 +36,7 @@ const maxPreparedList = 8
 // when it is not (another exec mode, or beyond maxPrepared), in which case
 // the caller sends a pgx.Batch instead. Statements already prepared cost a
 // map lookup and no round trip.
-func (d *Driver) describe(ctx context.Context, conn *pgx.Conn, sql string) (*pgconn.StatementDescription, error) {
+func (d *driver) describe(ctx context.Context, conn *pgx.Conn, sql string) (*pgconn.StatementDescription, error) {
 	if d.mode != pgx.QueryExecModeCacheStatement || !d.preparable(sql) {
 		return nil, nil
 	}
@@ -50,7 +50,7 @@ func (d *Driver) describe(ctx context.Context, conn *pgx.Conn, sql string) (*pgc
 // statement's result goes to its Rows or Affected; tag is the command tag
 // of stmts[tagOf] (tagOf < 0: none); ran, when not nil, counts the
 // statements the server completed, as queueStmts does.
-func (d *Driver) sendPrepared(ctx context.Context, conn *pgx.Conn, stmts []store.Stmt, tagOf int, ran *int) (sent bool, tag pgconn.CommandTag, err error) {
+func (d *driver) sendPrepared(ctx context.Context, conn *pgx.Conn, stmts []store.Stmt, tagOf int, ran *int) (sent bool, tag pgconn.CommandTag, err error) {
 	if d.traced {
 		return false, tag, nil
 	}

@@ -50,7 +50,7 @@ func queueStmts(b *pgx.Batch, stmts []store.Stmt, ran *int) {
 
 // prepareStmts is prepare for the statements of stmts lists, without
 // gathering their SQL first (the fast paths run per request).
-func (d *Driver) prepareStmts(ctx context.Context, conn *pgx.Conn, lists ...[]store.Stmt) error {
+func (d *driver) prepareStmts(ctx context.Context, conn *pgx.Conn, lists ...[]store.Stmt) error {
 	for _, ss := range lists {
 		for _, s := range ss {
 			if err := d.prepare(ctx, conn, s.SQL); err != nil {
@@ -77,7 +77,7 @@ func (d *Driver) prepareStmts(ctx context.Context, conn *pgx.Conn, lists ...[]st
 // lock taken by the first one never goes back to the pool.
 //
 // The ability is declined (ok=false, nothing done) on the simple protocol.
-func (d *Driver) BeginReserved(ctx context.Context, stmts []store.Stmt) (pgx.Tx, bool, error) {
+func (d *driver) BeginReserved(ctx context.Context, stmts []store.Stmt) (pgx.Tx, bool, error) {
 	if d.mode == pgx.QueryExecModeSimpleProtocol {
 		return nil, false, nil
 	}
@@ -122,7 +122,7 @@ func (d *Driver) BeginReserved(ctx context.Context, stmts []store.Stmt) (pgx.Tx,
 // connection is closed instead, which ends the transaction and every
 // session state on the server. The errors wrap pgx.ErrTxCommitRollback
 // or pgx.ErrTxClosed where pgx has one; database errors are translated.
-func (d *Driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before, after []store.Stmt) error {
+func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before, after []store.Stmt) error {
 	t, ok := tx.(*reservedTx)
 	if !ok || t.d != d {
 		return fmt.Errorf("pgxstore: EndReserved of a transaction BeginReserved did not start: %w", pgx.ErrTxClosed)
@@ -198,7 +198,7 @@ func (d *Driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 // BEGIN with it. pgx's own transaction (from pgx.Batch.BeginTx) runs every
 // statement after that. Like any pgx.Tx it is not for concurrent use.
 type reservedTx struct {
-	d     *Driver
+	d     *driver
 	c     *pgxpool.Conn
 	tx    pgx.Tx // nil until begun
 	ended bool   // ended by its own Commit or Rollback

@@ -11,7 +11,7 @@
 //		…
 //	})))
 //	// PostgreSQL on database/sql: sqlstore.OpenPostgres(ctx, url, sqlstore.Config{});
-//	// a *sql.DB of your own: sqlstore.New(db, sqlstore.Config{}), opened with SQLiteDSN on SQLite
+//	// a *sql.DB of your own: sqlstore.New(db, sqlstore.Config{}), opened with sqliteDSN on SQLite
 //
 // SQLite write transactions must start with BEGIN IMMEDIATE: a deferred
 // transaction that later upgrades to a writer fails with SQLITE_BUSY at once
@@ -70,7 +70,15 @@ type Config struct {
 }
 
 // Driver implements store.Driver[*sql.Tx]. It is safe for concurrent use.
-type Driver struct {
+// Its documented methods are the handle a service uses (DB, Close,
+// Dialect, Names); the transactional methods idem's packages call (Begin,
+// Tx, BeginReserved, SendBatch, …) come from an embedded implementation:
+// they are not application API and not covered by semver (run your own
+// transactions with store.InTx or on DB).
+type Driver struct{ *driver }
+
+// driver is Driver's implementation of store.Driver.
+type driver struct {
 	db      *sql.DB
 	dialect store.Dialect
 	stmts   *sqlset.Set
@@ -96,13 +104,13 @@ func New(db *sql.DB, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{db: db, dialect: cfg.Dialect, names: names, tr: Translate}
+	d := &Driver{&driver{db: db, dialect: cfg.Dialect, names: names, tr: translate}}
 	switch {
 	case cfg.SQL != nil:
 		d.stmts = cfg.SQL.Statements(names)
 		d.tr = func(err error) error {
 			if err == nil || errors.Is(err, sql.ErrNoRows) {
-				return Translate(err)
+				return translate(err)
 			}
 			return cfg.SQL.Translate(err)
 		}
@@ -143,11 +151,11 @@ type SQLiteConfig struct {
 // file; the error returned wraps fs.ErrNotExist too.
 var ErrNoDatabase = errors.New("no database")
 
-// SQLiteDSN returns the modernc.org/sqlite DSN idem uses for path: WAL mode,
+// sqliteDSN returns the modernc.org/sqlite DSN idem uses for path: WAL mode,
 // BEGIN IMMEDIATE transactions, a busy timeout and foreign keys on. With
 // opt.MustExist it also carries SQLite's mode=rw, so opening it never
 // creates the file.
-func SQLiteDSN(path string, opt SQLiteConfig) string {
+func sqliteDSN(path string, opt SQLiteConfig) string {
 	if opt.BusyTimeout <= 0 {
 		opt.BusyTimeout = 30 * time.Second
 	}
@@ -206,7 +214,7 @@ func OpenSQLite(path string, opt SQLiteConfig, cfg Config) (*Driver, error) {
 }
 
 func openSQLite(path string, opt SQLiteConfig, cfg Config) (*Driver, error) {
-	db, err := sql.Open("sqlite", SQLiteDSN(path, opt))
+	db, err := sql.Open("sqlite", sqliteDSN(path, opt))
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: %w", err)
 	}
@@ -280,20 +288,20 @@ func (d *Driver) Dialect() store.Dialect { return d.dialect }
 func (d *Driver) Names() store.Names { return d.names }
 
 // Table returns the qualified table name.
-func (d *Driver) Table(name string) string { return d.names.Table(d.dialect, name) }
+func (d *driver) Table(name string) string { return d.names.Table(d.dialect, name) }
 
 // Begin starts a transaction (BEGIN IMMEDIATE on a database opened with
 // OpenSQLite).
-func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
+func (d *driver) Begin(ctx context.Context) (*sql.Tx, error) {
 	tx, err := d.db.BeginTx(ctx, nil)
 	return tx, d.tr(err)
 }
 
 // Commit commits tx.
-func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error { return d.tr(tx.Commit()) }
+func (d *driver) Commit(_ context.Context, tx *sql.Tx) error { return d.tr(tx.Commit()) }
 
 // Rollback rolls tx back; a finished transaction is not an error.
-func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
+func (d *driver) Rollback(_ context.Context, tx *sql.Tx) error {
 	err := tx.Rollback()
 	if errors.Is(err, sql.ErrTxDone) {
 		return nil
@@ -302,10 +310,10 @@ func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
 }
 
 // Tx wraps tx as a store.Querier.
-func (d *Driver) Tx(tx *sql.Tx) store.Querier { return querier{tx, d.tr, d.prepared, tx} }
+func (d *driver) Tx(tx *sql.Tx) store.Querier { return querier{tx, d.tr, d.prepared, tx} }
 
 // Pool returns a store.Querier on the *sql.DB.
-func (d *Driver) Pool() store.Querier { return querier{d.db, d.tr, d.prepared, nil} }
+func (d *driver) Pool() store.Querier { return querier{d.db, d.tr, d.prepared, nil} }
 
 // Close closes the *sql.DB if this package opened it.
 func (d *Driver) Close() error {
@@ -382,7 +390,7 @@ func (r sqlRow) Scan(dest ...any) error { return r.tr(r.r.Scan(dest...)) }
 
 // Translate maps database/sql, SQLite and PostgreSQL errors onto store's
 // sentinels, keeping the original error in the chain.
-func Translate(err error) error {
+func translate(err error) error {
 	if err == nil {
 		return nil
 	}
