@@ -11,7 +11,7 @@ import (
 const maxOfMessage = 100
 
 // OfMessage returns the letters of message id messageID, of every consumer
-// and in every state, oldest first (at most [maxOfMessage]). One message
+// and in every state, oldest first (at most 100). One message
 // poisoned for several consumers of its subject has one letter per
 // consumer; each is redriven or revised for its own consumer only (see
 // broker.HeaderRedriveFor), so an operator resolving one sees the others

@@ -319,7 +319,7 @@ type standardSignature struct {
 }
 
 // parseStandardSignatures parses a webhook-signature header value: a
-// space-separated list of at most [maxStandardSignatures] "version,base64"
+// space-separated list of at most 16 "version,base64"
 // entries. It returns the decoded v1 and v1a entries in order (other
 // versions are skipped), or an error wrapping ErrMalformedHeader when an
 // entry is malformed, a v1 or v1a signature is not the canonical standard
