@@ -413,8 +413,6 @@ func (s *System[TTx]) Config() Config { return s.cfg }
 // consumers, effect worker) until ctx ends, then waits for them to stop and
 // returns nil; it returns early with an error if a component fails to start.
 func (s *System[TTx]) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var runners []func(context.Context) error
 	var closers []func() error
 	defer func() {

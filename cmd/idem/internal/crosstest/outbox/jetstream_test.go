@@ -180,12 +180,7 @@ func (p crashAfterPublish) PublishResults(ctx context.Context, msgs ...idem.Mess
 }
 
 // startRelay runs r until the test ends.
-func startRelay[TTx any](t testing.TB, r *outbox.Relay[TTx]) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-}
+func startRelay[TTx any](t testing.TB, r *outbox.Relay[TTx]) { startRelayStop(t, r) }
 
 // waitFor polls cond until it holds or 60s pass (a progress bound, not a
 // timing assertion).
