@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // TestTxOfAnotherTypeSaysTheDriversType: asking for the request's
@@ -18,6 +19,7 @@ import (
 // answering nil, false as if there were no transaction.
 func TestTxOfAnotherTypeSaysTheDriversType(t *testing.T) {
 	t.Parallel()
+	testdb.SkipWithoutSQLite(t)
 	d, done := openExampleDB()
 	defer done()
 	mw, err := idemhttp.New(d, idemhttp.Config{Tenant: tenantFromAuth})

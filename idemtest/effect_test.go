@@ -32,13 +32,15 @@ func TestEffectPassesCorrectCall(t *testing.T) {
 // The call makes up its own idempotency key per attempt instead of using
 // the ledger's: a re-call after a crash is a second e-mail.
 func TestEffectCatchesProviderCallWithoutLedgerKey(t *testing.T) {
-	rec := newRecorder(t)
-	idemtest.Effect(rec, idemtest.EffectCall{Call: func(p *fakeprovider.Client) effect.CallFunc {
-		return func(ctx context.Context, key string) ([]byte, error) {
-			own := fmt.Sprintf("receipt-%d", time.Now().UnixNano()) // the bug
-			return p.Send(ctx, own, []byte(`{"to":"ada@example.com","template":"receipt"}`))
-		}
-	}})
-	rec.mustFailWith(t, `scenario "crash between the provider call and the record"`,
-		"the provider performed 3 effect(s) for 2 intended", "a key of its own")
+	eachBackend(t, func(t *testing.T, b idemtest.Backend) {
+		rec := newRecorder(t)
+		idemtest.Effect(rec, idemtest.EffectCall{Backend: b, Call: func(p *fakeprovider.Client) effect.CallFunc {
+			return func(ctx context.Context, key string) ([]byte, error) {
+				own := fmt.Sprintf("receipt-%d", time.Now().UnixNano()) // the bug
+				return p.Send(ctx, own, []byte(`{"to":"ada@example.com","template":"receipt"}`))
+			}
+		}})
+		rec.mustFailWith(t, `scenario "crash between the provider call and the record"`,
+			"the provider performed 3 effect(s) for 2 intended", "a key of its own")
+	})
 }

@@ -13,13 +13,17 @@ import (
 
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
 )
 
 // eachBackend runs body on SQLite, and on PostgreSQL and MySQL when their
 // test URLs are set.
 func eachBackend(t *testing.T, body func(t *testing.T, b idemtest.Backend)) {
-	t.Run("sqlite", func(t *testing.T) { body(t, idemtest.Backend{}) })
+	t.Run("sqlite", func(t *testing.T) {
+		testdb.SkipWithoutSQLite(t)
+		body(t, idemtest.Backend{})
+	})
 	t.Run("postgres", func(t *testing.T) {
 		u := os.Getenv("IDEM_TEST_POSTGRES_URL")
 		if u == "" {
@@ -147,46 +151,50 @@ func TestHTTPPassesCorrectHandler(t *testing.T) {
 // The receipt e-mail is sent from the handler, outside the transaction: a
 // rolled-back attempt has sent it, and its retry sends it again.
 func TestHTTPCatchesEmailOutsideTransaction(t *testing.T) {
-	var p payments
-	rec := newRecorder(t)
-	idemtest.HTTP(rec, p.service(idemtest.Backend{}, func(env idemtest.Env) http.Handler {
-		return mux("POST /payments", env.Idempotent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ctx := r.Context()
-			tx, _ := idemhttp.SQLTx(ctx)
-			key := idemhttp.Key(ctx)
-			if _, err := tx.ExecContext(ctx, `INSERT INTO payments (idem_key, amount) VALUES ($1, 1)`, key); err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			p.mailer.Add(1) // the bug: an e-mail is not rolled back
-			created(w, key, 1)
-		})))
-	}), payCase)
-	rec.mustFailWith(t, "process crashed after the handler's writes", "receipt e-mails sent for",
-		"not a write on the request transaction", "an e-mail")
+	eachBackend(t, func(t *testing.T, b idemtest.Backend) {
+		var p payments
+		rec := newRecorder(t)
+		idemtest.HTTP(rec, p.service(b, func(env idemtest.Env) http.Handler {
+			return mux("POST /payments", env.Idempotent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				ctx := r.Context()
+				tx, _ := idemhttp.SQLTx(ctx)
+				key := idemhttp.Key(ctx)
+				if _, err := tx.ExecContext(ctx, `INSERT INTO payments (idem_key, amount) VALUES ($1, 1)`, key); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				p.mailer.Add(1) // the bug: an e-mail is not rolled back
+				created(w, key, 1)
+			})))
+		}), payCase)
+		rec.mustFailWith(t, "process crashed after the handler's writes", "receipt e-mails sent for",
+			"not a write on the request transaction", "an e-mail")
+	})
 }
 
 // A charge counter in front of the middleware counts every request,
 // replays included.
 func TestHTTPCatchesCounterBeforeClaim(t *testing.T) {
-	var p payments
-	rec := newRecorder(t)
-	idemtest.HTTP(rec, p.service(idemtest.Backend{}, func(env idemtest.Env) http.Handler {
-		inner := env.Idempotent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ctx := r.Context()
-			tx, _ := idemhttp.SQLTx(ctx)
-			if _, err := tx.ExecContext(ctx, `INSERT INTO payments (idem_key, amount) VALUES ($1, 1)`, idemhttp.Key(ctx)); err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			created(w, idemhttp.Key(ctx), 1)
-		}))
-		return mux("POST /payments", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p.mailer.Add(1) // the bug: before the key is claimed
-			inner.ServeHTTP(w, r)
-		}))
-	}), payCase)
-	rec.mustFailWith(t, `scenario "sequential retry"`, "2 receipt e-mails sent for 1 payments", "in front of env.Idempotent")
+	eachBackend(t, func(t *testing.T, b idemtest.Backend) {
+		var p payments
+		rec := newRecorder(t)
+		idemtest.HTTP(rec, p.service(b, func(env idemtest.Env) http.Handler {
+			inner := env.Idempotent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				ctx := r.Context()
+				tx, _ := idemhttp.SQLTx(ctx)
+				if _, err := tx.ExecContext(ctx, `INSERT INTO payments (idem_key, amount) VALUES ($1, 1)`, idemhttp.Key(ctx)); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				created(w, idemhttp.Key(ctx), 1)
+			}))
+			return mux("POST /payments", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				p.mailer.Add(1) // the bug: before the key is claimed
+				inner.ServeHTTP(w, r)
+			}))
+		}), payCase)
+		rec.mustFailWith(t, `scenario "sequential retry"`, "2 receipt e-mails sent for 1 payments", "in front of env.Idempotent")
+	})
 }
 
 // The payment is written on a second connection (env.DB) instead of the
@@ -224,18 +232,23 @@ func TestHTTPCatchesWriteOnSecondConnection(t *testing.T) {
 
 // A route that is not behind the middleware executes every retry.
 func TestHTTPCatchesRouteWithoutMiddleware(t *testing.T) {
-	var p payments
-	rec := newRecorder(t)
-	idemtest.HTTP(rec, p.service(idemtest.Backend{}, func(env idemtest.Env) http.Handler {
-		return mux("POST /payments", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			created(w, r.Header.Get(idemhttp.HeaderKey), 1)
-		}))
-	}), payCase)
-	rec.mustFailWith(t, `scenario "sequential retry"`, "want a replay of attempt 1", "behind env.Idempotent")
+	eachBackend(t, func(t *testing.T, b idemtest.Backend) {
+		var p payments
+		rec := newRecorder(t)
+		idemtest.HTTP(rec, p.service(b, func(env idemtest.Env) http.Handler {
+			return mux("POST /payments", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				created(w, r.Header.Get(idemhttp.HeaderKey), 1)
+			}))
+		}), payCase)
+		rec.mustFailWith(t, `scenario "sequential retry"`, "want a replay of attempt 1", "behind env.Idempotent")
+	})
 }
 
 // The package example's test passes.
-func TestExampleHTTP(t *testing.T) { testPaymentsOnce(t) }
+func TestExampleHTTP(t *testing.T) {
+	testdb.SkipWithoutSQLite(t)
+	testPaymentsOnce(t)
+}
 
 // A Service without its handler or invariant, or without cases, fails at
 // once with a message that says what is missing.

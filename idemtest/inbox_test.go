@@ -92,36 +92,44 @@ func TestInboxPassesCorrectHandler(t *testing.T) {
 // The handler records the producer's reference from the payload as the
 // message id, instead of the envelope's msg.ID.
 func TestInboxCatchesMessageIDFromPayload(t *testing.T) {
-	var p deposits
-	rec := newRecorder(t)
-	idemtest.Inbox(rec, p.consumer(func(env idemtest.ConsumerEnv) inbox.Handler[*sql.Tx] {
-		return func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
-			var d deposit
-			if err := json.Unmarshal(msg.Payload, &d); err != nil {
+	eachBackend(t, func(t *testing.T, b idemtest.Backend) {
+		var p deposits
+		rec := newRecorder(t)
+		c := p.consumer(func(env idemtest.ConsumerEnv) inbox.Handler[*sql.Tx] {
+			return func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
+				var d deposit
+				if err := json.Unmarshal(msg.Payload, &d); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, `INSERT INTO deposits (message_id, amount) VALUES ($1, $2)`, d.ID, d.Amount) // the bug
 				return err
 			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO deposits (message_id, amount) VALUES ($1, $2)`, d.ID, d.Amount) // the bug
-			return err
-		}
-	}), depositMsgs...)
-	rec.mustFailWith(t, `scenario "in order"`, "has 0 deposit rows, want 1", "not on an id read from the payload")
+		})
+		c.Backend = b
+		idemtest.Inbox(rec, c, depositMsgs...)
+		rec.mustFailWith(t, `scenario "in order"`, "has 0 deposit rows, want 1", "not on an id read from the payload")
+	})
 }
 
 // The notification is sent from the handler, outside the transaction: a
 // delivery rolled back at commit has sent it, the redelivery sends it
 // again.
 func TestInboxCatchesNotificationOutsideTransaction(t *testing.T) {
-	var p deposits
-	rec := newRecorder(t)
-	idemtest.Inbox(rec, p.consumer(func(env idemtest.ConsumerEnv) inbox.Handler[*sql.Tx] {
-		apply := applyDeposit(env)
-		return func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
-			if err := apply(ctx, tx, msg); err != nil {
-				return err
+	eachBackend(t, func(t *testing.T, b idemtest.Backend) {
+		var p deposits
+		rec := newRecorder(t)
+		c := p.consumer(func(env idemtest.ConsumerEnv) inbox.Handler[*sql.Tx] {
+			apply := applyDeposit(env)
+			return func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
+				if err := apply(ctx, tx, msg); err != nil {
+					return err
+				}
+				p.mailer.Add(1) // the bug
+				return nil
 			}
-			p.mailer.Add(1) // the bug
-			return nil
-		}
-	}), depositMsgs...)
-	rec.mustFailWith(t, "redelivery after the commit failed", "notifications sent for", "an effect outside the inbox's transaction")
+		})
+		c.Backend = b
+		idemtest.Inbox(rec, c, depositMsgs...)
+		rec.mustFailWith(t, "redelivery after the commit failed", "notifications sent for", "an effect outside the inbox's transaction")
+	})
 }

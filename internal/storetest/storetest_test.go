@@ -64,6 +64,7 @@ func TestLockTimeoutPostgres(t *testing.T) {
 
 func TestBusySQLite(t *testing.T) {
 	t.Parallel()
+	testdb.SkipWithoutSQLite(t)
 	path := testdb.SQLitePath(t)
 	a, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {

@@ -7,10 +7,14 @@ package testdb
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
+	"flag"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -225,9 +229,29 @@ func SQLite(t testing.TB) *sqlstore.Driver {
 	return d
 }
 
+// SQLiteLinked reports whether the test binary links a "sqlite"
+// database/sql driver. The core module depends on none (a service on pgx
+// must not carry one), so its tests run on SQLite only when one is linked:
+// in the workspace, `go test -overlay "$(.ci/sqlite-overlay)" ./...` adds
+// modernc.org/sqlite to store/sqlstore for the run, as .ci/run does.
+func SQLiteLinked() bool { return slices.Contains(sql.Drivers(), "sqlite") }
+
+// SkipWithoutSQLite skips t, with the command that runs it, when no SQLite
+// driver is linked.
+func SkipWithoutSQLite(t testing.TB) {
+	t.Helper()
+	if !SQLiteLinked() {
+		t.Skip(NoSQLiteMessage)
+	}
+}
+
+// NoSQLiteMessage says why a SQLite case did not run and how to run it.
+const NoSQLiteMessage = `no SQLite driver linked (the core module depends on none); run the SQLite cases with go test -overlay "$(.ci/sqlite-overlay)" ./... from the repository root`
+
 // SQLiteBare is SQLite without the migrations.
 func SQLiteBare(t testing.TB) *sqlstore.Driver {
 	t.Helper()
+	SkipWithoutSQLite(t)
 	d, err := sqlstore.OpenSQLite(SQLitePath(t), sqlstore.SQLiteConfig{Synchronous: "NORMAL"}, sqlstore.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -263,4 +287,23 @@ func Count[TTx any](t testing.TB, d store.Driver[TTx], sql string, args ...any) 
 		t.Fatalf("testdb: %s: %v", sql, err)
 	}
 	return int(n)
+}
+
+// Main runs a package's tests (call it from TestMain). Without a linked
+// SQLite driver it skips the package's Examples, which run on SQLite and
+// cannot skip themselves, and says so; the tests skip one by one.
+func Main(m *testing.M) {
+	if !SQLiteLinked() {
+		flag.Parse()
+		skip := "^Example"
+		if f := flag.Lookup("test.skip"); f != nil && f.Value.String() != "" {
+			skip = f.Value.String() + "|" + skip
+		}
+		if err := flag.Set("test.skip", skip); err != nil {
+			fmt.Fprintln(os.Stderr, "testdb:", err)
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "skipping the Examples:", NoSQLiteMessage)
+	}
+	os.Exit(m.Run())
 }

@@ -10,6 +10,7 @@ import (
 
 	sqlitesql "github.com/idemkit/idem/internal/dialect/sqlite"
 	"github.com/idemkit/idem/internal/sqlset"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"
@@ -34,6 +35,7 @@ func (e *externalSQL) Translate(err error) error { return fmt.Errorf("%w: %w", e
 // every error (ErrNoRows still comes from sqlstore), and the migrator runs
 // on it without knowing its name.
 func TestExternalDialect(t *testing.T) {
+	testdb.SkipWithoutSQLite(t)
 	ctx := context.Background()
 	db, err := sql.Open("sqlite", sqlstore.SQLiteDSN(filepath.Join(t.TempDir(), "x.db"), sqlstore.SQLiteConfig{}))
 	if err != nil {

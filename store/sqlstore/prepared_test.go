@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"
@@ -18,6 +19,7 @@ import (
 // is kept; afterwards they read and write on the pool and in transactions,
 // and a rolled-back transaction's INSERT leaves nothing.
 func TestPreparedHTTPKeyStatements(t *testing.T) {
+	testdb.SkipWithoutSQLite(t)
 	ctx := context.Background()
 	d, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "p.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
@@ -79,6 +81,7 @@ func TestPreparedHTTPKeyStatements(t *testing.T) {
 // would wait for a connection the transaction itself holds (before, the
 // soak's first requests stalled until SQLite's busy timeout).
 func TestPreparedNeverWaitsForAConnectionInATransaction(t *testing.T) {
+	testdb.SkipWithoutSQLite(t)
 	ctx := context.Background()
 	d, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "p.db"), sqlstore.SQLiteConfig{MaxOpenConns: 1}, sqlstore.Config{})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store/sqlstore"
 )
 
@@ -19,6 +20,7 @@ import (
 // common 022 for the test (it can only remove bits; with 022 the old
 // 0755/0644 modes would show as group- and world-readable).
 func TestOpenSQLitePrivateModes(t *testing.T) {
+	testdb.SkipWithoutSQLite(t)
 	old := syscall.Umask(0o022)
 	defer syscall.Umask(old)
 	root := t.TempDir()
@@ -56,22 +58,23 @@ func TestOpenSQLitePrivateModes(t *testing.T) {
 }
 
 // TestOpenSQLiteMustExist checks that MustExist opens an existing database
-// and, for a missing one, fails with ErrNoDatabase (and fs.ErrNotExist)
+// and, for a missing one, fails with fs.ErrNotExist
 // without creating the file or its directory.
 func TestOpenSQLiteMustExist(t *testing.T) {
 	t.Parallel()
+	testdb.SkipWithoutSQLite(t)
 	root := t.TempDir()
 	missing := filepath.Join(root, "typo", "idem.db")
 	_, err := sqlstore.OpenSQLite(missing, sqlstore.SQLiteConfig{MustExist: true}, sqlstore.Config{})
-	if !errors.Is(err, sqlstore.ErrNoDatabase) || !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("missing database: %v, want ErrNoDatabase", err)
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing database: %v, want fs.ErrNotExist", err)
 	}
 	if _, err := os.Stat(filepath.Join(root, "typo")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("MustExist created the directory: %v", err)
 	}
 	// Same directory, missing file.
 	missing = filepath.Join(root, "idem.db")
-	if _, err := sqlstore.OpenSQLite(missing, sqlstore.SQLiteConfig{MustExist: true}, sqlstore.Config{}); !errors.Is(err, sqlstore.ErrNoDatabase) {
+	if _, err := sqlstore.OpenSQLite(missing, sqlstore.SQLiteConfig{MustExist: true}, sqlstore.Config{}); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("missing file: %v", err)
 	}
 	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
@@ -100,6 +103,7 @@ func TestOpenSQLiteMustExist(t *testing.T) {
 // file they spell (they are escaped in the SQLite URI).
 func TestOpenSQLiteOddPath(t *testing.T) {
 	t.Parallel()
+	testdb.SkipWithoutSQLite(t)
 	path := filepath.Join(t.TempDir(), "a%20b?c#d.db")
 	d, err := sqlstore.OpenSQLite(path, sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {

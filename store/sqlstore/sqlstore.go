@@ -1,6 +1,10 @@
 // Package sqlstore is idem's database/sql driver: handlers receive the
 // caller's *sql.Tx. It serves SQLite through modernc.org/sqlite (pure Go, the
 // embedded default) and PostgreSQL through github.com/jackc/pgx/v5/stdlib.
+// This module does not depend on the SQLite driver, so a service on pgx
+// does not carry it: a program that opens SQLite links it with one import,
+//
+//	import _ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 //
 //	d, err := sqlstore.OpenSQLite("./idem-data/idem.db", sqlstore.SQLiteConfig{}, sqlstore.Config{})
 //	if err := migrate.Up(ctx, d); err != nil { … }
@@ -29,13 +33,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/idemkit/idem/internal/dialect/postgres"
 	sqlitesql "github.com/idemkit/idem/internal/dialect/sqlite"
@@ -139,7 +142,7 @@ type SQLiteConfig struct {
 	MaxOpenConns int
 	// MustExist makes OpenSQLite open an existing database only: it creates
 	// neither the file nor its directory, and a missing file is an error
-	// wrapping [ErrNoDatabase] (and fs.ErrNotExist). Read-only tools set it
+	// wrapping fs.ErrNotExist. Read-only tools set it
 	// so that a mistyped path is reported instead of answered from a new,
 	// empty database. The database is still opened read-write (WAL mode
 	// needs its -wal and -shm files), so a caller that only reads must
@@ -147,9 +150,34 @@ type SQLiteConfig struct {
 	MustExist bool
 }
 
-// ErrNoDatabase reports that OpenSQLite with MustExist found no database
-// file; the error returned wraps fs.ErrNotExist too.
-var ErrNoDatabase = errors.New("no database")
+// ErrNoSQLiteDriver reports that no "sqlite" database/sql driver is linked
+// into the program: this module does not import one. Link modernc.org/sqlite
+// with
+//
+//	import _ "modernc.org/sqlite"
+var ErrNoSQLiteDriver = errors.New(`sqlstore: no SQLite driver is linked into this program; add import _ "modernc.org/sqlite"`)
+
+// sqliteLinked reports whether a "sqlite" database/sql driver is linked
+// into the program, which [OpenSQLite] needs.
+func sqliteLinked() bool { return slices.Contains(sql.Drivers(), "sqlite") }
+
+// The SQLite result codes translate maps (sqlite3.h's extended codes), read
+// through the Code method modernc.org/sqlite's *Error has, so this package
+// needs no import of the driver.
+const (
+	sqliteBusy                 = 5
+	sqliteLocked               = 6
+	sqliteBusySnapshot         = 517
+	sqliteBusyTimeout          = 773
+	sqliteConstraintPrimaryKey = 1555
+	sqliteConstraintUnique     = 2067
+)
+
+// sqliteError is the method modernc.org/sqlite's *Error offers.
+type sqliteError interface {
+	error
+	Code() int
+}
 
 // sqliteDSN returns the modernc.org/sqlite DSN idem uses for path: WAL mode,
 // BEGIN IMMEDIATE transactions, a busy timeout and foreign keys on. With
@@ -194,7 +222,7 @@ func OpenSQLite(path string, opt SQLiteConfig, cfg Config) (*Driver, error) {
 	created := false
 	if opt.MustExist {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("sqlstore: %w at %s: %w", ErrNoDatabase, path, fs.ErrNotExist)
+			return nil, fmt.Errorf("sqlstore: no database at %s: %w", path, fs.ErrNotExist)
 		} else if err != nil {
 			return nil, fmt.Errorf("sqlstore: %w", err)
 		}
@@ -214,6 +242,9 @@ func OpenSQLite(path string, opt SQLiteConfig, cfg Config) (*Driver, error) {
 }
 
 func openSQLite(path string, opt SQLiteConfig, cfg Config) (*Driver, error) {
+	if !sqliteLinked() {
+		return nil, ErrNoSQLiteDriver
+	}
 	db, err := sql.Open("sqlite", sqliteDSN(path, opt))
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: %w", err)
@@ -397,12 +428,12 @@ func translate(err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: %w", store.ErrNoRows, err)
 	}
-	var se *sqlite.Error
+	var se sqliteError
 	if errors.As(err, &se) {
 		switch se.Code() {
-		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		case sqliteConstraintUnique, sqliteConstraintPrimaryKey:
 			return fmt.Errorf("%w: %w", store.ErrUniqueViolation, err)
-		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_BUSY_SNAPSHOT, sqlite3.SQLITE_BUSY_TIMEOUT, sqlite3.SQLITE_LOCKED:
+		case sqliteBusy, sqliteBusySnapshot, sqliteBusyTimeout, sqliteLocked:
 			return fmt.Errorf("%w: %w", store.ErrLockTimeout, err)
 		}
 		return err
