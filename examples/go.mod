@@ -8,6 +8,7 @@ require (
 	github.com/idemkit/idem/cmd/idem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/store/idemmysql v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.55.0
+	modernc.org/sqlite v1.62.0
 )
 
 require (
@@ -50,7 +51,6 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.62.0 // indirect
 )
 
 replace github.com/idemkit/idem => ..

@@ -6,6 +6,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.4.7
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
+	modernc.org/sqlite v1.62.0
 )
 
 require (
@@ -36,7 +37,6 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.62.0 // indirect
 )
 
 replace github.com/idemkit/idem => ..

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 	github.com/rabbitmq/amqp091-go v1.16.0
+	modernc.org/sqlite v1.62.0
 )
 
 require (
@@ -31,7 +32,6 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.62.0 // indirect
 )
 
 replace github.com/idemkit/idem => ../..

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/idemkit/idem/cmd/idem/internal/dsn"
@@ -64,7 +65,7 @@ func openSQL(ctx context.Context, u string, create bool) (store.Driver[*sql.Tx],
 		return nil, err
 	}
 	d, err := dsn.OpenSQLDriver(ctx, t, dsn.Options{SQLite: sqlstore.SQLiteConfig{MustExist: !create}})
-	if errors.Is(err, sqlstore.ErrNoDatabase) {
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("no database at %s (check the path; 'idem migrate up' creates one)", t.Path)
 	}
 	return d, hideURL(err, u)

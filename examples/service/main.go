@@ -77,6 +77,8 @@ import (
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgxstore"
 	"github.com/idemkit/idem/store/sqlstore"
+
+	_ "modernc.org/sqlite" // the SQLite database/sql driver (the core module links none)
 )
 
 func main() {

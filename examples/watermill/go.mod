@@ -6,6 +6,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.4.7
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemwatermill v0.0.0-00010101000000-000000000000
+	modernc.org/sqlite v1.62.0
 )
 
 require (
@@ -35,7 +36,6 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.62.0 // indirect
 )
 
 replace (

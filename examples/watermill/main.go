@@ -35,6 +35,8 @@ import (
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"
+
+	_ "modernc.org/sqlite" // the SQLite database/sql driver (the core module links none)
 )
 
 func main() {

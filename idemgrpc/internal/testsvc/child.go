@@ -15,6 +15,8 @@ import (
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgxstore"
 	"github.com/idemkit/idem/store/sqlstore"
+
+	_ "modernc.org/sqlite" // the SQLite database/sql driver (the core module links none)
 )
 
 // The environment of a child process: the test binary re-executed to run

@@ -22,6 +22,8 @@ import (
 	"github.com/idemkit/idem/store/idemmysql"
 	"github.com/idemkit/idem/store/pgxstore"
 	"github.com/idemkit/idem/store/sqlstore"
+
+	_ "modernc.org/sqlite" // the SQLite database/sql driver (the core module links none)
 )
 
 // Config says where the benchmarks run.

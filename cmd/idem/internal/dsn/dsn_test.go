@@ -3,7 +3,7 @@ package dsn_test
 import (
 	"context"
 	"errors"
-	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem/cmd/idem/internal/dsn"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/idemmysql"
+	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
 	"github.com/idemkit/idem/store/sqlstore"
 )
 
@@ -206,8 +207,8 @@ func TestOpenSQLite(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sub", "idem.db")
-	if _, err := dsn.Open(ctx, "sqlite://"+path, dsn.Options{SQLite: sqlstore.SQLiteConfig{MustExist: true}}); !errors.Is(err, sqlstore.ErrNoDatabase) {
-		t.Fatalf("Open MustExist on a missing file = %v, want sqlstore.ErrNoDatabase", err)
+	if _, err := dsn.Open(ctx, "sqlite://"+path, dsn.Options{SQLite: sqlstore.SQLiteConfig{MustExist: true}}); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Open MustExist on a missing file = %v, want fs.ErrNotExist", err)
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("MustExist created %s", path)

@@ -11,6 +11,8 @@ import (
 	"github.com/idemkit/idem/store/idemmysql"
 	"github.com/idemkit/idem/store/pgxstore"
 	"github.com/idemkit/idem/store/sqlstore"
+
+	_ "modernc.org/sqlite" // the SQLite database/sql driver (the core module links none)
 )
 
 // Options configures the openers.
@@ -81,7 +83,7 @@ func OpenPgx(ctx context.Context, db Database, opts Options) (*pgxstore.Driver, 
 // OpenSQL opens the database through database/sql: SQLite, or PostgreSQL
 // through pgx's stdlib adapter (the operator commands' driver). A missing
 // SQLite file with opts.SQLite.MustExist is an error wrapping
-// sqlstore.ErrNoDatabase.
+// fs.ErrNotExist.
 func OpenSQL(ctx context.Context, db Database, opts Options) (*sqlstore.Driver, error) {
 	if db.Dialect == store.Postgres {
 		d, err := sqlstore.OpenPostgres(ctx, db.Conn, sqlstore.Config{Names: withLayout(opts.Names, db)})
