@@ -34,8 +34,9 @@
 // [CanonicalJSON]), typed errors ([ErrDuplicate], [ErrFingerprintMismatch], …)
 // and the retry classification ([Permanent], [IsPermanent], [IsRetryable]).
 //
-// The core module, github.com/idemkit/idem (its main dependencies: pgx,
-// modernc.org/sqlite and the OpenTelemetry API):
+// The core module, github.com/idemkit/idem (its dependencies: pgx and the
+// OpenTelemetry API; a program on SQLite links modernc.org/sqlite with
+// import _ "modernc.org/sqlite"):
 //
 //   - idem: messages, fingerprints over canonical JSON, typed errors, the
 //     retry classification, [Run]

@@ -17,7 +17,10 @@ import (
 )
 
 // Backend selects the database idemtest runs on. The zero value is a fresh
-// SQLite file under t.TempDir(), migrated: no server needed. PostgresURL
+// SQLite file under t.TempDir(), migrated: no server needed, only the
+// driver linked into the test binary (import _ "modernc.org/sqlite" in one
+// of the package's test files; without it the check fails with
+// sqlstore.ErrNoSQLiteDriver, which says so). PostgresURL
 // runs the same checks on a fresh schema of that server (through pgx's
 // database/sql adapter), dropped when the test ends. Open runs them on any
 // other store on *sql.Tx: MySQL and MariaDB through

@@ -12,7 +12,8 @@
 //	}
 //
 // HTTP runs the user's handler behind idemhttp in transactional mode, on a
-// fresh, migrated SQLite file by default (PostgreSQL or MySQL/MariaDB with
+// fresh, migrated SQLite file by default (the test binary links the
+// driver: import _ "modernc.org/sqlite"; PostgreSQL or MySQL/MariaDB with
 // [Backend]), and sends for each case: the request and its retry (a
 // replay), concurrent duplicates (one execution), a lost response and its
 // retry, the request failed at each step of the middleware's transaction

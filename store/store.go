@@ -16,8 +16,9 @@
 //   - store/pgxstore: PostgreSQL through pgx v5 (pgxpool.Pool, pgx.Tx), the
 //     production store.
 //   - store/sqlstore: database/sql (*sql.DB, *sql.Tx), for SQLite through
-//     modernc.org/sqlite (the embedded default) and for PostgreSQL through
-//     pgx's stdlib adapter.
+//     modernc.org/sqlite (the embedded default, linked by the program with
+//     import _ "modernc.org/sqlite") and for PostgreSQL through pgx's
+//     stdlib adapter.
 //
 // The type parameter TTx is the caller's own transaction type, so handlers
 // receive exactly the transaction their business code already uses. Both
