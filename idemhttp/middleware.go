@@ -142,6 +142,7 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -656,10 +657,8 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	// The transaction follows the client's context only until the handler
 	// returns (database/sql rolls a transaction back when its context ends);
 	// after that the work is recorded and committed even if the client left.
-	txCtx, cancelTx := context.WithCancel(context.WithoutCancel(ctx))
+	txCtx, handlerReturned, cancelTx := untilHandlerReturns(ctx)
 	defer cancelTx()
-	stop := context.AfterFunc(ctx, cancelTx)
-	defer stop()
 	cs := claimStmts{insert: m.q.Insert, takeOver: m.q.TakeOver}
 	if m.q.InsertLocked != "" {
 		cs = claimStmts{m.q.InsertLocked, m.q.TakeOverLocked, []any{m.lockTO}}
@@ -695,7 +694,7 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	cw := m.newCapture(w)
 	defer cw.close()
 	m.runOnTx(cw, r, h, req, tx) // a panic propagates; the deferred rollback runs
-	stop()
+	handlerReturned()
 	cw.finish()
 	if failure := cw.failure(); failure != nil || !m.cfg.StoreStatus(cw.status) {
 		finished = true
@@ -740,6 +739,35 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	}
 	cw.send()
 	return outDone, nil, nil
+}
+
+// untilHandlerReturns returns the request transaction's context: it follows
+// the client's ctx until handlerReturned is called, and no longer after
+// that, so the work is recorded and committed even if the client left
+// (database/sql rolls a transaction back when its context ends). The
+// client's cancellation reaches txCtx entirely before handlerReturned
+// returns or not at all: a cancel landing later would interrupt the COMMIT
+// (database/sql drivers run it on the transaction's context) after the
+// server may already have committed, and the middleware would answer
+// "nothing was recorded" for a record that is. cancel releases txCtx.
+func untilHandlerReturns(ctx context.Context) (txCtx context.Context, handlerReturned, cancel func()) {
+	txCtx, cancelTx := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	returned := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !returned {
+			cancelTx()
+		}
+	})
+	handlerReturned = func() {
+		stop()
+		mu.Lock()
+		returned = true
+		mu.Unlock()
+	}
+	return txCtx, handlerReturned, func() { stop(); cancelTx() }
 }
 
 // runOnTx runs h, its response captured by cw, with tx as the request's

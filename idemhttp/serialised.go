@@ -39,13 +39,10 @@ func (m *Middleware[TTx]) attemptSerialised(w http.ResponseWriter, r *http.Reque
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
 	// The transaction follows the client's context only until the handler
-	// returns (database/sql rolls a transaction back when its context
-	// ends); after that the work is recorded and committed even if the
+	// returns; after that the work is recorded and committed even if the
 	// client left.
-	txCtx, cancelTx := context.WithCancel(bg)
+	txCtx, handlerReturned, cancelTx := untilHandlerReturns(ctx)
 	defer cancelTx()
-	stop := context.AfterFunc(ctx, cancelTx)
-	defer stop()
 	start := m.cfg.Now()
 	tx, err := m.d.Begin(txCtx)
 	if err != nil {
@@ -59,7 +56,7 @@ func (m *Middleware[TTx]) attemptSerialised(w http.ResponseWriter, r *http.Reque
 		}
 		return m.decideReserved(rec, req)
 	}
-	return m.runAndInsert(w, r, h, req, tx, start, func() { stop() }, func(args []any) error {
+	return m.runAndInsert(w, r, h, req, tx, start, handlerReturned, func(args []any) error {
 		if args == nil {
 			return m.d.Rollback(bg, tx)
 		}
