@@ -18,6 +18,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "dlq-example")
 	defer os.RemoveAll(dir)
+	// The program links the SQLite driver: import _ "modernc.org/sqlite".
 	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		panic(err)

@@ -22,6 +22,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
+	// The program links the SQLite driver: import _ "modernc.org/sqlite".
 	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	defer d.Close()
 	if err := migrate.Up(ctx, d); err != nil {
@@ -75,6 +76,7 @@ func ExampleLedger_Do() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
+	// The program links the SQLite driver: import _ "modernc.org/sqlite".
 	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	defer d.Close()
 	_ = migrate.Up(ctx, d)

@@ -23,6 +23,7 @@ func openExampleDB() (*sqlstore.Driver, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// The program links the SQLite driver: import _ "modernc.org/sqlite".
 	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		log.Fatal(err)

@@ -20,6 +20,7 @@ func Example() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
 
+	// The program links the SQLite driver: import _ "modernc.org/sqlite".
 	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		panic(err)
@@ -55,6 +56,7 @@ func ExampleInbox_ProcessBatch() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
+	// The program links the SQLite driver: import _ "modernc.org/sqlite".
 	d, _ := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	defer d.Close()
 	_ = migrate.Up(ctx, d)

@@ -15,6 +15,7 @@ func ExampleApply() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "vg-example")
 	defer os.RemoveAll(dir)
+	// The program links the SQLite driver: import _ "modernc.org/sqlite".
 	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "app.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		panic(err)

@@ -37,6 +37,7 @@ func Example() {
 
 	dir, _ := os.MkdirTemp("", "kafka-example")
 	defer os.RemoveAll(dir)
+	// The program links the SQLite driver: import _ "modernc.org/sqlite".
 	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "idem.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		panic(err)

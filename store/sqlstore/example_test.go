@@ -25,6 +25,7 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
+	// The program links the SQLite driver: import _ "modernc.org/sqlite".
 	d, err := sqlstore.OpenSQLite(filepath.Join(dir, "shop.db"), sqlstore.SQLiteConfig{}, sqlstore.Config{})
 	if err != nil {
 		panic(err)
