@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
 	"net/http"
 	"os"
 	"testing"
@@ -16,8 +15,10 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/idemtestcase"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
 )
 
 // The reference system's order creation (boxoffice.System.CreateOrderTx:
@@ -25,7 +26,7 @@ import (
 // passes: one order and one event per completed key, whatever the faults.
 func TestHTTPPassesReferenceSystemOrders(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b idemtest.Backend) {
-		rec := newRecorder(t)
+		rec := idemtestcase.NewRecorder(t)
 		idemtest.HTTP(rec, idemtest.Service{
 			Backend: b,
 			Handler: func(env idemtest.Env) http.Handler {
@@ -74,7 +75,7 @@ func TestHTTPPassesReferenceSystemOrders(t *testing.T) {
 		}, idemtest.Case{Name: "create order", Path: "/orders", Status: http.StatusCreated,
 			Body: `{"event_id":"concert-1","customer_email":"ada@example.com","seats":2,"total_cents":5000,"currency":"EUR"}`})
 		if rec.Failed() {
-			t.Fatalf("idemtest failed the reference system's handler:\n%s", rec.output())
+			t.Fatalf("idemtest failed the reference system's handler:\n%s", rec.Report())
 		}
 	})
 }
@@ -103,7 +104,7 @@ func TestInboxPassesReferenceSystemConsumers(t *testing.T) {
 	for _, consumer := range []string{"billing", "notification"} {
 		t.Run(consumer, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b idemtest.Backend) {
-				rec := newRecorder(t)
+				rec := idemtestcase.NewRecorder(t)
 				idemtest.Inbox(rec, idemtest.Consumer{
 					Backend: b,
 					Name:    consumer,
@@ -142,7 +143,7 @@ func TestInboxPassesReferenceSystemConsumers(t *testing.T) {
 					},
 				}, msgs...)
 				if rec.Failed() {
-					t.Fatalf("idemtest failed the reference system's %s consumer:\n%s", consumer, rec.output())
+					t.Fatalf("idemtest failed the reference system's %s consumer:\n%s", consumer, rec.Report())
 				}
 			})
 		})
