@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -64,13 +65,10 @@ func CanonicalJSON(data []byte, exclude ...string) ([]byte, error) {
 	// Output is about as long as the input; a large input is given its full
 	// room only once its first 64 KiB have proved to be JSON (see scan).
 	c := canonicaliser{data: data, out: make([]byte, 0, min(len(data), 64<<10))}
-	// One allocation gives small documents all the room they need.
-	room := new(struct {
-		stack   [8]jsonFrame
-		open    [16]jsonMember
-		objs    [8]jsonObject
-		members [16]jsonMember
-	})
+	// A pooled room gives small documents all the room they need; nothing
+	// returned points into it (frames and members hold offsets only).
+	room := canonRooms.Get().(*canonRoom)
+	defer canonRooms.Put(room)
 	c.stack, c.open, c.objs, c.members = room.stack[:0], room.open[:0], room.objs[:0], room.members[:0]
 	if err := c.scan(ex); err != nil {
 		return nil, err
@@ -80,6 +78,19 @@ func CanonicalJSON(data []byte, exclude ...string) ([]byte, error) {
 	}
 	return c.emit(make([]byte, 0, len(c.out)), 0, len(c.out), 0), nil
 }
+
+// canonRoom is one CanonicalJSON call's working room: a few KiB, more than
+// the documents it usually serves, so it is reused (canonRooms) instead of
+// allocated and cleared per call (idemhttp fingerprints every keyed
+// request's body with it).
+type canonRoom struct {
+	stack   [8]jsonFrame
+	open    [16]jsonMember
+	objs    [8]jsonObject
+	members [16]jsonMember
+}
+
+var canonRooms = sync.Pool{New: func() any { return new(canonRoom) }}
 
 // canonicaliser makes two passes. scan validates data and writes every
 // token in canonical form, in input order, to out; for each object whose
