@@ -67,12 +67,8 @@ func UnaryClientInterceptor(cfg ClientConfig) grpc.UnaryClientInterceptor {
 		files := cfg.Files
 		cfg.Methods = func(m string) bool { return !bridge.SafeMethod(bridge.Method(files, m)) }
 	}
-	if cfg.Backoff <= 0 {
-		cfg.Backoff = 50 * time.Millisecond
-	}
-	if cfg.MaxBackoff <= 0 {
-		cfg.MaxBackoff = 2 * time.Second
-	}
+	retries := bridge.Retries{MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff, MaxBackoff: cfg.MaxBackoff,
+		Retryable: retryable, DelayOf: retryDelayOf}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if !cfg.Methods(method) {
 			return invoker(ctx, method, req, reply, cc, opts...)
@@ -84,28 +80,16 @@ func UnaryClientInterceptor(cfg ClientConfig) grpc.UnaryClientInterceptor {
 			}
 			ctx = metadata.AppendToOutgoingContext(ctx, MetadataKey, key)
 		}
-		wait := cfg.Backoff
-		for attempt := 1; ; attempt++ {
-			err := invoker(ctx, method, req, reply, cc, opts...)
-			if err == nil || attempt >= cfg.MaxAttempts || !retryable(err) {
-				return err
-			}
-			d := wait
-			if st := statusProto(err); st != nil {
-				if ra := bridge.RetryDelayOf(st.GetDetails()); ra > 0 {
-					d = ra
-				}
-			}
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return err
-			case <-t.C:
-			}
-			wait = min(wait*2, cfg.MaxBackoff)
-		}
+		return retries.Do(ctx, func() error { return invoker(ctx, method, req, reply, cc, opts...) })
 	}
+}
+
+// retryDelayOf is the RetryInfo delay of a status error, or 0.
+func retryDelayOf(err error) time.Duration {
+	if st := statusProto(err); st != nil {
+		return bridge.RetryDelayOf(st.GetDetails())
+	}
+	return 0
 }
 
 func retryable(err error) bool {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/idemkit/idem/idemgrpc/internal/bridge"
 )
 
 // ClientConfig configures NewClientInterceptor, as idemgrpc.ClientConfig.
@@ -49,16 +51,14 @@ func NewClientInterceptor(cfg ClientConfig) connect.Interceptor {
 	if cfg.NewKey == nil {
 		cfg.NewKey = rand.Text
 	}
-	if cfg.Backoff <= 0 {
-		cfg.Backoff = 50 * time.Millisecond
-	}
-	if cfg.MaxBackoff <= 0 {
-		cfg.MaxBackoff = 2 * time.Second
-	}
-	return &client{cfg: cfg}
+	return &client{cfg: cfg, retries: bridge.Retries{MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff,
+		MaxBackoff: cfg.MaxBackoff, Retryable: retryable, DelayOf: retryDelayOf}}
 }
 
-type client struct{ cfg ClientConfig }
+type client struct {
+	cfg     ClientConfig
+	retries bridge.Retries
+}
 
 func (c *client) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next
@@ -81,25 +81,12 @@ func (c *client) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			}
 			req.Header().Set(HeaderKey, key)
 		}
-		wait := c.cfg.Backoff
-		for attempt := 1; ; attempt++ {
-			res, err := next(ctx, req)
-			if err == nil || attempt >= c.cfg.MaxAttempts || !retryable(err) {
-				return res, err
-			}
-			d := wait
-			if ra := retryDelayOf(err); ra > 0 {
-				d = ra
-			}
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return res, err
-			case <-t.C:
-			}
-			wait = min(wait*2, c.cfg.MaxBackoff)
-		}
+		var res connect.AnyResponse
+		err := c.retries.Do(ctx, func() (err error) {
+			res, err = next(ctx, req)
+			return err
+		})
+		return res, err
 	}
 }
 
