@@ -72,17 +72,7 @@ func TestEffectCallSpans(t *testing.T) {
 		}
 		parent.End()
 		stop := runWorker(t, w)
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			e, err := l.Get(context.Background(), "mail:1")
-			if err == nil && e.State == effect.Completed {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("effect not completed: %+v %v", e, err)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitCompleted(t, l, "mail:1")
 		stop()
 		if _, err := l.Do(ctx, "inline:1", func(ctx context.Context, key string) ([]byte, error) {
 			if got := idemhttp.CarriedKey(ctx); got != key {
@@ -135,6 +125,22 @@ func TestEffectCallSpans(t *testing.T) {
 // WorkerConfig.TracerProvider takes over the Ledger's for the calls the
 // worker makes: their idem.effect.call spans go to the worker's provider,
 // none to the Ledger's.
+// waitCompleted waits (up to a minute) until the effect key is completed.
+func waitCompleted(t *testing.T, l *effect.Ledger[any], key string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		e, err := l.Get(context.Background(), key)
+		if err == nil && e.State == effect.Completed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("effect %s not completed: %+v %v", key, e, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestWorkerTracerProvider(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d store.Driver[any]) {
 		ledgerRec, workerRec := spantest.NewRecorder(), spantest.NewRecorder()
@@ -151,17 +157,7 @@ func TestWorkerTracerProvider(t *testing.T) {
 			t.Fatal(err)
 		}
 		stop := runWorker(t, w)
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			e, err := l.Get(ctx, "mail:tp")
-			if err == nil && e.State == effect.Completed {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("effect not completed: %+v %v", e, err)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitCompleted(t, l, "mail:tp")
 		stop()
 		count := func(rec *spantest.Recorder) (n int) {
 			for _, s := range rec.Ended() {
