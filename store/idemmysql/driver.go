@@ -14,6 +14,7 @@ import (
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem/internal/sqlset"
+	"github.com/idemkit/idem/internal/stmtcache"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlstore"
 )
@@ -45,6 +46,13 @@ type Config struct {
 	// Names sets the table prefix (default "idem_"); Names.Schema is
 	// ignored: idem's tables live in the connection's database.
 	Names store.Names
+	// StatementCache bounds how many SQL texts the driver keeps prepared
+	// on the server, each on every connection that ran it, so that a
+	// statement with arguments costs one round trip instead of three
+	// (prepare, execute, close). 0 means 128; a negative value prepares
+	// nothing. Mind MySQL's max_prepared_stmt_count (16,382 per server by
+	// default): each process holds at most StatementCache × connections.
+	StatementCache int
 }
 
 // Driver implements store.Driver[*sql.Tx] on MySQL 8 and MariaDB 10.6+
@@ -55,6 +63,7 @@ type Driver struct {
 	*sqlstore.Driver
 	db      *sql.DB
 	scripts *scripts
+	stmts   *stmtcache.Cache
 	txs     sync.Map // *sql.Tx → *txState, for transactions of Begin
 	owned   bool
 }
@@ -90,7 +99,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Driver, error) {
 	if err := checkSession(ctx, db); err != nil {
 		return nil, err
 	}
-	return &Driver{Driver: sd, db: db, scripts: &scripts{}}, nil
+	return &Driver{Driver: sd, db: db, scripts: &scripts{}, stmts: stmtcache.New(db, cfg.StatementCache)}, nil
 }
 
 // checkSession checks a connection of db: its sql_mode must be strict, and
@@ -280,12 +289,14 @@ func Open(ctx context.Context, u string, cfg Config) (*Driver, error) {
 	return d, nil
 }
 
-// Close closes the *sql.DB when Open opened it.
+// Close closes the driver's prepared statements, and the *sql.DB when
+// Open opened it.
 func (d *Driver) Close() error {
+	err := d.stmts.Close()
 	if d.owned {
 		return d.db.Close()
 	}
-	return nil
+	return err
 }
 
 // Begin starts a READ COMMITTED transaction on a connection of its own (so
@@ -350,12 +361,15 @@ func (d *Driver) Tx(tx *sql.Tx) store.Querier {
 	if v, ok := d.txs.Load(tx); ok {
 		st = v.(*txState)
 	}
-	return querier{d: d, c: tx, st: st}
+	if st != nil { // a transaction of Begin: on d.db, so its statements can be cached
+		return querier{d: d, c: cached{d.stmts, tx}, st: st}
+	}
+	return querier{d: d, c: tx}
 }
 
 // Pool returns a store.Querier outside any transaction; a script run on it
 // runs in a READ COMMITTED transaction of its own.
-func (d *Driver) Pool() store.Querier { return querier{d: d, c: d.db, pool: true} }
+func (d *Driver) Pool() store.Querier { return querier{d: d, c: cached{d.stmts, nil}, pool: true} }
 
 // Translate maps MySQL errors onto store's sentinels, keeping the original
 // in the chain: 1062 (ER_DUP_ENTRY) → store.ErrUniqueViolation, 1213
@@ -412,7 +426,7 @@ func (q querier) script(ctx context.Context, text string, args []any) (result, e
 	if err != nil {
 		return result{}, Translate(err)
 	}
-	res, err := s.run(ctx, tx, args)
+	res, err := s.run(ctx, cached{q.d.stmts, tx}, args)
 	if err == nil && res.locked {
 		err = fmt.Errorf("mysql: a session lock needs a transaction of Driver.Begin, which releases it")
 	}
@@ -484,6 +498,33 @@ func (q querier) QueryRow(ctx context.Context, text string, args ...any) store.R
 	}
 	res, err := q.script(ctx, text, args)
 	return memRow{rows: res.rows, err: err}
+}
+
+// cached runs statements on tx (nil: the pool) of the driver's *sql.DB
+// through its prepared statements (see internal/stmtcache).
+type cached struct {
+	c  *stmtcache.Cache
+	tx *sql.Tx
+}
+
+// uncached is c without the cache.
+func (c cached) uncached() conn {
+	if c.tx != nil {
+		return c.tx
+	}
+	return c.c.DB()
+}
+
+func (c cached) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return c.c.ExecContext(ctx, c.tx, query, args...)
+}
+
+func (c cached) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return c.c.QueryContext(ctx, c.tx, query, args...)
+}
+
+func (c cached) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return c.c.QueryRowContext(ctx, c.tx, query, args...)
 }
 
 type sqlRows struct{ r *sql.Rows }

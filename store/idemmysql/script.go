@@ -34,8 +34,10 @@ import (
 //	collect  a SELECT whose first column is kept, not returned; $0 in the
 //	         statements after it expands to one placeholder per kept value
 //	emit:X   (an INSERT) on success, append one output row to the result;
-//	         X is a comma list of $n (that argument) and id (the
-//	         AUTO_INCREMENT value assigned)
+//	         X is a comma list of $n (that argument), id (the
+//	         AUTO_INCREMENT value assigned), an integer constant and ''
+//	         (the empty string): the row a SELECT after the INSERT would
+//	         read, without its round trip
 //	quiet    its affected rows are not counted
 //	affected a SELECT of one integer, which becomes the script's affected
 //	         count (not returned as a row)
@@ -59,8 +61,16 @@ type step struct {
 	collect bool
 	lock    bool
 	quiet   bool
-	count   bool  // affected
-	emit    []int // argument numbers; -1 = the AUTO_INCREMENT id
+	count   bool // affected
+	emit    []emitCol
+}
+
+// emitCol is one column of an emit directive: argument arg (1-based),
+// the AUTO_INCREMENT id, or the constant lit.
+type emitCol struct {
+	arg int
+	id  bool
+	lit any
 }
 
 // script is a parsed statement text.
@@ -215,15 +225,26 @@ func directives(text string, st *step) (string, error) {
 			st.count = true
 		case strings.HasPrefix(d, "emit:"):
 			for _, x := range strings.Split(strings.TrimPrefix(d, "emit:"), ",") {
-				if x == "id" {
-					st.emit = append(st.emit, -1)
+				switch {
+				case x == "id":
+					st.emit = append(st.emit, emitCol{id: true})
+					continue
+				case x == "''":
+					st.emit = append(st.emit, emitCol{lit: ""})
+					continue
+				case !strings.HasPrefix(x, "$"):
+					n, err := strconv.ParseInt(x, 10, 64)
+					if err != nil {
+						return "", fmt.Errorf("mysql: bad emit %q", d)
+					}
+					st.emit = append(st.emit, emitCol{lit: n})
 					continue
 				}
 				k, err := strconv.Atoi(strings.TrimPrefix(x, "$"))
 				if err != nil || k < 1 {
 					return "", fmt.Errorf("mysql: bad emit %q", d)
 				}
-				st.emit = append(st.emit, k)
+				st.emit = append(st.emit, emitCol{arg: k})
 			}
 		default:
 			return "", fmt.Errorf("mysql: unknown directive %q", d)
@@ -308,6 +329,12 @@ func (s *script) run(ctx context.Context, c conn, args []any) (result, error) {
 			return res, err
 		}
 		prevDup = false
+		c := c
+		if cc, ok := c.(cached); ok && st.list {
+			// A list's text changes with its length: keep such texts out
+			// of the statement cache, which holds the constant ones.
+			c = cc.uncached()
+		}
 		switch {
 		case st.lock:
 			var got sql.NullInt64
@@ -354,19 +381,21 @@ func (s *script) run(ctx context.Context, c conn, args []any) (result, error) {
 			prevN = n
 			if st.emit != nil && n > 0 {
 				row := make([]any, len(st.emit))
-				for j, k := range st.emit {
-					if k < 0 {
+				for j, col := range st.emit {
+					switch k := col.arg; {
+					case col.id:
 						id, err := r.LastInsertId()
 						if err != nil {
 							return res, err
 						}
 						row[j] = id
-						continue
-					}
-					if k > len(args) {
+					case k == 0:
+						row[j] = col.lit
+					case k > len(args):
 						return res, fmt.Errorf("mysql: emit refers to $%d but has %d arguments", k, len(args))
+					default:
+						row[j] = args[k-1]
 					}
-					row[j] = args[k-1]
 				}
 				res.cols = len(row)
 				res.rows = append(res.rows, row)
