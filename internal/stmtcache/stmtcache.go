@@ -37,8 +37,9 @@ const maxArgs = 40
 
 // prepareWait bounds the wait for a connection to prepare a new text on
 // when the pool has a maximum: the caller may hold the last connection
-// itself (in a transaction), and a statement that cannot be prepared now
-// runs uncached.
+// itself (in a transaction), so a statement is prepared only when the pool
+// has an idle connection, and one that cannot be prepared now runs
+// uncached.
 const prepareWait = 100 * time.Millisecond
 
 // Cache is a bounded set of prepared statements of one *sql.DB. It is safe
@@ -75,7 +76,10 @@ func (c *Cache) stmt(ctx context.Context, text string) *sql.Stmt {
 		return s
 	}
 	pctx := ctx
-	if c.db.Stats().MaxOpenConnections > 0 {
+	if st := c.db.Stats(); st.MaxOpenConnections > 0 {
+		if st.Idle == 0 && st.OpenConnections >= st.MaxOpenConnections {
+			return nil // no connection to prepare on now: run uncached, do not wait
+		}
 		var cancel context.CancelFunc
 		pctx, cancel = context.WithTimeout(ctx, prepareWait)
 		defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/store/idemmysql"
 	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
@@ -69,5 +70,31 @@ func TestStatementCachePreparesOncePerConnection(t *testing.T) {
 	}
 	if n := runTexts(t, open(2), 10, a, b, c); n > 12 || n < 10 {
 		t.Errorf("a cache of 2: %d prepares for three texts run 10 times each, want 10 (the third) and up to 2", n)
+	}
+}
+
+// A transaction holding the pool's only connection still runs a statement
+// the cache has not prepared yet (preparing it would need a second
+// connection): it runs unprepared instead of waiting (a wait would end
+// only with the context's deadline).
+func TestStatementCacheNeverWaitsForASecondConnection(t *testing.T) {
+	d, err := idemmysql.Open(context.Background(), idemmysqltest.Database(t), idemmysql.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	d.DB().SetMaxOpenConns(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tx, err := d.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Rollback(context.Background(), tx)
+	for i := range 3 {
+		var got int64
+		if err := d.Tx(tx).QueryRow(ctx, `SELECT $1 + 41`, i).Scan(&got); err != nil || got != int64(i)+41 {
+			t.Fatalf("a statement in the transaction holding the only connection: %d, %v", got, err)
+		}
 	}
 }

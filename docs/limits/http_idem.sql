@@ -1,0 +1,11 @@
+\set k random(1, 2000000000)
+SELECT * FROM lock_load('acme', 'POST /orders', 'k' || :k || '-' || :client_id, hashtextextended('acme/POST /orders/k' || :k || '-' || :client_id, 0), '5s');
+\startpipeline
+BEGIN;
+INSERT INTO biz (tenant, email, seats, total) VALUES ('acme', 'ana@example.com', 2, 9000);
+\endpipeline
+\startpipeline
+INSERT INTO keys (tenant, operation, key, fp, state, status, headers, body, created_at, expires_at, completed_at) VALUES ('acme','POST /orders','k' || :k || '-' || :client_id, '\x0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20', 'completed', 201, '{"Content-Type":["application/json"],"Location":["/orders/0192"]}', '{"order_id":"01927c3e-aaaa-bbbb-cccc-123456789abc","status":"confirmed","seats":2,"total_cents":9000}', 1, 2, 3);
+COMMIT;
+SELECT pg_advisory_unlock(hashtextextended('acme/POST /orders/k' || :k || '-' || :client_id, 0));
+\endpipeline
