@@ -12,11 +12,13 @@ func httpKeys(t func(string) string) sqlset.HTTPKeys {
 	)
 	token := `/*idem:need*/ SELECT token, '' FROM ` + k + ` WHERE ` + pk
 	return sqlset.HTTPKeys{
-		// The claim locks an existing row first (see Inbox.Claim); a row
-		// it inserts has token 1, emitted without reading it back.
-		Insert: `/*idem:collect*/ SELECT 1 FROM ` + k + ` WHERE ` + pk + ` FOR UPDATE;
-/*idem:none nodup emit:1,''*/ INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, created_at, locked_until, expires_at)
-VALUES ($1, $2, $3, $4, 'in_progress', 1, $5, $6, $7)`,
+		// One statement: insert the claim, or lock the existing row
+		// exclusively and change nothing (see the fresh directive and
+		// Inbox.Claim); a row it inserts has token 1, emitted without
+		// reading it back.
+		Insert: `/*idem:fresh emit:1,''*/ INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, created_at, locked_until, expires_at)
+VALUES ($1, $2, $3, $4, 'in_progress', 1, $5, $6, $7)
+ON DUPLICATE KEY UPDATE token = IF(LAST_INSERT_ID(token) IS NULL, token, token)`,
 		// A locking read: after a conflict it sees the committed row
 		// whatever the caller's snapshot.
 		Load: `SELECT ` + cols + ` FROM ` + k + ` WHERE ` + pk + ` LOCK IN SHARE MODE`,

@@ -22,15 +22,17 @@ VALUES ($1, $2, $3, 'completed', $4, $4, $5)`
 		Lookup: `SELECT state, expires_at FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`,
 		Delete: `DELETE FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`,
 
-		// A claim first locks the record when it exists: an INSERT that
-		// meets an existing key holds a shared lock on it, and two
-		// claimers upgrading theirs to take the record over would
-		// deadlock. With the exclusive lock taken first, recoverers queue
-		// and each decides on the latest record. (Claims run in idem's
-		// own READ COMMITTED transactions: no gap lock on a missing key.)
-		Claim: `/*idem:collect*/ SELECT 1 FROM ` + table + ` WHERE consumer = $1 AND message_id = $2 FOR UPDATE;
-/*idem:none nodup*/ INSERT INTO ` + table + ` (consumer, message_id, fingerprint, state, token, attempts, lease_until, received_at, expires_at)
-VALUES ($1, $2, $3, 'in_progress', 1, 1, $4, $5, $6)`,
+		// A claim locks the record exclusively when it exists: a plain
+		// INSERT that meets an existing key holds a shared lock on it, and
+		// two claimers upgrading theirs to take the record over would
+		// deadlock. ON DUPLICATE KEY takes the exclusive lock at once and
+		// changes nothing (see the fresh directive), so recoverers queue
+		// and each decides on the latest record, in one round trip.
+		// (Claims run in idem's own READ COMMITTED transactions: no gap
+		// lock on a missing key.)
+		Claim: `/*idem:fresh*/ INSERT INTO ` + table + ` (consumer, message_id, fingerprint, state, token, attempts, lease_until, received_at, expires_at)
+VALUES ($1, $2, $3, 'in_progress', 1, 1, $4, $5, $6)
+ON DUPLICATE KEY UPDATE token = IF(LAST_INSERT_ID(token) IS NULL, token, token)`,
 		TakeOver: `UPDATE ` + table + ` SET token = token + 1, attempts = attempts + 1, lease_until = $4` +
 			fenced + ` AND lease_until <= $5;
 /*idem:need*/ SELECT token, attempts FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`,

@@ -33,6 +33,14 @@ import (
 //	dup      run only when the previous statement hit a duplicate (nodup)
 //	collect  a SELECT whose first column is kept, not returned; $0 in the
 //	         statements after it expands to one placeholder per kept value
+//	fresh    an INSERT … ON DUPLICATE KEY UPDATE c = IF(LAST_INSERT_ID(c)
+//	         IS NULL, c, c) whose c is never 0: the update changes nothing
+//	         but locks the existing row exclusively (no shared lock to
+//	         upgrade, hence no deadlock between two claimers) and sets the
+//	         statement's insert id to c, while an inserted row leaves it at
+//	         0. The statement counts as touching a row (for need, none,
+//	         emit and the affected count) only when it inserted one: the
+//	         SELECT … FOR UPDATE and INSERT of a claim in one round trip
 //	emit:X   (an INSERT) on success, append one output row to the result;
 //	         X is a comma list of $n (that argument), id (the
 //	         AUTO_INCREMENT value assigned), an integer constant and ''
@@ -58,6 +66,7 @@ type step struct {
 	need    bool
 	none    bool
 	dup     bool
+	fresh   bool
 	collect bool
 	lock    bool
 	quiet   bool
@@ -192,7 +201,7 @@ func parse(text string) (*script, error) {
 	s := &script{steps: steps}
 	if len(steps) == 1 {
 		st := steps[0]
-		s.plain = !st.list && !st.nodup && !st.need && !st.none && !st.dup && !st.collect && !st.lock && !st.quiet && !st.count && st.emit == nil
+		s.plain = !st.list && !st.nodup && !st.need && !st.none && !st.dup && !st.fresh && !st.collect && !st.lock && !st.quiet && !st.count && st.emit == nil
 	}
 	return s, nil
 }
@@ -215,6 +224,8 @@ func directives(text string, st *step) (string, error) {
 			st.none = true
 		case d == "dup":
 			st.dup = true
+		case d == "fresh":
+			st.fresh = true
 		case d == "collect":
 			st.collect = true
 		case d == "lock":
@@ -374,6 +385,15 @@ func (s *script) run(ctx context.Context, c conn, args []any) (result, error) {
 			n, err := r.RowsAffected()
 			if err != nil {
 				return res, err
+			}
+			if st.fresh {
+				id, err := r.LastInsertId()
+				if err != nil {
+					return res, err
+				}
+				if id != 0 { // an existing row, now locked
+					n = 0
+				}
 			}
 			if !st.quiet {
 				res.affected += n
