@@ -100,10 +100,11 @@ type PublisherConfig struct {
 	// AckTimeout bounds the wait for each PubAck when ctx has no deadline.
 	// Defaults to 5s.
 	AckTimeout time.Duration
-	// MaxInFlight is how many messages of one Publish call are sent before
-	// waiting for their PubAcks. Messages are sent in order on one
-	// connection, so the stream stores them in order; 1 makes publishing
-	// strictly one at a time. Defaults to 256.
+	// MaxInFlight is how many messages of one Publish call may await
+	// their PubAcks at once: past it, the oldest is awaited before the
+	// next is sent. Messages are sent in order on one connection, so the
+	// stream stores them in order; 1 makes publishing strictly one at a
+	// time. Defaults to 256.
 	MaxInFlight int
 	// OnResult, if set, is called for every PubAck (duplicates included),
 	// from the publishing goroutine.
@@ -168,34 +169,45 @@ func (p *Publisher) PublishResults(ctx context.Context, msgs ...idem.Message) ([
 		return nil, err
 	}
 	res := make([]broker.PublishResult, 0, len(msgs))
-	futures := make([]jetstream.PubAckFuture, 0, min(len(msgs), p.cfg.MaxInFlight))
-	wait := func() error {
-		for _, f := range futures {
-			r, err := p.await(ctx, f)
-			if err != nil {
+	// A sliding window: once MaxInFlight messages await their PubAcks,
+	// the oldest is awaited before the next is sent, so the connection
+	// never drains between windows. Acks are read in send order, so res
+	// stays a prefix of msgs.
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	awaited := 0
+	awaitNext := func() error {
+		r, err := p.await(ctx, futures[awaited])
+		if err != nil {
+			return err
+		}
+		res = append(res, r)
+		awaited++
+		return nil
+	}
+	awaitAll := func() error {
+		for awaited < len(futures) {
+			if err := awaitNext(); err != nil {
 				return err
 			}
-			res = append(res, r)
 		}
-		futures = futures[:0]
 		return nil
 	}
 	for _, m := range msgs {
+		if len(futures)-awaited >= p.cfg.MaxInFlight {
+			if err := awaitNext(); err != nil {
+				return res, err
+			}
+		}
 		f, err := p.js.PublishMsgAsync(toNats(m))
 		if err != nil {
-			if werr := wait(); werr != nil {
+			if werr := awaitAll(); werr != nil {
 				return res, werr
 			}
 			return res, fmt.Errorf("jetstream: publish %q: %w", m.ID, errors.Join(err, broker.ErrUnavailable))
 		}
 		futures = append(futures, f)
-		if len(futures) >= p.cfg.MaxInFlight {
-			if err := wait(); err != nil {
-				return res, err
-			}
-		}
 	}
-	if err := wait(); err != nil {
+	if err := awaitAll(); err != nil {
 		return res, err
 	}
 	return res, nil
