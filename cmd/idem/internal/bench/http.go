@@ -60,8 +60,13 @@ func post(ctx context.Context, c *http.Client, url, key string, want int, replay
 	if resp.StatusCode != want {
 		return fmt.Errorf("POST %s key %q: status %d, want %d", url, key, resp.StatusCode, want)
 	}
-	if replayed && resp.Header.Get("Idempotent-Replayed") != "true" {
+	switch got := resp.Header.Get("Idempotent-Replayed") == "true"; {
+	case replayed && !got:
 		return fmt.Errorf("POST %s key %q: not replayed", url, key)
+	case !replayed && got && key != "":
+		// A key meant to execute was answered from a stored response:
+		// the side would measure replays, not executions.
+		return fmt.Errorf("POST %s key %q: replayed, want a new execution", url, key)
 	}
 	return nil
 }
@@ -79,6 +84,10 @@ func httpPairs[TTx any](e *Env, d store.Driver[TTx], storeName string, clients i
 		replayKeys        []string
 	)
 	c := httpClient()
+	// Keys are unique per call, not only per run: --scale builds these
+	// pairs once per concurrency level in one run, and a key of an earlier
+	// level would be replayed instead of executed.
+	tag := e.name("h")
 	closeAll := func() error {
 		var err error
 		for _, s := range stops {
@@ -145,7 +154,7 @@ func httpPairs[TTx any](e *Env, d store.Driver[TTx], storeName string, clients i
 		idemURL, plainURL = url+"/orders", url+"/plain/orders"
 		// Keys whose responses are stored, for the replay side.
 		for i := range 1000 {
-			replayKeys = append(replayKeys, "replay-"+e.runID+"-"+strconv.Itoa(i))
+			replayKeys = append(replayKeys, "replay-"+e.runID+"-"+tag+"-"+strconv.Itoa(i))
 		}
 		var i atomic.Int64
 		_, err = throughput(ctx, time.Hour, httpClients, func(ctx context.Context, _ int) (int, error) {
@@ -162,7 +171,7 @@ func httpPairs[TTx any](e *Env, d store.Driver[TTx], storeName string, clients i
 	}
 	execute := func(ctx context.Context, budget time.Duration) (Sample, error) {
 		return throughput(ctx, budget, clients, func(ctx context.Context, _ int) (int, error) {
-			return 1, post(ctx, c, idemURL, "k-"+e.runID+"-"+strconv.FormatInt(seq.Add(1), 10), http.StatusCreated, false)
+			return 1, post(ctx, c, idemURL, "k-"+e.runID+"-"+tag+"-"+strconv.FormatInt(seq.Add(1), 10), http.StatusCreated, false)
 		})
 	}
 	vsPlain := Pair{Name: "http_vs_plain_" + storeName, Setup: setup,
