@@ -28,7 +28,7 @@ import (
 // With n connections a Cache holds at most n × max statements on the
 // server (MySQL's max_prepared_stmt_count defaults to 16,382 for the whole
 // server).
-const DefaultMax = 128
+const DefaultMax = 64
 
 // maxArgs is the most arguments a cached statement takes: longer ones are
 // batches whose text changes with their size, which would fill the cache

@@ -48,10 +48,13 @@ type Config struct {
 	Names store.Names
 	// StatementCache bounds how many SQL texts the driver keeps prepared
 	// on the server, each on every connection that ran it, so that a
-	// statement with arguments costs one round trip instead of three
-	// (prepare, execute, close). 0 means 128; a negative value prepares
-	// nothing. Mind MySQL's max_prepared_stmt_count (16,382 per server by
-	// default): each process holds at most StatementCache × connections.
+	// statement with arguments costs one round trip instead of two
+	// (go-sql-driver prepares, executes and closes it). 0 means 64; a
+	// negative value prepares nothing. Mind the server's
+	// max_prepared_stmt_count (16,382 by default, for all clients
+	// together): each process holds at most StatementCache × its open
+	// connections, and a server at that limit refuses the prepare
+	// (error 1461) of a statement new to a connection.
 	StatementCache int
 }
 
