@@ -1,8 +1,8 @@
 // Package stmtcache keeps server-side prepared statements of a *sql.DB,
 // one per SQL text, so that a statement with arguments costs one round
-// trip instead of three (prepare, execute, close: what database/sql does
-// for a driver that does not interpolate arguments, such as
-// go-sql-driver/mysql by default).
+// trip instead of two (prepare, execute, and a close without an answer:
+// what database/sql does for a driver that does not interpolate
+// arguments, such as go-sql-driver/mysql by default).
 //
 // A Cache prepares each text once on the database (a *sql.Stmt), and
 // database/sql prepares it once more on each connection the first time it
