@@ -48,8 +48,10 @@ type Config struct {
 	Names store.Names
 	// StatementCache bounds how many SQL texts the driver keeps prepared
 	// on the server, each on every connection that ran it, so that a
-	// statement with arguments costs one round trip instead of two
-	// (go-sql-driver prepares, executes and closes it). 0 means 64; a
+	// statement with arguments run through the driver (on Pool, or on Tx
+	// of a transaction of Begin, as idem's packages and their handlers
+	// do) costs one round trip instead of two (go-sql-driver prepares,
+	// executes and closes it). 0 means 64; a
 	// negative value prepares nothing. Mind the server's
 	// max_prepared_stmt_count (16,382 by default, for all clients
 	// together): each process holds at most StatementCache × its open

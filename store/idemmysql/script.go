@@ -39,8 +39,8 @@ import (
 //	         upgrade, hence no deadlock between two claimers) and sets the
 //	         statement's insert id to c, while an inserted row leaves it at
 //	         0. The statement counts as touching a row (for need, none,
-//	         emit and the affected count) only when it inserted one: the
-//	         SELECT … FOR UPDATE and INSERT of a claim in one round trip
+//	         emit and the affected count) only when it inserted one. It is
+//	         a claim's SELECT … FOR UPDATE and INSERT in one round trip.
 //	emit:X   (an INSERT) on success, append one output row to the result;
 //	         X is a comma list of $n (that argument), id (the
 //	         AUTO_INCREMENT value assigned), an integer constant and ''
