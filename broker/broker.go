@@ -63,6 +63,20 @@ type Delivery interface {
 	Term(ctx context.Context) error
 }
 
+// BatchAcker is implemented by subscribers that acknowledge many
+// deliveries in one round trip to the broker (JetStream: the acks are sent
+// together and one flush confirms the server has them all). The consumer
+// runtime acks a batch's committed deliveries with it instead of one Ack
+// (and one confirmation) per delivery.
+//
+// AckBatch acks ds, deliveries this subscriber fetched. On a nil error
+// the broker has every ack. On an error some may not have reached it;
+// those deliveries are redelivered after the ack wait, and the inbox
+// answers each redelivery as a duplicate, so nothing runs twice.
+type BatchAcker interface {
+	AckBatch(ctx context.Context, ds []Delivery) error
+}
+
 // Subscriber pulls deliveries from one subscription (a durable JetStream
 // consumer, a Kafka consumer group, an AMQP queue).
 type Subscriber interface {

@@ -552,12 +552,24 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, ds []broker.Delivery) 
 		}
 		return
 	}
-	// Settle the batch's deliveries concurrently: each Ack waits for the
-	// broker's confirmation (JetStream double ack), and one after the other
-	// they would cost a round trip per message.
+	// Settle the batch's deliveries. A subscriber that acks many at once
+	// (broker.BatchAcker) gets the committed ones in one call; otherwise,
+	// and for failures, deliveries are settled concurrently: each Ack waits
+	// for the broker's confirmation (JetStream double ack), and one after
+	// the other they would cost a round trip per message.
+	ba, batchAck := c.sub.(broker.BatchAcker)
+	var acks []settled
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxConcurrentSettles)
 	for i, dv := range valid {
+		if batchAck && outs[i].Err == nil {
+			if decision, ack := c.accepted(ctxs[i], msgs[i], outs[i].Result); ack {
+				acks = append(acks, settled{ctx: ctxs[i], dv: dv, msg: msgs[i], decision: decision})
+			} else {
+				endConsume(ctxs[i], msgs[i], decision, nil)
+			}
+			continue
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -568,7 +580,37 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, ds []broker.Delivery) 
 			c.succeeded(ctxs[i], dv, msgs[i], outs[i].Result)
 		})
 	}
+	if len(acks) > 0 {
+		c.ackBatch(ctx, ba, acks)
+	}
 	wg.Wait()
+}
+
+// settled is a committed (or duplicate) delivery of a batch waiting for
+// its ack, with what its idem.consume span ends with.
+type settled struct {
+	ctx      context.Context
+	dv       broker.Delivery
+	msg      idem.Message
+	decision string
+}
+
+// ackBatch acks a batch's committed deliveries with one BatchAcker call
+// and ends their spans.
+func (c *Consumer[TTx]) ackBatch(ctx context.Context, ba broker.BatchAcker, acks []settled) {
+	ds := make([]broker.Delivery, len(acks))
+	for i, a := range acks {
+		ds[i] = a.dv
+	}
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	if err := ba.AckBatch(sctx, ds); err != nil {
+		// The effects are committed; the redeliveries will be duplicates.
+		c.log.WarnContext(ctx, "batch ack failed; the redeliveries will be deduplicated", "size", len(ds), "error", err)
+	}
+	for _, a := range acks {
+		endConsume(a.ctx, a.msg, a.decision, nil)
+	}
 }
 
 // maxConcurrentSettles bounds the acks (or naks / dead letters) of one
@@ -583,12 +625,26 @@ func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // succeeded acks a committed or duplicate delivery.
 func (c *Consumer[TTx]) succeeded(ctx context.Context, dv broker.Delivery, msg idem.Message, res inbox.Result) {
-	decision := decisionProcessed
+	decision, ack := c.accepted(ctx, msg, res)
+	defer endConsume(ctx, msg, decision, nil)
+	if !ack {
+		return
+	}
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	if err := dv.Ack(sctx); err != nil {
+		// The effect is committed; the redelivery will be a duplicate.
+		c.log.WarnContext(ctx, "ack failed; the redelivery will be deduplicated", append(attrs(c.cfg.Name, msg), "error", err)...)
+	}
+}
+
+// accepted counts a committed or duplicate delivery and runs the
+// AfterCommit hook; it returns the decision its span ends with and
+// whether the delivery is to be acked (a failing hook skips the ack).
+func (c *Consumer[TTx]) accepted(ctx context.Context, msg idem.Message, res inbox.Result) (decision string, ack bool) {
+	decision = decisionProcessed
 	if res == inbox.Duplicate {
 		decision = decisionDuplicate
-	}
-	defer endConsume(ctx, msg, decision, nil)
-	if res == inbox.Duplicate {
 		c.cfg.Observer.DuplicateContext(ctx, "consumer", c.cfg.Name)
 		c.log.DebugContext(ctx, "duplicate acknowledged without running the handler", attrs(c.cfg.Name, msg)...)
 	} else {
@@ -597,15 +653,10 @@ func (c *Consumer[TTx]) succeeded(ctx context.Context, dv broker.Delivery, msg i
 	if h := c.cfg.Hooks.AfterCommit; h != nil && res == inbox.Processed {
 		if err := h(msg); err != nil {
 			c.log.DebugContext(ctx, "AfterCommit hook: skipping the ack", append(attrs(c.cfg.Name, msg), "error", err)...)
-			return
+			return decision, false
 		}
 	}
-	sctx, cancel := settleCtx(ctx)
-	defer cancel()
-	if err := dv.Ack(sctx); err != nil {
-		// The effect is committed; the redelivery will be a duplicate.
-		c.log.WarnContext(ctx, "ack failed; the redelivery will be deduplicated", append(attrs(c.cfg.Name, msg), "error", err)...)
-	}
+	return decision, true
 }
 
 // fail settles a delivery whose processing failed: dead letter + Term for

@@ -67,6 +67,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"OrderWithinKey", testOrderWithinKey},
 		{"IndependentSubscriptions", testIndependentSubscriptions},
 		{"DedupByID", testDedupByID},
+		{"AckBatch", testAckBatch},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -254,6 +255,45 @@ func testRedeliverWithoutAck(t *testing.T, h Harness) {
 	}
 	if m.Position == "" {
 		t.Errorf("redelivery has empty position (first was %q)", pos)
+	}
+	ack(t, again)
+	expectNone(t, s, h.AckWait*2)
+}
+
+// testAckBatch, for subscribers that are a broker.BatchAcker: a batch
+// acked with one AckBatch is never redelivered, while a delivery left out
+// of it is.
+func testAckBatch(t *testing.T, h Harness) {
+	s := subscribe(t, h, "c")
+	ba, ok := s.(broker.BatchAcker)
+	if !ok {
+		t.Skipf("%T does not implement broker.BatchAcker", s)
+	}
+	const n = 20
+	var msgs []idem.Message
+	for i := range n {
+		msgs = append(msgs, msg(h, fmt.Sprintf("b-%02d", i), "", "x"))
+	}
+	publish(t, h, msgs...)
+	ds := collect(t, s, n, 10*time.Second)
+	var left broker.Delivery
+	acked := make([]broker.Delivery, 0, n-1)
+	for _, d := range ds {
+		if d.Message().ID == "b-07" {
+			left = d
+			continue
+		}
+		acked = append(acked, d)
+	}
+	if left == nil {
+		t.Fatal("b-07 was not delivered")
+	}
+	if err := ba.AckBatch(ctxFor(t), acked); err != nil {
+		t.Fatalf("AckBatch: %v", err)
+	}
+	again := collect(t, s, 1, h.AckWait*4+5*time.Second)[0]
+	if m := again.Message(); m.ID != "b-07" || m.Attempt != 2 {
+		t.Fatalf("redelivered %q attempt %d, want only b-07 (left out of the batch) at attempt 2", m.ID, m.Attempt)
 	}
 	ack(t, again)
 	expectNone(t, s, h.AckWait*2)

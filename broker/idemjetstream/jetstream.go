@@ -14,9 +14,10 @@
 // PubAck, so a republish inside the stream's duplicate window (default 2
 // minutes, see [EnsureStream]) is stored once and reported as a duplicate.
 // Consuming uses a durable pull consumer with explicit acks: Ack is a
-// double ack (it waits for the server to confirm), Nak maps to
-// NakWithDelay, Term to Term; the delivery attempt is the consumer's
-// NumDelivered and the position is the stream sequence.
+// double ack (it waits for the server to confirm), [Subscriber.AckBatch]
+// acks many deliveries in one round trip (the consumer runtime uses it for
+// a batch), Nak maps to NakWithDelay, Term to Term; the delivery attempt is
+// the consumer's NumDelivered and the position is the stream sequence.
 //
 // The key travels in the Idem-Key header and the producer time in
 // Idem-Time (RFC 3339); both are removed from the headers handed to
@@ -439,6 +440,43 @@ func max2(a, b time.Duration) time.Duration {
 	}
 	return a
 }
+
+// AckBatch acks ds in one round trip: every ack is sent without waiting
+// for its own confirmation, then one flush returns once the server has
+// received them all (it applies them in the order it received them).
+// Deliveries this package did not make are acked one by one with Ack.
+// When ctx has no deadline the flush waits at most 10 seconds.
+func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
+	var errs []error
+	sent := 0
+	for _, d := range ds {
+		jd, ok := d.(*delivery)
+		if !ok {
+			if err := d.Ack(ctx); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if err := jd.m.Ack(); err != nil {
+			errs = append(errs, fmt.Errorf("jetstream: ack %q: %w", jd.msg.ID, classify(err)))
+			continue
+		}
+		sent++
+	}
+	if sent > 0 {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+		}
+		if err := s.js.Conn().FlushWithContext(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("jetstream: ack %d messages: flush: %w", sent, classify(err)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var _ broker.BatchAcker = (*Subscriber)(nil)
 
 // Close stops using the consumer. The durable consumer stays on the
 // server; its unacknowledged deliveries are redelivered after AckWait.

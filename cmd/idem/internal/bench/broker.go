@@ -185,9 +185,13 @@ func (c *batchConsumer[TTx]) run(ctx context.Context) error {
 	return cons.Run(ctx)
 }
 
-// ackAll acks deliveries concurrently (each Ack waits for the server's
-// confirmation), as the consumer runtime does for a batch.
-func ackAll(ctx context.Context, ds []broker.Delivery) error {
+// ackAll acks deliveries as the consumer runtime does for a batch: with
+// one AckBatch when sub is a broker.BatchAcker, else concurrently (each
+// Ack waits for the server's confirmation).
+func ackAll(ctx context.Context, sub broker.Subscriber, ds []broker.Delivery) error {
+	if ba, ok := sub.(broker.BatchAcker); ok {
+		return ba.AckBatch(ctx, ds)
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(ds))
 	for i, d := range ds {

@@ -179,7 +179,7 @@ func plainConsumer[TTx any](ctx context.Context, d store.Driver[TTx], sub broker
 			}
 			return fmt.Errorf("plain consumer: %w", err)
 		}
-		if err := ackAll(ctx, ds); err != nil && ctx.Err() == nil {
+		if err := ackAll(ctx, sub, ds); err != nil && ctx.Err() == nil {
 			return err
 		}
 	}
