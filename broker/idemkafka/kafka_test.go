@@ -65,8 +65,14 @@ func TestConformanceKfake(t *testing.T) {
 }
 
 // Acks out of order commit only the settled prefix: a new member of the
-// group resumes at the first record not yet acked.
+// group resumes at the first record not yet acked. The same holds for
+// acks given together with AckBatch (one commit per partition).
 func TestCommitOnlySettledPrefix(t *testing.T) {
+	t.Run("Ack", func(t *testing.T) { testCommitOnlySettledPrefix(t, false) })
+	t.Run("AckBatch", func(t *testing.T) { testCommitOnlySettledPrefix(t, true) })
+}
+
+func testCommitOnlySettledPrefix(t *testing.T, batch bool) {
 	addrs := newCluster(t)
 	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: addrs})
 	if err != nil {
@@ -105,9 +111,15 @@ func TestCommitOnlySettledPrefix(t *testing.T) {
 		t.Fatalf("got %d deliveries", len(ds))
 	}
 	// Ack m0, m2, m3 but not m1: only offset 1 may be committed.
-	for _, i := range []int{0, 2, 3} {
-		if err := ds[i].Ack(t.Context()); err != nil {
+	if batch {
+		if err := s1.AckBatch(t.Context(), []broker.Delivery{ds[0], ds[2], ds[3]}); err != nil {
 			t.Fatal(err)
+		}
+	} else {
+		for _, i := range []int{0, 2, 3} {
+			if err := ds[i].Ack(t.Context()); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	_ = s1.Close()

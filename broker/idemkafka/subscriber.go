@@ -316,6 +316,48 @@ func (s *Subscriber) settle(ctx context.Context, d *delivery) error {
 	return nil
 }
 
+// AckBatch settles ds and commits each of their partitions once, past
+// every settled record before the first unsettled one: one commit per
+// partition instead of one per record. Deliveries this subscriber did not
+// make are acked one by one with Ack. On an error (a revoked partition, a
+// failed commit) the records stay settled here and a later commit covers
+// them, or the group delivers them again and the inbox answers each as a
+// duplicate.
+func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
+	var errs []error
+	var others []broker.Delivery
+	last := map[tp]*delivery{}
+	var order []tp
+	s.mu.Lock()
+	for _, d := range ds {
+		kd, ok := d.(*delivery)
+		if !ok || kd.s != s {
+			others = append(others, d)
+			continue
+		}
+		k := tp{kd.r.r.Topic, kd.r.r.Partition}
+		if s.parts[k] != kd.r.ps {
+			errs = append(errs, fmt.Errorf("kafka: settle %s: %w", position(kd.r.r), ErrRevoked))
+			continue
+		}
+		kd.r.settled = true
+		if _, seen := last[k]; !seen {
+			order = append(order, k)
+		}
+		last[k] = kd
+	}
+	s.mu.Unlock()
+	for _, d := range others {
+		errs = append(errs, d.Ack(ctx))
+	}
+	for _, k := range order {
+		errs = append(errs, s.settle(ctx, last[k]))
+	}
+	return errors.Join(errs...)
+}
+
+var _ broker.BatchAcker = (*Subscriber)(nil)
+
 // Close leaves the group without committing; records after the committed
 // offsets are delivered again to the group.
 func (s *Subscriber) Close() error {
