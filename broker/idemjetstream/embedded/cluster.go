@@ -290,7 +290,11 @@ func (c *Cluster) hostPort(n *clusterNode) string {
 
 // Healthy reports whether every node is up and healthy: JetStream is
 // enabled, in contact with the meta leader, and every stream and consumer
-// replica on the node is current (nats-server's /healthz).
+// replica on the node is current (nats-server's /healthz); and the meta
+// leader has current JetStream statistics from every node, without which
+// it refuses to place a stream on them ("no suitable peers for
+// placement", as a stream of Nodes replicas created right after start
+// could be).
 func (c *Cluster) Healthy() bool {
 	c.mu.Lock()
 	srvs := make([]*server.Server, len(c.nodes))
@@ -306,7 +310,12 @@ func (c *Cluster) Healthy() bool {
 			return false
 		}
 	}
-	return true
+	for _, s := range srvs {
+		if s.JetStreamIsLeader() {
+			return len(s.JetStreamClusterPeers()) == len(srvs)
+		}
+	}
+	return false // no meta leader yet
 }
 
 // WaitHealthy waits until [Cluster.Healthy] or ctx is done (then it
