@@ -35,7 +35,10 @@ type Target struct {
 	MaxP99Ms float64
 }
 
-// targets by pair name prefix: issue 13's, on PostgreSQL.
+// targets by pair name prefix, the first that matches: the PostgreSQL
+// targets of issue 32 (a third cheaper per event), issue 13's where it
+// kept them. http_vs_plain is also judged against the SQL floor measured
+// beside the run (BENCHMARKS.md), which a table of one run cannot show.
 var targets = []struct {
 	prefix string
 	t      Target
@@ -44,9 +47,10 @@ var targets = []struct {
 	{"inbox_vs_plain_8w", Target{MinRatio: 0.80}},
 	{"inbox_batch_vs_single", Target{MinRatio: 5}},
 	{"inbox_batch_handler_vs_single", Target{MinRatio: 18}},
-	{"http_vs_plain", Target{MinRatio: 0.75}},
-	{"http_replay_vs_execute", Target{MinRatio: 3}},
-	{"outbox_relay_postgres", Target{MinAPerS: 40000, MaxP99Ms: 25}},
+	{"http_vs_plain", Target{MinRatio: 0.70}},
+	{"http_replay_vs_execute", Target{MinRatio: 3.5}},
+	{"outbox_relay_postgres", Target{MinRatio: 0.75, MaxP99Ms: 25}},
+	{"pipeline_postgres", Target{MinRatio: 0.75}},
 	{"effect_drain", Target{MinRatio: 1.0}},
 	{"peer_watermill_produce", Target{MinRatio: 1.0}},
 	{"peer_watermill_consume", Target{MinRatio: 3}},
