@@ -11,14 +11,8 @@ set -euo pipefail
 url=$1 per=$2
 shift 2
 tick=$(getconf CLK_TCK)
-server_ticks() {
-	local sum=0 p t
-	for p in $(pgrep -x postgres || true); do
-		t=$(awk '{print $14+$15+$16+$17}' "/proc/$p/stat" 2>/dev/null) || continue
-		sum=$((sum + t))
-	done
-	echo "$sum"
-}
+# shellcheck source=server_ticks.sh
+. "$(dirname "$0")/server_ticks.sh"
 for s in "$@"; do
 	psql -q "$url" -c checkpoint
 	before=$(server_ticks)

@@ -11,22 +11,21 @@ set -euo pipefail
 ops=$1
 shift
 tick=$(getconf CLK_TCK)
-server_ticks() {
-	local sum=0 p t
-	for p in $(pgrep -x postgres || true); do
-		t=$(awk '{print $14+$15+$16+$17}' "/proc/$p/stat" 2>/dev/null) || continue
-		sum=$((sum + t))
-	done
-	echo "$sum"
-}
-before=$(server_ticks)
-"$@" >&2
-after=$(server_ticks)
+# shellcheck source=server_ticks.sh
+. "$(dirname "$0")/server_ticks.sh"
 # times (a builtin: run in this shell, not a subshell, which would report
-# no children): this shell's user and system time, then its children's.
-tf=$(mktemp)
-times > "$tf"
-read -r cu cs < <(sed -n 2p "$tf" | sed -E 's/([0-9]+)m([0-9.]+)s/\1 \2/g' | awk '{printf "%.3f %.3f\n", $1*60+$2, $3*60+$4}')
-rm -f "$tf"
-awk -v cu="$cu" -v cs="$cs" -v st=$((after - before)) -v tick="$tick" -v ops="$ops" \
-	'BEGIN {printf "client_us_per_op=%d server_us_per_op=%d\n", (cu+cs)*1e6/ops, st*1e6/tick/ops}'
+# no children) prints this shell's user and system time, then its
+# children's; read before and after the command, so the /proc reads of
+# server_ticks (children too) are not counted as the command's.
+children() {
+	sed -n 2p "$1" | sed -E 's/([0-9]+)m([0-9.]+)s/\1 \2/g' | awk '{printf "%.3f\n", $1*60+$2+$3*60+$4}'
+}
+t0=$(mktemp) t1=$(mktemp)
+trap 'rm -f "$t0" "$t1"' EXIT
+before=$(server_ticks)
+times > "$t0"
+"$@" >&2
+times > "$t1"
+after=$(server_ticks)
+awk -v c0="$(children "$t0")" -v c1="$(children "$t1")" -v st=$((after - before)) -v tick="$tick" -v ops="$ops" \
+	'BEGIN {printf "client_us_per_op=%d server_us_per_op=%d\n", (c1-c0)*1e6/ops, st*1e6/tick/ops}'
