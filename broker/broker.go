@@ -65,7 +65,7 @@ type Delivery interface {
 
 // BatchAcker is implemented by subscribers that acknowledge many
 // deliveries in one round trip to the broker (JetStream: the acks are sent
-// together and one flush confirms the server has them all). The consumer
+// together, the last a double ack; Kafka: one commit per partition). The consumer
 // runtime acks a batch's committed deliveries with it instead of one Ack
 // (and one confirmation) per delivery.
 //

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
+	"github.com/idemkit/idem/broker/memory"
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/internal/testdb"
@@ -60,7 +61,13 @@ func TestBatchAckedInOneCall(t *testing.T) {
 func testBatchAckedInOneCall[TTx any](t *testing.T, d store.Driver[TTx]) {
 	ctx := context.Background()
 	bizTable(t, d)
-	b := memBroker(t)
+	// An ack wait longer than the test: m-05 (not acked) is not delivered
+	// again meanwhile, into a second AckBatch.
+	b, err := memory.New(memory.Config{AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
 	raw, err := b.Subscribe("orders", "billing")
 	if err != nil {
 		t.Fatal(err)

@@ -91,7 +91,9 @@ type Backoff = idem.Backoff
 // Hooks are test and drill seams.
 type Hooks struct {
 	// AfterCommit runs after a message's transaction committed and before
-	// its Ack, concurrently for the messages of a batch. Returning an error skips the Ack, as if the process crashed
+	// its Ack: concurrently for the messages of a batch, or one after the
+	// other before the batch's single AckBatch when the subscriber is a
+	// broker.BatchAcker. Returning an error skips the Ack, as if the process crashed
 	// there: the broker redelivers the message after its ack wait.
 	AfterCommit func(msg idem.Message) error
 }

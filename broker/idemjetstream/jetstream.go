@@ -15,8 +15,8 @@
 // minutes, see [EnsureStream]) is stored once and reported as a duplicate.
 // Consuming uses a durable pull consumer with explicit acks: Ack is a
 // double ack (it waits for the server to confirm), [Subscriber.AckBatch]
-// acks many deliveries in one round trip (the consumer runtime uses it for
-// a batch), Nak maps to NakWithDelay, Term to Term; the delivery attempt is
+// acks many deliveries in one round trip, the last of them a double ack
+// (the consumer runtime uses it for a batch), Nak maps to NakWithDelay, Term to Term; the delivery attempt is
 // the consumer's NumDelivered and the position is the stream sequence.
 //
 // The key travels in the Idem-Key header and the producer time in
@@ -420,6 +420,7 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 			s.log.WarnContext(ctx, "message without metadata", "error", err)
 			continue
 		}
+		d.sub = s
 		out = append(out, d)
 	}
 	if err := batch.Error(); err != nil && len(out) == 0 {
@@ -441,36 +442,34 @@ func max2(a, b time.Duration) time.Duration {
 	return a
 }
 
-// AckBatch acks ds in one round trip: every ack is sent without waiting
-// for its own confirmation, then one flush returns once the server has
-// received them all (it applies them in the order it received them).
-// Deliveries this package did not make are acked one by one with Ack.
-// When ctx has no deadline the flush waits at most 10 seconds.
+// AckBatch acks ds in one round trip: every ack but the last is sent
+// without waiting for a reply, and the last is a double ack (Ack), whose
+// reply comes once the server has processed it — after the acks sent
+// before it on the same connection, which the consumer processes in the
+// order they arrive (for a replicated consumer, once applied). Deliveries
+// that another subscriber made, or that this package did not make, are
+// acked one by one with Ack.
 func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
 	var errs []error
-	sent := 0
+	var last *delivery
 	for _, d := range ds {
 		jd, ok := d.(*delivery)
-		if !ok {
+		if !ok || jd.sub != s {
 			if err := d.Ack(ctx); err != nil {
 				errs = append(errs, err)
 			}
 			continue
 		}
-		if err := jd.m.Ack(); err != nil {
-			errs = append(errs, fmt.Errorf("jetstream: ack %q: %w", jd.msg.ID, classify(err)))
-			continue
+		if last != nil {
+			if err := last.m.Ack(); err != nil {
+				errs = append(errs, fmt.Errorf("jetstream: ack %q: %w", last.msg.ID, classify(err)))
+			}
 		}
-		sent++
+		last = jd
 	}
-	if sent > 0 {
-		if _, ok := ctx.Deadline(); !ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-		}
-		if err := s.js.Conn().FlushWithContext(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("jetstream: ack %d messages: flush: %w", sent, classify(err)))
+	if last != nil {
+		if err := last.Ack(ctx); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
@@ -488,6 +487,7 @@ func (s *Subscriber) Close() error {
 }
 
 type delivery struct {
+	sub  *Subscriber // the subscriber that fetched it
 	m    jetstream.Msg
 	msg  idem.Message
 	meta *jetstream.MsgMetadata

@@ -219,6 +219,11 @@ func (s *suite) consumer(t *testing.T, sub broker.Subscriber, obs *observer, cfg
 	}
 	cfg.Name = consumerName
 	cfg.Observer = obs
+	if p, ok := sub.(*probe); ok {
+		if _, batches := p.Subscriber.(broker.BatchAcker); batches {
+			sub = batchProbe{p} // the consumer acks batches through it, as on the bare subscriber
+		}
+	}
 	if cfg.FetchWait == 0 {
 		cfg.FetchWait = 100 * time.Millisecond
 	}
@@ -747,6 +752,17 @@ func (d *probeDelivery) Ack(ctx context.Context) error {
 	if d.p.dead.Load() {
 		return errCrash
 	}
+	d.checkCommitted(ctx)
+	err := d.Delivery.Ack(ctx)
+	if err == nil {
+		d.p.record(&d.p.acked, d.Message().ID)
+	}
+	return err
+}
+
+// checkCommitted records a violation unless the message's effect is
+// committed (read on another connection).
+func (d *probeDelivery) checkCommitted(ctx context.Context) {
 	id := d.Message().ID
 	var n int64
 	if err := d.p.s.d.Pool().QueryRow(ctx, `SELECT count(*) FROM ct_effects WHERE message_id = $1`, id).Scan(&n); err != nil {
@@ -754,9 +770,34 @@ func (d *probeDelivery) Ack(ctx context.Context) error {
 	} else if n == 0 {
 		d.p.violate("%s acked before its effect was committed", id)
 	}
-	err := d.Delivery.Ack(ctx)
+}
+
+// batchProbe is the probe of a subscriber that acks batches
+// (broker.BatchAcker): the consumer hands it a batch's committed
+// deliveries, each checked as probeDelivery.Ack checks one, then acked
+// with the wrapped subscriber's AckBatch.
+type batchProbe struct{ *probe }
+
+// AckBatch implements broker.BatchAcker.
+func (b batchProbe) AckBatch(ctx context.Context, ds []broker.Delivery) error {
+	if b.dead.Load() {
+		return errCrash
+	}
+	inner := make([]broker.Delivery, 0, len(ds))
+	for _, d := range ds {
+		pd, ok := d.(*probeDelivery)
+		if !ok {
+			b.violate("AckBatch of a delivery the probe did not hand out (%T)", d)
+			continue
+		}
+		pd.checkCommitted(ctx)
+		inner = append(inner, pd.Delivery)
+	}
+	err := b.Subscriber.(broker.BatchAcker).AckBatch(ctx, inner)
 	if err == nil {
-		d.p.record(&d.p.acked, id)
+		for _, d := range inner {
+			b.record(&b.acked, d.Message().ID)
+		}
 	}
 	return err
 }
