@@ -28,6 +28,8 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -70,11 +72,69 @@ type Delivery interface {
 // (and one confirmation) per delivery.
 //
 // AckBatch acks ds, deliveries this subscriber fetched. On a nil error
-// the broker has every ack. On an error some may not have reached it;
-// those deliveries are redelivered after the ack wait, and the inbox
-// answers each redelivery as a duplicate, so nothing runs twice.
+// the broker has every ack. On a [*BatchAckError] it has the acks of the
+// deliveries whose entry is nil (see [BatchAcked]); on any other error
+// every ack is in doubt. A delivery whose ack did not reach the broker is
+// redelivered, and the inbox answers the redelivery as a duplicate, so
+// nothing runs twice.
 type BatchAcker interface {
 	AckBatch(ctx context.Context, ds []Delivery) error
+}
+
+// BatchAckError is the error of an AckBatch that knows which acks the
+// broker has: Errs[i] is nil when the ack of the batch's delivery i is
+// done, the reason it is not otherwise (a Kafka partition revoked while
+// the batch ran fails only that partition's deliveries).
+type BatchAckError struct {
+	Errs []error // one per delivery, in the batch's order
+}
+
+// Error joins the failed acks' errors.
+func (e *BatchAckError) Error() string {
+	n := 0
+	for _, err := range e.Errs {
+		if err != nil {
+			n++
+		}
+	}
+	return fmt.Sprintf("%d of %d acks failed: %v", n, len(e.Errs), errors.Join(e.Errs...))
+}
+
+// Unwrap returns the failed acks' errors, for [errors.Is] and [errors.As].
+func (e *BatchAckError) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// BatchAcked reports whether an AckBatch that returned err acked the
+// delivery at index i of its batch: always when err is nil, as its entry
+// says when err is a [*BatchAckError], never on any other error.
+func BatchAcked(err error, i int) bool {
+	if err == nil {
+		return true
+	}
+	var be *BatchAckError
+	if errors.As(err, &be) && i >= 0 && i < len(be.Errs) {
+		return be.Errs[i] == nil
+	}
+	return false
+}
+
+// NewBatchAckError returns nil when every entry of errs is nil, and a
+// [*BatchAckError] holding errs otherwise: what an AckBatch that tracked
+// each delivery's ack returns.
+func NewBatchAckError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return &BatchAckError{Errs: errs}
+		}
+	}
+	return nil
 }
 
 // Subscriber pulls deliveries from one subscription (a durable JetStream

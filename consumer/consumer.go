@@ -608,7 +608,13 @@ func (c *Consumer[TTx]) ackBatch(ctx context.Context, ba broker.BatchAcker, acks
 	defer cancel()
 	if err := ba.AckBatch(sctx, ds); err != nil {
 		// The effects are committed; the redeliveries will be duplicates.
-		c.log.WarnContext(ctx, "batch ack failed; the redeliveries will be deduplicated", "size", len(ds), "error", err)
+		failed := 0
+		for i := range ds {
+			if !broker.BatchAcked(err, i) {
+				failed++
+			}
+		}
+		c.log.WarnContext(ctx, "batch ack failed; the redeliveries will be deduplicated", "size", len(ds), "failed", failed, "error", err)
 	}
 	for _, a := range acks {
 		endConsume(a.ctx, a.msg, a.decision, nil)

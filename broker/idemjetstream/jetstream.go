@@ -448,31 +448,39 @@ func max2(a, b time.Duration) time.Duration {
 // before it on the same connection, which the consumer processes in the
 // order they arrive (for a replicated consumer, once applied). Deliveries
 // that another subscriber made, or that this package did not make, are
-// acked one by one with Ack.
+// acked one by one with Ack. When some acks fail it returns a
+// [*broker.BatchAckError] naming them; a failed double ack leaves the acks
+// sent before it in doubt, so they are reported failed too.
 func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
-	var errs []error
-	var last *delivery
-	for _, d := range ds {
+	errs := make([]error, len(ds))
+	var sent []int // own acks sent unconfirmed, before the last
+	last := -1
+	for i, d := range ds {
 		jd, ok := d.(*delivery)
 		if !ok || jd.sub != s {
-			if err := d.Ack(ctx); err != nil {
-				errs = append(errs, err)
-			}
+			errs[i] = d.Ack(ctx)
 			continue
 		}
-		if last != nil {
-			if err := last.m.Ack(); err != nil {
-				errs = append(errs, fmt.Errorf("jetstream: ack %q: %w", last.msg.ID, classify(err)))
+		if last >= 0 {
+			if err := ds[last].(*delivery).m.Ack(); err != nil {
+				errs[last] = fmt.Errorf("jetstream: ack %q: %w", ds[last].Message().ID, classify(err))
+			} else {
+				sent = append(sent, last)
 			}
 		}
-		last = jd
+		last = i
 	}
-	if last != nil {
-		if err := last.Ack(ctx); err != nil {
-			errs = append(errs, err)
+	if last >= 0 {
+		if err := ds[last].Ack(ctx); err != nil {
+			// Without the double ack's reply, the acks sent before it
+			// are in doubt too.
+			errs[last] = err
+			for _, i := range sent {
+				errs[i] = fmt.Errorf("jetstream: ack %q unconfirmed: %w", ds[i].Message().ID, err)
+			}
 		}
 	}
-	return errors.Join(errs...)
+	return broker.NewBatchAckError(errs)
 }
 
 var _ broker.BatchAcker = (*Subscriber)(nil)

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +176,99 @@ func TestNoTopicIsNotAnOutage(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), `no topic "`+topic+`"`) {
 		t.Fatalf("the error does not name the topic: %v", err)
+	}
+}
+
+// A batch whose partitions were partly revoked by a rebalance acks the
+// rest: AckBatch's BatchAckError fails only the revoked partition's
+// deliveries (ErrRevoked), the others are committed, and a later member
+// resumes past them but not past the revoked ones.
+func TestAckBatchPartlyRevoked(t *testing.T) {
+	addrs := newCluster(t)
+	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	topic := "revoked-" + unique()
+	if err := idemkafka.EnsureTopic(t.Context(), pub.Client(), topic, 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []idem.Message
+	for i := range 30 {
+		msgs = append(msgs, idem.Message{ID: fmt.Sprintf("m%d", i), Subject: topic, Key: fmt.Sprintf("k%d", i)})
+	}
+	if _, err := pub.PublishResults(t.Context(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	group := "g-" + topic
+	newSub := func() *idemkafka.Subscriber {
+		s, err := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: addrs, Group: group, Topics: []string{topic}, AckWait: time.Minute,
+			Opts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	partition := func(d broker.Delivery) string { return strings.Split(d.Message().Position, "/")[0] }
+	// drain fetches until no record came for idle.
+	drain := func(s *idemkafka.Subscriber, idle time.Duration) []broker.Delivery {
+		var ds []broker.Delivery
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+			got, err := s.Fetch(t.Context(), 100, idle)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) == 0 && len(ds) > 0 {
+				break
+			}
+			ds = append(ds, got...)
+		}
+		return ds
+	}
+	s1 := newSub()
+	ds := drain(s1, time.Second)
+	if len(ds) != len(msgs) {
+		t.Fatalf("the first member fetched %d records, want %d", len(ds), len(msgs))
+	}
+	// A second member joins: the rebalance revokes some of s1's
+	// partitions, whose records it then consumes from the start (nothing
+	// is committed yet).
+	s2 := newSub()
+	moved := map[string]bool{}
+	for _, d := range drain(s2, 2*time.Second) {
+		moved[partition(d)] = true
+	}
+	if len(moved) == 0 || len(moved) == 3 {
+		t.Fatalf("the second member took partitions %v of 3; want some, not all", moved)
+	}
+	err = s1.AckBatch(t.Context(), ds)
+	var be *broker.BatchAckError
+	if !errors.As(err, &be) || !errors.Is(err, idemkafka.ErrRevoked) || len(be.Errs) != len(ds) {
+		t.Fatalf("AckBatch after the rebalance: %v; want a BatchAckError of %d entries wrapping ErrRevoked", err, len(ds))
+	}
+	kept := 0
+	for i, d := range ds {
+		if got, want := broker.BatchAcked(err, i), !moved[partition(d)]; got != want {
+			t.Errorf("%s (partition %s): acked %v, want %v (%v)", d.Message().ID, partition(d), got, want, be.Errs[i])
+		}
+		if !moved[partition(d)] {
+			kept++
+		}
+	}
+	// Both leave without acking more; a new member resumes at the start
+	// of the revoked partitions and past everything s1's batch acked.
+	_ = s2.Close()
+	_ = s1.Close()
+	s3 := newSub()
+	defer s3.Close()
+	again := drain(s3, 2*time.Second)
+	for _, d := range again {
+		if !moved[partition(d)] {
+			t.Errorf("%s of partition %s delivered again after its batch ack", d.Message().ID, partition(d))
+		}
+	}
+	if len(again) != len(ds)-kept {
+		t.Errorf("a new member got %d records, want the %d of the revoked partitions", len(again), len(ds)-kept)
 	}
 }

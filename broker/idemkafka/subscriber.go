@@ -319,25 +319,27 @@ func (s *Subscriber) settle(ctx context.Context, d *delivery) error {
 // AckBatch settles ds and commits each of their partitions once, past
 // every settled record before the first unsettled one: one commit per
 // partition instead of one per record. Deliveries this subscriber did not
-// make are acked one by one with Ack. On an error (a revoked partition, a
-// failed commit) the records stay settled here and a later commit covers
-// them, or the group delivers them again and the inbox answers each as a
-// duplicate.
+// make are acked one by one with Ack. When some acks fail (a partition
+// revoked, a commit refused) it returns a [*broker.BatchAckError] naming
+// them: only that partition's deliveries failed. Their records stay
+// settled here and a later commit covers them, or the group delivers them
+// again and the inbox answers each as a duplicate.
 func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
-	var errs []error
-	var others []broker.Delivery
+	errs := make([]error, len(ds))
+	var others []int
 	last := map[tp]*delivery{}
+	members := map[tp][]int{}
 	var order []tp
 	s.mu.Lock()
-	for _, d := range ds {
+	for i, d := range ds {
 		kd, ok := d.(*delivery)
 		if !ok || kd.s != s {
-			others = append(others, d)
+			others = append(others, i)
 			continue
 		}
 		k := tp{kd.r.r.Topic, kd.r.r.Partition}
 		if s.parts[k] != kd.r.ps {
-			errs = append(errs, fmt.Errorf("kafka: settle %s: %w", position(kd.r.r), ErrRevoked))
+			errs[i] = fmt.Errorf("kafka: settle %s: %w", position(kd.r.r), ErrRevoked)
 			continue
 		}
 		kd.r.settled = true
@@ -345,15 +347,20 @@ func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
 			order = append(order, k)
 		}
 		last[k] = kd
+		members[k] = append(members[k], i)
 	}
 	s.mu.Unlock()
-	for _, d := range others {
-		errs = append(errs, d.Ack(ctx))
+	for _, i := range others {
+		errs[i] = ds[i].Ack(ctx)
 	}
 	for _, k := range order {
-		errs = append(errs, s.settle(ctx, last[k]))
+		if err := s.settle(ctx, last[k]); err != nil {
+			for _, i := range members[k] {
+				errs[i] = err
+			}
+		}
 	}
-	return errors.Join(errs...)
+	return broker.NewBatchAckError(errs)
 }
 
 var _ broker.BatchAcker = (*Subscriber)(nil)

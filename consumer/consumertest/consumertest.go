@@ -794,8 +794,8 @@ func (b batchProbe) AckBatch(ctx context.Context, ds []broker.Delivery) error {
 		inner = append(inner, pd.Delivery)
 	}
 	err := b.Subscriber.(broker.BatchAcker).AckBatch(ctx, inner)
-	if err == nil {
-		for _, d := range inner {
+	for i, d := range inner {
+		if broker.BatchAcked(err, i) {
 			b.record(&b.acked, d.Message().ID)
 		}
 	}
