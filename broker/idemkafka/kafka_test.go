@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
@@ -270,5 +272,74 @@ func TestAckBatchPartlyRevoked(t *testing.T) {
 	}
 	if len(again) != len(ds)-kept {
 		t.Errorf("a new member got %d records, want the %d of the revoked partitions", len(again), len(ds)-kept)
+	}
+}
+
+// commitCounter counts the OffsetCommit requests a client writes.
+type commitCounter struct{ n atomic.Int64 }
+
+func (c *commitCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.OffsetCommit) && err == nil {
+		c.n.Add(1)
+	}
+}
+
+// A batch spanning every partition is committed with one request, and a
+// new member of the group finds nothing left to consume.
+func TestAckBatchOneCommitRequest(t *testing.T) {
+	addrs := newCluster(t)
+	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	topic := "onecommit-" + unique()
+	if err := idemkafka.EnsureTopic(t.Context(), pub.Client(), topic, 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []idem.Message
+	for i := range 30 {
+		msgs = append(msgs, idem.Message{ID: fmt.Sprintf("m%d", i), Subject: topic, Key: fmt.Sprintf("k%d", i)})
+	}
+	if _, err := pub.PublishResults(t.Context(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	newSub := func(opts ...kgo.Opt) *idemkafka.Subscriber {
+		s, err := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: addrs, Group: "g-" + topic, Topics: []string{topic}, AckWait: time.Minute, Opts: opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	commits := &commitCounter{}
+	s1 := newSub(kgo.WithHooks(commits))
+	var ds []broker.Delivery
+	parts := map[string]bool{}
+	for deadline := time.Now().Add(10 * time.Second); len(ds) < len(msgs) && time.Now().Before(deadline); {
+		got, err := s1.Fetch(t.Context(), len(msgs)-len(ds), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range got {
+			parts[strings.Split(d.Message().Position, "/")[0]] = true
+		}
+		ds = append(ds, got...)
+	}
+	if len(ds) != len(msgs) || len(parts) != 3 {
+		t.Fatalf("fetched %d records from partitions %v, want %d from 3", len(ds), parts, len(msgs))
+	}
+	before := commits.n.Load()
+	if err := s1.AckBatch(t.Context(), ds); err != nil {
+		t.Fatal(err)
+	}
+	if n := commits.n.Load() - before; n != 1 {
+		t.Errorf("AckBatch of 3 partitions sent %d OffsetCommit requests, want 1", n)
+	}
+	_ = s1.Close()
+	s2 := newSub()
+	defer s2.Close()
+	got, err := s2.Fetch(t.Context(), 10, 3*time.Second)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("a new member got %d records (%v) after the batch was acked, want none", len(got), err)
 	}
 }

@@ -261,75 +261,95 @@ func (s *Subscriber) settle(ctx context.Context, d *delivery) error {
 		return fmt.Errorf("kafka: settle %s: %w", position(r.r), ErrRevoked)
 	}
 	r.settled = true
-	ps := r.ps
-	n := 0
-	for n < len(ps.recs) && ps.recs[n].settled {
-		n++
-	}
-	if n == 0 {
-		s.mu.Unlock()
-		return nil
-	}
-	last := ps.recs[n-1].r
 	s.mu.Unlock()
+	return s.commit(ctx, map[tp]*partState{k: r.ps})[k]
+}
 
+// commit commits, in one request, each partition of parts past the
+// longest settled prefix of its records, where that advances the group's
+// offset, and returns the error of each partition that failed (a
+// partition revoked from this member, or the broker's refusal).
+func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp]error {
+	errs := map[tp]error{}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	upto := map[tp]int64{}
 	s.mu.Lock()
-	if s.parts[k] != ps {
-		s.mu.Unlock()
-		return fmt.Errorf("kafka: settle %s: %w", position(r.r), ErrRevoked)
-	}
-	if ps.committed > last.Offset { // a concurrent settle committed further
-		s.mu.Unlock()
-		return nil
+	for k, ps := range parts {
+		if s.parts[k] != ps {
+			errs[k] = fmt.Errorf("kafka: commit %s/%d: %w", k.topic, k.part, ErrRevoked)
+			continue
+		}
+		n := 0
+		for n < len(ps.recs) && ps.recs[n].settled {
+			n++
+		}
+		// Nothing settled at the front, or a concurrent commit went
+		// further: nothing to commit.
+		if n == 0 || ps.committed > ps.recs[n-1].r.Offset {
+			continue
+		}
+		last := ps.recs[n-1].r
+		if offsets[k.topic] == nil {
+			offsets[k.topic] = map[int32]kgo.EpochOffset{}
+		}
+		offsets[k.topic][k.part] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+		upto[k] = last.Offset + 1
 	}
 	s.mu.Unlock()
+	if len(upto) == 0 {
+		return errs
+	}
 	var cerr error
-	s.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{
-		k.topic: {k.part: {Epoch: last.LeaderEpoch, Offset: last.Offset + 1}},
-	}, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	s.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			cerr = err
 			return
 		}
 		for _, t := range resp.Topics {
 			for _, p := range t.Partitions {
-				if err := kerrFor(p.ErrorCode); err != nil {
-					cerr = err
+				k := tp{t.Topic, p.Partition}
+				if err := kerrFor(p.ErrorCode); err != nil && upto[k] > 0 {
+					errs[k] = fmt.Errorf("kafka: commit %s/%d: %w", k.topic, upto[k], classify(err))
+					delete(upto, k)
 				}
 			}
 		}
 	})
-	if cerr != nil {
-		// The record stays settled; a later settle commits past it.
-		return fmt.Errorf("kafka: commit %s/%d: %w", k.topic, last.Offset+1, classify(cerr))
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ps.committed = max(ps.committed, last.Offset+1)
-	i := 0
-	for i < len(ps.recs) && ps.recs[i].r.Offset < ps.committed {
-		i++
+	for k, off := range upto {
+		if cerr != nil {
+			// The records stay settled; a later commit covers them.
+			errs[k] = fmt.Errorf("kafka: commit %s/%d: %w", k.topic, off, classify(cerr))
+			continue
+		}
+		ps := parts[k]
+		ps.committed = max(ps.committed, off)
+		i := 0
+		for i < len(ps.recs) && ps.recs[i].r.Offset < ps.committed {
+			i++
+		}
+		ps.recs = ps.recs[i:]
 	}
-	ps.recs = ps.recs[i:]
-	return nil
+	return errs
 }
 
-// AckBatch settles ds and commits each of their partitions once, past
-// every settled record before the first unsettled one: one commit per
-// partition instead of one per record. Deliveries this subscriber did not
-// make are acked one by one with Ack. When some acks fail (a partition
-// revoked, a commit refused) it returns a [*broker.BatchAckError] naming
-// them: only that partition's deliveries failed. Their records stay
-// settled here and a later commit covers them, or the group delivers them
-// again and the inbox answers each as a duplicate.
+// AckBatch settles ds and commits all their partitions in one request,
+// each past every settled record before its first unsettled one: one
+// commit for the batch instead of one per record. Deliveries this
+// subscriber did not make are acked one by one with Ack. When some acks
+// fail (a partition revoked, a commit refused) it returns a
+// [*broker.BatchAckError] naming them: only the failed partitions'
+// deliveries. Their records stay settled here and a later commit covers
+// them, or the group delivers them again and the inbox answers each as a
+// duplicate.
 func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
 	errs := make([]error, len(ds))
 	var others []int
-	last := map[tp]*delivery{}
+	parts := map[tp]*partState{}
 	members := map[tp][]int{}
-	var order []tp
 	s.mu.Lock()
 	for i, d := range ds {
 		kd, ok := d.(*delivery)
@@ -343,18 +363,15 @@ func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
 			continue
 		}
 		kd.r.settled = true
-		if _, seen := last[k]; !seen {
-			order = append(order, k)
-		}
-		last[k] = kd
+		parts[k] = kd.r.ps
 		members[k] = append(members[k], i)
 	}
 	s.mu.Unlock()
 	for _, i := range others {
 		errs[i] = ds[i].Ack(ctx)
 	}
-	for _, k := range order {
-		if err := s.settle(ctx, last[k]); err != nil {
+	if len(parts) > 0 {
+		for k, err := range s.commit(ctx, parts) {
 			for _, i := range members[k] {
 				errs[i] = err
 			}
