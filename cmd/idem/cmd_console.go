@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem/broker"
@@ -101,24 +102,27 @@ func runConsole(ctx context.Context, env *Env, args []string) error {
 	defer stopSampling()
 	go func() { _ = c.Run(sctx) }()
 
-	w := env.Stdout
-	fmt.Fprintf(w, "idem console is running at http://%s/console/\n", ln.Addr())
-	fmt.Fprintf(w, "  %s\n", where)
+	// The start-up text in one write, so whoever watches the output for
+	// the address reads the whole of it.
+	var w strings.Builder
+	fmt.Fprintf(&w, "idem console is running at http://%s/console/\n", ln.Addr())
+	fmt.Fprintf(&w, "  %s\n", where)
 	if nurl != "" {
-		fmt.Fprintf(w, "  redrives publish to NATS %s\n", redact.URL(nurl))
+		fmt.Fprintf(&w, "  redrives publish to NATS %s\n", redact.URL(nurl))
 	} else {
-		fmt.Fprintf(w, "  no broker (--nats): redrive is disabled, discard and the rest work\n")
+		fmt.Fprintf(&w, "  no broker (--nats): redrive is disabled, discard and the rest work\n")
 	}
 	if *readOnly {
-		fmt.Fprintf(w, "  read-only: every action is refused\n")
+		fmt.Fprintf(&w, "  read-only: every action is refused\n")
 	}
 	switch tokenFrom {
 	case "": // generated: the only place it is ever shown
-		fmt.Fprintf(w, "  token: %s (generated; pass --token or IDEM_CONSOLE_TOKEN to keep one)\n", tok)
+		fmt.Fprintf(&w, "  token: %s (generated; pass --token or IDEM_CONSOLE_TOKEN to keep one)\n", tok)
 	default:
-		fmt.Fprintf(w, "  token: from %s\n", tokenFrom)
+		fmt.Fprintf(&w, "  token: from %s\n", tokenFrom)
 	}
-	fmt.Fprintf(w, "Log in with your name and the token, or send 'Authorization: Bearer <token>'. Ctrl-C stops it.\n")
+	fmt.Fprintf(&w, "Log in with your name and the token, or send 'Authorization: Bearer <token>'. Ctrl-C stops it.\n")
+	_, _ = io.WriteString(env.Stdout, w.String())
 
 	select {
 	case <-ctx.Done():

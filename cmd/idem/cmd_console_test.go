@@ -34,7 +34,8 @@ func startConsole(t *testing.T, vars map[string]string, args ...string) (base, o
 			t.Errorf("idem console: %v", err)
 		}
 	})
-	re := regexp.MustCompile(`running at (http://[^ ]+)/console/\n`)
+	// The whole start-up text: up to its last line.
+	re := regexp.MustCompile(`(?s)running at (http://[^ ]+)/console/\n.*Ctrl-C stops it\.\n`)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		select {
 		case err := <-done:
