@@ -76,7 +76,9 @@ type Delivery interface {
 // deliveries whose entry is nil (see [BatchAcked]); on any other error
 // every ack is in doubt. A delivery whose ack did not reach the broker is
 // redelivered, and the inbox answers the redelivery as a duplicate, so
-// nothing runs twice.
+// nothing runs twice. An ack done is one the broker will not redeliver for
+// (Kafka: the record is settled, and committed with the commit that passes
+// the last unsettled record before it in its partition).
 type BatchAcker interface {
 	AckBatch(ctx context.Context, ds []Delivery) error
 }

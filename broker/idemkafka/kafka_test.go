@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -342,4 +343,102 @@ func TestAckBatchOneCommitRequest(t *testing.T) {
 	if err != nil || len(got) != 0 {
 		t.Fatalf("a new member got %d records (%v) after the batch was acked, want none", len(got), err)
 	}
+}
+
+// A commit the broker refuses for one partition fails only that
+// partition's deliveries, also when the reply names topics by ID only
+// (OffsetCommit v10 and later): AckBatch's BatchAckError says so. (The
+// reply is the test's, so what the cluster stored is not checked here;
+// TestAckBatchPartlyRevoked and TestCommitOnlySettledPrefix check that.)
+func TestAckBatchCommitRefused(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	topic := "refused-" + unique()
+	if err := idemkafka.EnsureTopic(t.Context(), pub.Client(), topic, 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []idem.Message
+	for i := range 30 {
+		msgs = append(msgs, idem.Message{ID: fmt.Sprintf("m%d", i), Subject: topic, Key: fmt.Sprintf("k%d", i)})
+	}
+	if _, err := pub.PublishResults(t.Context(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	newSub := func() *idemkafka.Subscriber {
+		s, err := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: addrs, Group: "g-" + topic, Topics: []string{topic}, AckWait: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	partition := func(d broker.Delivery) string { return strings.Split(d.Message().Position, "/")[0] }
+	s1 := newSub()
+	var ds []broker.Delivery
+	for deadline := time.Now().Add(10 * time.Second); len(ds) < len(msgs) && time.Now().Before(deadline); {
+		got, err := s1.Fetch(t.Context(), len(msgs)-len(ds), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, got...)
+	}
+	if len(ds) != len(msgs) {
+		t.Fatalf("fetched %d records, want %d", len(ds), len(msgs))
+	}
+	// The next OffsetCommit is answered by the test: partition 1 refused
+	// (a non-retriable error), the others committed, topics by ID from v10.
+	var version atomic.Int64
+	c.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		req := kr.(*kmsg.OffsetCommitRequest)
+		version.Store(int64(req.Version))
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			if req.Version >= 10 {
+				st.TopicID = rt.TopicID
+			} else {
+				st.Topic = rt.Topic
+			}
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				if rp.Partition == 1 {
+					sp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
+					continue
+				}
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	err = s1.AckBatch(t.Context(), ds)
+	var be *broker.BatchAckError
+	if !errors.As(err, &be) || len(be.Errs) != len(ds) {
+		t.Fatalf("AckBatch with partition 1 refused: %v; want a BatchAckError of %d entries", err, len(ds))
+	}
+	refused := 0
+	for i, d := range ds {
+		if got, want := broker.BatchAcked(err, i), partition(d) != "1"; got != want {
+			t.Errorf("%s (partition %s): acked %v, want %v (%v)", d.Message().ID, partition(d), got, want, be.Errs[i])
+		}
+		if partition(d) == "1" {
+			refused++
+		}
+	}
+	if refused == 0 || refused == len(ds) {
+		t.Fatalf("%d of %d records in partition 1; want some, not all", refused, len(ds))
+	}
+	if version.Load() < 10 {
+		t.Logf("OffsetCommit v%d: the reply named its topics", version.Load())
+	}
+	_ = s1.Close()
 }

@@ -261,6 +261,12 @@ func (s *Subscriber) settle(ctx context.Context, d *delivery) error {
 		return fmt.Errorf("kafka: settle %s: %w", position(r.r), ErrRevoked)
 	}
 	r.settled = true
+	if ps := r.ps; len(ps.recs) > 0 && !ps.recs[0].settled {
+		// An earlier record is still unsettled: nothing to commit yet;
+		// the commit that settles it covers this one.
+		s.mu.Unlock()
+		return nil
+	}
 	s.mu.Unlock()
 	return s.commit(ctx, map[tp]*partState{k: r.ps})[k]
 }
@@ -278,7 +284,7 @@ func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp
 	s.mu.Lock()
 	for k, ps := range parts {
 		if s.parts[k] != ps {
-			errs[k] = fmt.Errorf("kafka: commit %s/%d: %w", k.topic, k.part, ErrRevoked)
+			errs[k] = fmt.Errorf("kafka: commit %s partition %d: %w", k.topic, k.part, ErrRevoked)
 			continue
 		}
 		n := 0
@@ -302,27 +308,46 @@ func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp
 		return errs
 	}
 	var cerr error
-	s.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	confirmed := map[tp]bool{}
+	s.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			cerr = err
 			return
 		}
+		// From OffsetCommit v10 on a reply names topics by ID only.
+		names := map[[16]byte]string{}
+		for _, t := range req.Topics {
+			names[t.TopicID] = t.Topic
+		}
 		for _, t := range resp.Topics {
+			name := t.Topic
+			if name == "" {
+				name = names[t.TopicID]
+			}
 			for _, p := range t.Partitions {
-				k := tp{t.Topic, p.Partition}
-				if err := kerrFor(p.ErrorCode); err != nil && upto[k] > 0 {
-					errs[k] = fmt.Errorf("kafka: commit %s/%d: %w", k.topic, upto[k], classify(err))
-					delete(upto, k)
+				k := tp{name, p.Partition}
+				if _, ok := upto[k]; !ok {
+					continue
 				}
+				if err := kerrFor(p.ErrorCode); err != nil {
+					errs[k] = fmt.Errorf("kafka: commit %s %d/%d: %w", k.topic, k.part, upto[k], classify(err))
+					delete(upto, k)
+					continue
+				}
+				confirmed[k] = true
 			}
 		}
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, off := range upto {
-		if cerr != nil {
+		switch {
+		case cerr != nil:
 			// The records stay settled; a later commit covers them.
-			errs[k] = fmt.Errorf("kafka: commit %s/%d: %w", k.topic, off, classify(cerr))
+			errs[k] = fmt.Errorf("kafka: commit %s %d/%d: %w", k.topic, k.part, off, classify(cerr))
+			continue
+		case !confirmed[k]:
+			errs[k] = fmt.Errorf("kafka: commit %s %d/%d: the broker's reply does not confirm it: %w", k.topic, k.part, off, broker.ErrUnavailable)
 			continue
 		}
 		ps := parts[k]

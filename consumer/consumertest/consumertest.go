@@ -799,6 +799,10 @@ func (b batchProbe) AckBatch(ctx context.Context, ds []broker.Delivery) error {
 			b.record(&b.acked, d.Message().ID)
 		}
 	}
+	if len(inner) != len(ds) && err != nil {
+		// err's entries follow inner, not ds: every ack is in doubt.
+		return fmt.Errorf("probe: every ack in doubt, some deliveries were not the probe's: %v", err)
+	}
 	return err
 }
 
