@@ -182,80 +182,101 @@ func TestNoTopicIsNotAnOutage(t *testing.T) {
 	}
 }
 
-// A batch whose partitions were partly revoked by a rebalance acks the
-// rest: AckBatch's BatchAckError fails only the revoked partition's
-// deliveries (ErrRevoked), the others are committed, and a later member
-// resumes past them but not past the revoked ones.
-func TestAckBatchPartlyRevoked(t *testing.T) {
-	addrs := newCluster(t)
+// spread is a topic of three partitions holding 30 records with distinct
+// keys, and a maker of subscribers of one group on it.
+type spread struct {
+	t     *testing.T
+	addrs []string
+	topic string
+	n     int
+}
+
+func newSpread(t *testing.T, addrs []string, prefix string) *spread {
+	t.Helper()
 	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: addrs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	topic := "revoked-" + unique()
-	if err := idemkafka.EnsureTopic(t.Context(), pub.Client(), topic, 3, 1); err != nil {
+	sp := &spread{t: t, addrs: addrs, topic: prefix + "-" + unique(), n: 30}
+	if err := idemkafka.EnsureTopic(t.Context(), pub.Client(), sp.topic, 3, 1); err != nil {
 		t.Fatal(err)
 	}
 	var msgs []idem.Message
-	for i := range 30 {
-		msgs = append(msgs, idem.Message{ID: fmt.Sprintf("m%d", i), Subject: topic, Key: fmt.Sprintf("k%d", i)})
+	for i := range sp.n {
+		msgs = append(msgs, idem.Message{ID: fmt.Sprintf("m%d", i), Subject: sp.topic, Key: fmt.Sprintf("k%d", i)})
 	}
 	if _, err := pub.PublishResults(t.Context(), msgs...); err != nil {
 		t.Fatal(err)
 	}
-	group := "g-" + topic
-	newSub := func() *idemkafka.Subscriber {
-		s, err := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: addrs, Group: group, Topics: []string{topic}, AckWait: time.Minute,
-			Opts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}})
+	return sp
+}
+
+// subscriber joins the topic's group, with opts.
+func (sp *spread) subscriber(opts ...kgo.Opt) *idemkafka.Subscriber {
+	sp.t.Helper()
+	s, err := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: sp.addrs, Group: "g-" + sp.topic,
+		Topics: []string{sp.topic}, AckWait: time.Minute, Opts: opts})
+	if err != nil {
+		sp.t.Fatal(err)
+	}
+	return s
+}
+
+// drain fetches until no record came for idle (or 20 s passed).
+func (sp *spread) drain(s *idemkafka.Subscriber, idle time.Duration) []broker.Delivery {
+	sp.t.Helper()
+	var ds []broker.Delivery
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		got, err := s.Fetch(sp.t.Context(), 100, idle)
 		if err != nil {
-			t.Fatal(err)
+			sp.t.Fatal(err)
 		}
-		return s
-	}
-	partition := func(d broker.Delivery) string { return strings.Split(d.Message().Position, "/")[0] }
-	// drain fetches until no record came for idle.
-	drain := func(s *idemkafka.Subscriber, idle time.Duration) []broker.Delivery {
-		var ds []broker.Delivery
-		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
-			got, err := s.Fetch(t.Context(), 100, idle)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got) == 0 && len(ds) > 0 {
-				break
-			}
-			ds = append(ds, got...)
+		if len(got) == 0 && len(ds) > 0 {
+			break
 		}
-		return ds
+		ds = append(ds, got...)
 	}
-	s1 := newSub()
-	ds := drain(s1, time.Second)
-	if len(ds) != len(msgs) {
-		t.Fatalf("the first member fetched %d records, want %d", len(ds), len(msgs))
+	return ds
+}
+
+// partitionOf is the partition of d's record.
+func partitionOf(d broker.Delivery) string { return strings.Split(d.Message().Position, "/")[0] }
+
+// A batch whose partitions were partly revoked by a rebalance acks the
+// rest: AckBatch's BatchAckError fails only the revoked partition's
+// deliveries (ErrRevoked), the others are committed, and a later member
+// resumes past them but not past the revoked ones.
+func TestAckBatchPartlyRevoked(t *testing.T) {
+	sp := newSpread(t, newCluster(t), "revoked")
+	opts := []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
+	s1 := sp.subscriber(opts...)
+	ds := sp.drain(s1, time.Second)
+	if len(ds) != sp.n {
+		t.Fatalf("the first member fetched %d records, want %d", len(ds), sp.n)
 	}
 	// A second member joins: the rebalance revokes some of s1's
 	// partitions, whose records it then consumes from the start (nothing
 	// is committed yet).
-	s2 := newSub()
+	s2 := sp.subscriber(opts...)
 	moved := map[string]bool{}
-	for _, d := range drain(s2, 2*time.Second) {
-		moved[partition(d)] = true
+	for _, d := range sp.drain(s2, 2*time.Second) {
+		moved[partitionOf(d)] = true
 	}
 	if len(moved) == 0 || len(moved) == 3 {
 		t.Fatalf("the second member took partitions %v of 3; want some, not all", moved)
 	}
-	err = s1.AckBatch(t.Context(), ds)
+	err := s1.AckBatch(t.Context(), ds)
 	var be *broker.BatchAckError
 	if !errors.As(err, &be) || !errors.Is(err, idemkafka.ErrRevoked) || len(be.Errs) != len(ds) {
 		t.Fatalf("AckBatch after the rebalance: %v; want a BatchAckError of %d entries wrapping ErrRevoked", err, len(ds))
 	}
 	kept := 0
 	for i, d := range ds {
-		if got, want := broker.BatchAcked(err, i), !moved[partition(d)]; got != want {
-			t.Errorf("%s (partition %s): acked %v, want %v (%v)", d.Message().ID, partition(d), got, want, be.Errs[i])
+		if got, want := broker.BatchAcked(err, i), !moved[partitionOf(d)]; got != want {
+			t.Errorf("%s (partition %s): acked %v, want %v (%v)", d.Message().ID, partitionOf(d), got, want, be.Errs[i])
 		}
-		if !moved[partition(d)] {
+		if !moved[partitionOf(d)] {
 			kept++
 		}
 	}
@@ -263,12 +284,12 @@ func TestAckBatchPartlyRevoked(t *testing.T) {
 	// of the revoked partitions and past everything s1's batch acked.
 	_ = s2.Close()
 	_ = s1.Close()
-	s3 := newSub()
+	s3 := sp.subscriber(opts...)
 	defer s3.Close()
-	again := drain(s3, 2*time.Second)
+	again := sp.drain(s3, 2*time.Second)
 	for _, d := range again {
-		if !moved[partition(d)] {
-			t.Errorf("%s of partition %s delivered again after its batch ack", d.Message().ID, partition(d))
+		if !moved[partitionOf(d)] {
+			t.Errorf("%s of partition %s delivered again after its batch ack", d.Message().ID, partitionOf(d))
 		}
 	}
 	if len(again) != len(ds)-kept {
@@ -288,46 +309,16 @@ func (c *commitCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _,
 // A batch spanning every partition is committed with one request, and a
 // new member of the group finds nothing left to consume.
 func TestAckBatchOneCommitRequest(t *testing.T) {
-	addrs := newCluster(t)
-	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
-	topic := "onecommit-" + unique()
-	if err := idemkafka.EnsureTopic(t.Context(), pub.Client(), topic, 3, 1); err != nil {
-		t.Fatal(err)
-	}
-	var msgs []idem.Message
-	for i := range 30 {
-		msgs = append(msgs, idem.Message{ID: fmt.Sprintf("m%d", i), Subject: topic, Key: fmt.Sprintf("k%d", i)})
-	}
-	if _, err := pub.PublishResults(t.Context(), msgs...); err != nil {
-		t.Fatal(err)
-	}
-	newSub := func(opts ...kgo.Opt) *idemkafka.Subscriber {
-		s, err := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: addrs, Group: "g-" + topic, Topics: []string{topic}, AckWait: time.Minute, Opts: opts})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	sp := newSpread(t, newCluster(t), "onecommit")
 	commits := &commitCounter{}
-	s1 := newSub(kgo.WithHooks(commits))
-	var ds []broker.Delivery
+	s1 := sp.subscriber(kgo.WithHooks(commits))
+	ds := sp.drain(s1, time.Second)
 	parts := map[string]bool{}
-	for deadline := time.Now().Add(10 * time.Second); len(ds) < len(msgs) && time.Now().Before(deadline); {
-		got, err := s1.Fetch(t.Context(), len(msgs)-len(ds), time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range got {
-			parts[strings.Split(d.Message().Position, "/")[0]] = true
-		}
-		ds = append(ds, got...)
+	for _, d := range ds {
+		parts[partitionOf(d)] = true
 	}
-	if len(ds) != len(msgs) || len(parts) != 3 {
-		t.Fatalf("fetched %d records from partitions %v, want %d from 3", len(ds), parts, len(msgs))
+	if len(ds) != sp.n || len(parts) != 3 {
+		t.Fatalf("fetched %d records from partitions %v, want %d from 3", len(ds), parts, sp.n)
 	}
 	before := commits.n.Load()
 	if err := s1.AckBatch(t.Context(), ds); err != nil {
@@ -337,7 +328,7 @@ func TestAckBatchOneCommitRequest(t *testing.T) {
 		t.Errorf("AckBatch of 3 partitions sent %d OffsetCommit requests, want 1", n)
 	}
 	_ = s1.Close()
-	s2 := newSub()
+	s2 := sp.subscriber()
 	defer s2.Close()
 	got, err := s2.Fetch(t.Context(), 10, 3*time.Second)
 	if err != nil || len(got) != 0 {
@@ -356,42 +347,11 @@ func TestAckBatchCommitRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	addrs := c.ListenAddrs()
-	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Brokers: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
-	topic := "refused-" + unique()
-	if err := idemkafka.EnsureTopic(t.Context(), pub.Client(), topic, 3, 1); err != nil {
-		t.Fatal(err)
-	}
-	var msgs []idem.Message
-	for i := range 30 {
-		msgs = append(msgs, idem.Message{ID: fmt.Sprintf("m%d", i), Subject: topic, Key: fmt.Sprintf("k%d", i)})
-	}
-	if _, err := pub.PublishResults(t.Context(), msgs...); err != nil {
-		t.Fatal(err)
-	}
-	newSub := func() *idemkafka.Subscriber {
-		s, err := idemkafka.NewSubscriber(idemkafka.SubscriberConfig{Brokers: addrs, Group: "g-" + topic, Topics: []string{topic}, AckWait: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	partition := func(d broker.Delivery) string { return strings.Split(d.Message().Position, "/")[0] }
-	s1 := newSub()
-	var ds []broker.Delivery
-	for deadline := time.Now().Add(10 * time.Second); len(ds) < len(msgs) && time.Now().Before(deadline); {
-		got, err := s1.Fetch(t.Context(), len(msgs)-len(ds), time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ds = append(ds, got...)
-	}
-	if len(ds) != len(msgs) {
-		t.Fatalf("fetched %d records, want %d", len(ds), len(msgs))
+	sp := newSpread(t, c.ListenAddrs(), "refused")
+	s1 := sp.subscriber()
+	ds := sp.drain(s1, time.Second)
+	if len(ds) != sp.n {
+		t.Fatalf("fetched %d records, want %d", len(ds), sp.n)
 	}
 	// The next OffsetCommit is answered by the test: partition 1 refused
 	// (a non-retriable error), the others committed, topics by ID from v10.
@@ -427,10 +387,10 @@ func TestAckBatchCommitRefused(t *testing.T) {
 	}
 	refused := 0
 	for i, d := range ds {
-		if got, want := broker.BatchAcked(err, i), partition(d) != "1"; got != want {
-			t.Errorf("%s (partition %s): acked %v, want %v (%v)", d.Message().ID, partition(d), got, want, be.Errs[i])
+		if got, want := broker.BatchAcked(err, i), partitionOf(d) != "1"; got != want {
+			t.Errorf("%s (partition %s): acked %v, want %v (%v)", d.Message().ID, partitionOf(d), got, want, be.Errs[i])
 		}
-		if partition(d) == "1" {
+		if partitionOf(d) == "1" {
 			refused++
 		}
 	}
