@@ -291,9 +291,7 @@ func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp
 		for n < len(ps.recs) && ps.recs[n].settled {
 			n++
 		}
-		// Nothing settled at the front, or a concurrent commit went
-		// further: nothing to commit.
-		if n == 0 || ps.committed > ps.recs[n-1].r.Offset {
+		if n == 0 { // nothing settled at the front: nothing to commit
 			continue
 		}
 		last := ps.recs[n-1].r
