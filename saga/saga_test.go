@@ -506,7 +506,11 @@ func TestSagaCompensationRacingAnInFlightAction(t *testing.T) {
 		f := newFixture(t, d, 5*time.Second)
 		f.c.Timeout = 3 * time.Second
 		ctx := context.Background()
-		f.p.Inject(fakeprovider.Fault{On: fakeprovider.Charges, Times: -1, Delay: 500 * time.Millisecond})
+		// Each charge stays in flight for 1.5 s (below the client's time-out):
+		// the pollers below must see it there, and with -race on a loaded
+		// machine one poll (two queries) has been seen to take longer than
+		// a shorter window.
+		f.p.Inject(fakeprovider.Fault{On: fakeprovider.Charges, Times: -1, Delay: 1500 * time.Millisecond})
 		const n = 4
 		for i := range n {
 			if _, _, err := f.start(ctx, f.s, fmt.Sprintf("o-race-%d", i), int64(100+i)); err != nil {
@@ -529,7 +533,7 @@ func TestSagaCompensationRacingAnInFlightAction(t *testing.T) {
 						break
 					}
 					if time.Now().After(deadline) {
-						t.Errorf("%s: charge never in flight", id)
+						t.Errorf("%s: charge never in flight (last seen: effect %+v, %v; barrier rows %d, %v)", id, e, err, rows, qerr)
 						return
 					}
 					time.Sleep(5 * time.Millisecond)
