@@ -283,21 +283,31 @@ func classify(err error) error {
 }
 
 func toNats(m idem.Message) *nats.Msg {
-	h := make(nats.Header, len(m.Headers)+3)
-	for k, v := range m.Headers {
-		h[k] = []string{v}
+	// nats.Header holds a []string per name; the values share one backing
+	// array (each header one element of it, capacity 1 so that an append
+	// by a caller copies instead of overwriting the next), which makes a
+	// message with ten headers two allocations instead of eleven.
+	vals := make([]string, 0, len(m.Headers)+4)
+	h := make(nats.Header, len(m.Headers)+4)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	h[HeaderMsgID] = []string{broker.DedupID(m)}
-	if h[HeaderMsgID][0] != m.ID {
+	for k, v := range m.Headers {
+		set(k, v)
+	}
+	dedup := broker.DedupID(m)
+	set(HeaderMsgID, dedup)
+	if dedup != m.ID {
 		// A deliberate republish: the stream dedups it under its own id,
 		// consumers get the original one.
-		h[HeaderIdemID] = []string{m.ID}
+		set(HeaderIdemID, m.ID)
 	}
 	if m.Key != "" {
-		h[HeaderKey] = []string{m.Key}
+		set(HeaderKey, m.Key)
 	}
 	if !m.Time.IsZero() {
-		h[HeaderTime] = []string{m.Time.UTC().Format(time.RFC3339Nano)}
+		set(HeaderTime, m.Time.UTC().Format(time.RFC3339Nano))
 	}
 	return &nats.Msg{Subject: m.Subject, Header: h, Data: m.Payload}
 }
