@@ -102,8 +102,22 @@ type RelayConfig struct {
 	// (the inbox still deduplicates it). 0: not declared, not checked.
 	DuplicateWindow time.Duration
 
+	// DeletePublished deletes an event's row once the broker acknowledged
+	// it, instead of marking it completed. The mark is the relay's most
+	// expensive write (on PostgreSQL a new row version and two index
+	// entries, about three WAL records per event; the delete writes one),
+	// and deleted rows leave nothing for Outbox.Prune to do.
+	//
+	// What is given up: a published event's (source, id) no longer
+	// deduplicates a later EnqueueTx with the same caller-chosen id, which
+	// is then queued and published again under that id (the broker's
+	// duplicate window and the consumers' inbox absorb it; events whose id
+	// idem generates cannot repeat it), and published events are no longer
+	// counted by Outbox.Stats or found by their id. Default false: mark.
+	DeletePublished bool
+
 	// OnPublished is called after events were acknowledged by the broker
-	// and marked published. Hooks run on the relay goroutine: keep them
+	// and marked published (or deleted: DeletePublished). Hooks run on the relay goroutine: keep them
 	// fast and do not retain the slice.
 	OnPublished func(ctx context.Context, events []Event)
 	// OnRetry is called when a publish attempt of ev failed and it will be
@@ -217,6 +231,8 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 		return nil, checks.Optionf("outbox: PublishTimeout %v must be shorter than ClaimTTL %v", cfg.PublishTimeout, cfg.ClaimTTL)
 	case cfg.MaxAttempts < 1:
 		return nil, checks.Optionf("outbox: MaxAttempts %d < 1", cfg.MaxAttempts)
+	case cfg.DeletePublished && d.Statements().Outbox.DeletePublished == "":
+		return nil, checks.Optionf("outbox: DeletePublished: the %s dialect has no statement for it (sqlset.Outbox.DeletePublished)", d.Dialect())
 	case cfg.MaxBackoff < cfg.BaseBackoff:
 		return nil, checks.Optionf("outbox: MaxBackoff %v < BaseBackoff %v", cfg.MaxBackoff, cfg.BaseBackoff)
 	}
@@ -574,7 +590,7 @@ func (r *Relay[TTx]) claimTx(ctx context.Context, done []Event) ([]Event, error)
 		stmts = append(stmts, store.Stmt{SQL: r.q.LockClaim, Args: []any{r.keys.relay, timeout}})
 	}
 	if len(done) > 0 {
-		stmts = append(stmts, store.Stmt{SQL: r.q.Complete, Args: []any{nowUS, seqsArg(seqsOf(done))}})
+		stmts = append(stmts, r.mark(nowUS, done))
 	}
 	claim := store.Stmt{SQL: r.q.Claim, Args: []any{r.cfg.Name, until, nowUS, r.cfg.BatchSize}, Rows: func(rows store.Rows) error {
 		evs = evs[:0]
@@ -611,6 +627,15 @@ func (r *Relay[TTx]) claimTx(ctx context.Context, done []Event) ([]Event, error)
 	}
 	sortBySeq(evs)
 	return evs, nil
+}
+
+// mark is the statement that records done as published at nowUS: the
+// mark (Complete), or with DeletePublished the delete.
+func (r *Relay[TTx]) mark(nowUS int64, done []Event) store.Stmt {
+	if r.cfg.DeletePublished {
+		return store.Stmt{SQL: r.q.DeletePublished, Args: []any{seqsArg(seqsOf(done))}}
+	}
+	return store.Stmt{SQL: r.q.Complete, Args: []any{nowUS, seqsArg(seqsOf(done))}}
 }
 
 // atomically runs stmts as one transaction. With a driver that pipelines,
@@ -661,7 +686,7 @@ func (r *Relay[TTx]) settle(ctx context.Context, done []Event, failed []failure,
 		stmts = append(stmts, store.Stmt{SQL: r.q.LockShared, Args: []any{r.keys.relay}})
 	}
 	if len(done) > 0 {
-		stmts = append(stmts, store.Stmt{SQL: r.q.Complete, Args: []any{store.Micros(now), seqsArg(seqsOf(done))}})
+		stmts = append(stmts, r.mark(store.Micros(now), done))
 	}
 	type outcome struct {
 		failure

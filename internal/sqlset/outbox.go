@@ -91,6 +91,10 @@ type Outbox struct {
 	// $2 seqs. It clears the claim whoever holds it: the broker acked the
 	// events.
 	Complete string
+	// DeletePublished deletes published events instead of marking them
+	// (RelayConfig.DeletePublished): $1 seqs (as Complete's $2). Like
+	// Complete it clears whoever's claim; only pending rows are deleted.
+	DeletePublished string
 	// Release gives claims back untouched: $1 holder, $2 seqs. Only the
 	// holder's claims are released.
 	Release string

@@ -101,6 +101,9 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 			SELECT ` + outboxClaimCols + ` FROM ` + o + ` WHERE seq IN ($0) ORDER BY seq`,
 		Complete: updateSeqs(2) + ` SET state = ` + completed + `, published_at = $1, claimed_by = '', claim_until = 0, last_error = ''
 			WHERE state = ` + pending,
+		// A multi-table DELETE joined by primary key, as updateSeqs.
+		DeletePublished: `DELETE o FROM ` + o + ` o JOIN JSON_TABLE($1, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j ON o.seq = j.v
+			WHERE o.state = ` + pending,
 		Release: updateSeqs(2) + ` SET claimed_by = '', claim_until = 0
 			WHERE claimed_by = $1 AND state = ` + pending,
 		Fail: `UPDATE ` + o + ` SET state = $3, attempts = attempts + 1, last_error = $4, next_attempt_at = $5, claimed_by = '', claim_until = 0

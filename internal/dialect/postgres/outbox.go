@@ -120,6 +120,10 @@ func outboxSQL(t func(string) string, _ store.Names) sqlset.Outbox {
 			RETURNING ` + outboxClaimCols,
 		Complete: `UPDATE ` + o + ` SET state = ` + completed + `, published_at = $1, claimed_by = '', claim_until = 0, key_claim_until = 0, last_error = ''
 			WHERE ` + inSeqs(2) + ` AND state = ` + pending,
+		// One WAL record per row (the heap's delete) where the mark writes
+		// a new row version and its entries in the dedup and completed
+		// indexes: about three.
+		DeletePublished: `DELETE FROM ` + o + ` WHERE ` + inSeqs(1) + ` AND state = ` + pending,
 		Release: `UPDATE ` + o + ` SET claimed_by = '', claim_until = 0, key_claim_until = 0
 			WHERE ` + inSeqs(2) + ` AND claimed_by = $1 AND state = ` + pending,
 		Fail: `UPDATE ` + o + ` SET state = $3, attempts = attempts + 1, last_error = $4, next_attempt_at = $5, claimed_by = '', claim_until = 0, key_claim_until = 0
