@@ -93,7 +93,8 @@ func (e *Env) mysqlNS(ctx context.Context) (store.Driver[*sql.Tx], error) {
 }
 
 // mysqlPairs are the pairs that run on MySQL, named *_mysql: the
-// store-level inbox pairs, the HTTP pairs and the outbox relay.
+// store-level inbox pairs, the HTTP pairs and the outbox relay (marking
+// and deleting).
 func mysqlPairs(e *Env) []Pair {
 	var ps []Pair
 	for _, w := range []int{1, 8} {
@@ -103,5 +104,5 @@ func mysqlPairs(e *Env) []Pair {
 		ps = append(ps, inboxBatchVsSingle(e, e.my, "mysql", bh, 1))
 	}
 	ps = append(ps, httpPairs(e, e.my, "mysql", httpClients)...)
-	return append(ps, outboxRelay(e, e.mysqlNS, "mysql"))
+	return append(ps, outboxRelay(e, e.mysqlNS, "mysql"), outboxRelayDeleteVsMark(e, e.mysqlNS, "mysql"))
 }

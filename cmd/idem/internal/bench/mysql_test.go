@@ -55,7 +55,8 @@ func TestMySQLPairs(t *testing.T) {
 		}
 	}
 	want := []string{"inbox_vs_plain_1w_mysql", "inbox_vs_plain_8w_mysql", "inbox_batch_vs_single_mysql",
-		"inbox_batch_handler_vs_single_mysql", "http_vs_plain_mysql", "http_replay_vs_execute_mysql", "outbox_relay_mysql"}
+		"inbox_batch_handler_vs_single_mysql", "http_vs_plain_mysql", "http_replay_vs_execute_mysql", "outbox_relay_mysql",
+		"outbox_relay_delete_vs_mark_mysql"}
 	if !slices.Equal(names, want) {
 		t.Errorf("MySQL pairs %v, want %v", names, want)
 	}

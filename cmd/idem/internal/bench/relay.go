@@ -51,9 +51,10 @@ type runningRelay[TTx any] struct {
 	done      chan error
 }
 
-func startRelay[TTx any](ctx context.Context, d store.Driver[TTx], pub broker.Publisher) (*runningRelay[TTx], error) {
+// startRelay starts a relay on d; opts adjust its configuration.
+func startRelay[TTx any](ctx context.Context, d store.Driver[TTx], pub broker.Publisher, opts ...func(*outbox.RelayConfig)) (*runningRelay[TTx], error) {
 	rr := &runningRelay[TTx]{done: make(chan error, 1)}
-	r, err := outbox.NewRelay(d, pub, outbox.RelayConfig{
+	cfg := outbox.RelayConfig{
 		OnPublished: func(_ context.Context, evs []outbox.Event) {
 			if rr.record.Load() {
 				now := time.Now()
@@ -69,7 +70,11 @@ func startRelay[TTx any](ctx context.Context, d store.Driver[TTx], pub broker.Pu
 			default:
 			}
 		},
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := outbox.NewRelay(d, pub, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +108,7 @@ func (rr *runningRelay[TTx]) waitPublished(ctx context.Context, n int64) error {
 
 // relayDrain commits n events for a fresh stream named after prefix
 // (untimed), then times a relay publishing all of them.
-func relayDrain[TTx any](ctx context.Context, e *Env, d store.Driver[TTx], ob *outbox.Outbox[TTx], prefix string, n int) (Sample, error) {
+func relayDrain[TTx any](ctx context.Context, e *Env, d store.Driver[TTx], ob *outbox.Outbox[TTx], prefix string, n int, opts ...func(*outbox.RelayConfig)) (Sample, error) {
 	topic, pub, err := e.streamPublisher(ctx, prefix)
 	if err != nil {
 		return Sample{}, err
@@ -112,7 +117,7 @@ func relayDrain[TTx any](ctx context.Context, e *Env, d store.Driver[TTx], ob *o
 		return Sample{}, err
 	}
 	start := time.Now()
-	rr, err := startRelay(ctx, d, pub)
+	rr, err := startRelay(ctx, d, pub, opts...)
 	if err != nil {
 		return Sample{}, err
 	}
@@ -121,6 +126,39 @@ func relayDrain[TTx any](ctx context.Context, e *Env, d store.Driver[TTx], ob *o
 		return Sample{}, err
 	}
 	return Sample{Ops: n, Elapsed: time.Since(start)}, nil
+}
+
+// outboxRelayDeleteVsMark: A drains N committed events to JetStream
+// through a relay that deletes each published row
+// (RelayConfig.DeletePublished), B the same through the default relay,
+// which marks it completed; both timed from the relay's start until the
+// last event is acked and recorded.
+func outboxRelayDeleteVsMark[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], error), storeName string) Pair {
+	var (
+		d          store.Driver[TTx]
+		ob         *outbox.Outbox[TTx]
+		estA, estB = 10000.0, 10000.0
+	)
+	p := Pair{Name: "outbox_relay_delete_vs_mark_" + storeName}
+	p.Setup = func(ctx context.Context) (err error) {
+		if d, err = ns(ctx); err != nil {
+			return err
+		}
+		ob, err = outbox.New(d, outbox.Config{Source: relaySource})
+		return err
+	}
+	drain := func(est *float64, label string, opts ...func(*outbox.RelayConfig)) Side {
+		return Side{Label: label, Run: func(ctx context.Context, budget time.Duration) (Sample, error) {
+			s, err := relayDrain(ctx, e, d, ob, "relay-"+label, max(1000, int(*est*budget.Seconds()*0.8)), opts...)
+			if err == nil {
+				*est = s.PerSecond()
+			}
+			return s, err
+		}}
+	}
+	p.A = drain(&estA, "delete", func(c *outbox.RelayConfig) { c.DeletePublished = true })
+	p.B = drain(&estB, "mark")
+	return p
 }
 
 // outboxRelay: A publishes N committed outbox events to JetStream through

@@ -36,7 +36,7 @@ func (e *Env) Pairs() []Pair {
 			}
 			return driverkit.Erase(d), nil // the pgx driver, its abilities forwarded
 		}
-		ps = append(ps, outboxRelay(e, ns, "postgres"), pipeline(e, ns, "postgres"))
+		ps = append(ps, outboxRelay(e, ns, "postgres"), outboxRelayDeleteVsMark(e, ns, "postgres"), pipeline(e, ns, "postgres"))
 		ps = append(ps, effectDrain(e, "postgres"))
 		ps = append(ps, inboxPartitionedVsPlain(e), outboxPartitionedVsPlain(e), outboxRelayPartitionedVsPlain(e))
 		if e.walLogical {
@@ -48,7 +48,7 @@ func (e *Env) Pairs() []Pair {
 	} else {
 		ps = append(ps, httpPairs(e, e.sqlite, "sqlite", httpClients)...)
 		ns := func(ctx context.Context) (store.Driver[*sql.Tx], error) { return e.sqliteNS(ctx) }
-		ps = append(ps, outboxRelay(e, ns, "sqlite"), pipeline(e, ns, "sqlite"))
+		ps = append(ps, outboxRelay(e, ns, "sqlite"), outboxRelayDeleteVsMark(e, ns, "sqlite"), pipeline(e, ns, "sqlite"))
 	}
 	if e.hasMySQL() {
 		ps = append(ps, mysqlPairs(e)...)
