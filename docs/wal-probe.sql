@@ -1,5 +1,5 @@
 -- WAL written per outbox event by the relay's statements, from
--- EXPLAIN (ANALYZE, WAL): enqueue, claim and mark of :n events, keyless
+-- EXPLAIN (ANALYZE, WAL): enqueue, claim and mark (or delete: rolled back) of :n events, keyless
 -- (:keys = 0) or spread over :keys ordering keys. Run on a database migrated
 -- by idem (schema idem), after a CHECKPOINT so that full-page images are
 -- counted apart ("fpi"):
@@ -33,6 +33,12 @@ WHERE ctid = ANY(ARRAY(
                   AND (b.state = 'failed' OR b.next_attempt_at > 1 OR b.key_claim_until > 1))
         ORDER BY o.seq LIMIT :n))
   AND state = 'pending' AND next_attempt_at <= 1 AND claim_until <= 1;
+\echo delete :n published events instead (RelayConfig.DeletePublished; rolled back)
+BEGIN;
+EXPLAIN (ANALYZE, WAL, COSTS OFF, TIMING OFF, SUMMARY OFF)
+DELETE FROM outbox
+WHERE seq = ANY(ARRAY(SELECT seq FROM outbox WHERE state = 'pending' ORDER BY seq LIMIT :n)) AND state = 'pending';
+ROLLBACK;
 \echo mark :n events published
 EXPLAIN (ANALYZE, WAL, COSTS OFF, TIMING OFF, SUMMARY OFF)
 UPDATE outbox SET state = 'completed', published_at = 1, claimed_by = '', claim_until = 0, key_claim_until = 0, last_error = ''
