@@ -68,6 +68,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -225,7 +226,10 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 // in the outbox (a retried enqueue with a caller-chosen id) is not written
 // again: with the same type, topic and payload it is accepted as a
 // duplicate (its Seq is 0 in the result); with different content Enqueue
-// returns an error wrapping [idem.ErrFingerprintMismatch]. Other errors
+// returns an error wrapping [idem.ErrFingerprintMismatch]. An event stays
+// in the outbox until Prune removes it after its publication, or, with
+// [RelayConfig.DeletePublished], until it is published: its id is new
+// again from then on. Other errors
 // leave tx in an unknown state: roll it back.
 //
 // On PostgreSQL EnqueueTx is one statement (one round trip): it takes the
@@ -317,14 +321,35 @@ func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, events ...Event) (_
 			out[i].Seq = seq
 			continue
 		}
-		// Not inserted: the (source, id) exists, committed (READ COMMITTED:
-		// ON CONFLICT DO NOTHING waited for the conflicting transaction)
-		// or written earlier in this transaction. Compare contents.
-		if err := o.compareExisting(ctx, q, out[i]); err != nil {
+		if err := o.resolveDuplicate(ctx, q, &out[i], now, seqs); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// resolveDuplicate settles an event the insert did not write: its (source,
+// id) exists, committed (READ COMMITTED: ON CONFLICT DO NOTHING waited for
+// the conflicting transaction) or written earlier in this transaction, so
+// the contents are compared. The row may be gone by the time it is read
+// again: a relay with RelayConfig.DeletePublished deleted it once
+// published (on PostgreSQL nothing locks a row ON CONFLICT DO NOTHING
+// skipped). The id is then free, as for an enqueue after the delete, and
+// the event is queued anew (e.Seq set); should that insert meet yet
+// another row, that row's contents are compared.
+func (o *Outbox[TTx]) resolveDuplicate(ctx context.Context, q store.Querier, e *Event, now time.Time, seqs map[ident]int64) error {
+	err := o.compareExisting(ctx, q, *e)
+	if !errors.Is(err, store.ErrNoRows) {
+		return err
+	}
+	if err := o.insertChunks(ctx, q, []Event{*e}, now, seqs); err != nil {
+		return err
+	}
+	if seq, ok := seqs[ident{e.Source, e.ID}]; ok {
+		e.Seq = seq
+		return nil
+	}
+	return o.compareExisting(ctx, q, *e)
 }
 
 type ident struct{ source, id string }
