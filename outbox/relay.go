@@ -108,17 +108,21 @@ type RelayConfig struct {
 	// entries, about three WAL records per event; the delete writes one),
 	// and deleted rows leave nothing for Outbox.Prune to do.
 	//
-	// What is given up: a published event's (source, id) no longer
-	// deduplicates a later EnqueueTx with the same caller-chosen id, which
-	// is then queued and published again under that id (the broker's
-	// duplicate window and the consumers' inbox absorb it; events whose id
-	// idem generates cannot repeat it), and published events are no longer
-	// counted by Outbox.Stats or found by their id. Default false: mark.
+	// What is given up, for events with a caller-chosen id (an id idem
+	// generates never repeats): once published, the (source, id) no longer
+	// deduplicates a later EnqueueTx. That enqueue is queued and published
+	// again under the same id, after the newer events of its key; the
+	// broker's duplicate window and the consumers' inbox absorb the repeat
+	// only within their horizons, and a different payload under that id is
+	// no longer refused with idem.ErrFingerprintMismatch. Published events
+	// also leave what reads the table: `idem stats` and the console count
+	// none, and a published event's state is "not found". Default false:
+	// mark.
 	DeletePublished bool
 
 	// OnPublished is called after events were acknowledged by the broker
-	// and marked published (or deleted: DeletePublished). Hooks run on the relay goroutine: keep them
-	// fast and do not retain the slice.
+	// and marked published (or deleted: DeletePublished). Hooks run on the
+	// relay goroutine: keep them fast and do not retain the slice.
 	OnPublished func(ctx context.Context, events []Event)
 	// OnRetry is called when a publish attempt of ev failed and it will be
 	// retried at next.
@@ -143,7 +147,8 @@ var ErrRelayRunning = errors.New("outbox: relay already running")
 //
 // Each round claims up to BatchSize due events in seq order that no earlier
 // unpublished event of the same key blocks, publishes them in one Publish
-// call, and marks them published after the broker ack. Rounds are
+// call, and marks them published (or deletes them: DeletePublished) after
+// the broker ack. Rounds are
 // pipelined: while a batch is published, one transaction marks the
 // previous (acked) batch published and claims the next batch (with a
 // driver that pipelines, pgxstore, that transaction is one round trip). If
@@ -745,7 +750,8 @@ func (r *Relay[TTx]) settle(ctx context.Context, done []Event, failed []failure,
 	return nil
 }
 
-// published reports events that were acked and marked published.
+// published reports events that were acked and marked published (or
+// deleted).
 func (r *Relay[TTx]) published(ctx context.Context, done []Event) {
 	if len(done) == 0 {
 		return

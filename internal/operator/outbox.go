@@ -35,7 +35,8 @@ func OutboxCounts(ctx context.Context, d DB) (map[string]int64, error) {
 // OutboxStateOf returns the stored state of the event eventID of source:
 // lease.Pending ("pending", claimed or not), lease.Completed ("completed":
 // published) or lease.Failed ("failed": parked). found is false when there
-// is no such event: never enqueued, or expired after its publication.
+// is no such event: never enqueued, expired after its publication, or
+// deleted on its publication (outbox.RelayConfig.DeletePublished).
 func OutboxStateOf(ctx context.Context, d DB, source, eventID string) (state string, found bool, err error) {
 	err = d.Pool().QueryRow(ctx, d.Statements().Outbox.State, source, eventID).Scan(&state)
 	if errors.Is(err, store.ErrNoRows) {

@@ -93,7 +93,8 @@ type Outbox struct {
 	Complete string
 	// DeletePublished deletes published events instead of marking them
 	// (RelayConfig.DeletePublished): $1 seqs (as Complete's $2). Like
-	// Complete it clears whoever's claim; only pending rows are deleted.
+	// Complete it deletes a row whoever holds its claim; only pending rows
+	// are deleted.
 	DeletePublished string
 	// Release gives claims back untouched: $1 holder, $2 seqs. Only the
 	// holder's claims are released.
