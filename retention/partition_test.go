@@ -362,6 +362,41 @@ func TestPartitionDropGivesUpOnLock(t *testing.T) {
 	}
 }
 
+// The conversion continues the outbox's seq where its sequence was, not
+// after the rows left: events deleted before it (pruned, or deleted on
+// publication) keep their seqs used.
+func TestPartitionedOutboxSeqAfterDeletedRows(t *testing.T) {
+	t.Parallel()
+	plain, part := partitionedStores(t)
+	ctx := context.Background()
+	enqueue := func(d store.Driver[any], id string) outbox.Event {
+		t.Helper()
+		o, err := outbox.New(d, outbox.Config{Source: "/test", Now: func() time.Time { return day }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []outbox.Event
+		if err := store.InTx(ctx, d, func(tx any) error {
+			out, err = o.EnqueueTx(ctx, tx, outbox.Event{ID: id, Type: "t", Topic: "orders", Payload: []byte(id)})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	var last outbox.Event
+	for _, id := range []string{"a", "b", "c"} {
+		last = enqueue(plain, id)
+	}
+	testdb.Exec(t, plain, `DELETE FROM `+plain.Table("outbox")+` WHERE event_id IN ('b', 'c')`)
+	if _, err := retention.Partition(ctx, part, retention.PartitionConfig{Ahead: 24 * time.Hour}, day); err != nil {
+		t.Fatal(err)
+	}
+	if next := enqueue(part, "d"); next.Seq <= last.Seq {
+		t.Fatalf("seq after the conversion %d, want past %d (the last one used, deleted before)", next.Seq, last.Seq)
+	}
+}
+
 // The outbox's partitioned layout (by created_at): the conversion keeps
 // every event, its dedup and its seq; events of one ordering key are
 // published in order across partitions; racing enqueues of one event

@@ -102,11 +102,15 @@ BEGIN
     EXECUTE format('ALTER TABLE %I.%I SET (fillfactor = 50)', `+lit+`, p_table || '_pdefault');
   END IF;
   EXECUTE format('INSERT INTO %I.%I OVERRIDING SYSTEM VALUE SELECT * FROM %I.%I', `+lit+`, p_table, `+lit+`, p_table || '_unpartitioned');
-  -- an identity column (the outbox's seq) continues after the copied rows
+  -- an identity column (the outbox's seq) continues where the old table's
+  -- sequence was, past the copied rows: rows deleted before the conversion
+  -- (pruned, or deleted on publication) leave their values used
   FOR col IN SELECT a.attname FROM pg_attribute a
               WHERE a.attrelid = format('%I.%I', `+lit+`, p_table)::regclass AND a.attidentity <> '' AND NOT a.attisdropped LOOP
-    EXECUTE format('SELECT setval(pg_get_serial_sequence(%L, %L), coalesce((SELECT max(%I) FROM %I.%I), 0) + 1, false)',
-      format('%I.%I', `+lit+`, p_table), col, col, `+lit+`, p_table);
+    EXECUTE format('SELECT setval(pg_get_serial_sequence(%L, %L), greatest(coalesce((SELECT max(%I) FROM %I.%I), 0) + 1,
+        (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM %s)), false)',
+      format('%I.%I', `+lit+`, p_table), col, col, `+lit+`, p_table,
+      pg_get_serial_sequence(format('%I.%I', `+lit+`, p_table || '_unpartitioned'), col));
   END LOOP;
   EXECUTE format('DROP TABLE %I.%I', `+lit+`, p_table || '_unpartitioned');
   FOR i IN 1 .. coalesce(array_length(defs, 1), 0) LOOP
