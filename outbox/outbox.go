@@ -229,8 +229,8 @@ func New[TTx any](d store.Driver[TTx], cfg Config) (*Outbox[TTx], error) {
 // returns an error wrapping [idem.ErrFingerprintMismatch]. An event stays
 // in the outbox until Prune removes it after its publication, or, with
 // [RelayConfig.DeletePublished], until it is published: its id is new
-// again from then on. Other errors
-// leave tx in an unknown state: roll it back.
+// again from then on. Other errors leave tx in an unknown state: roll it
+// back.
 //
 // On PostgreSQL EnqueueTx is one statement (one round trip): it takes the
 // ordering-key locks (see Config.DisableKeyLock) before inserting, inserts

@@ -637,10 +637,11 @@ func (r *Relay[TTx]) claimTx(ctx context.Context, done []Event) ([]Event, error)
 // mark is the statement that records done as published at nowUS: the
 // mark (Complete), or with DeletePublished the delete.
 func (r *Relay[TTx]) mark(nowUS int64, done []Event) store.Stmt {
+	seqs := seqsArg(seqsOf(done))
 	if r.cfg.DeletePublished {
-		return store.Stmt{SQL: r.q.DeletePublished, Args: []any{seqsArg(seqsOf(done))}}
+		return store.Stmt{SQL: r.q.DeletePublished, Args: []any{seqs}}
 	}
-	return store.Stmt{SQL: r.q.Complete, Args: []any{nowUS, seqsArg(seqsOf(done))}}
+	return store.Stmt{SQL: r.q.Complete, Args: []any{nowUS, seqs}}
 }
 
 // atomically runs stmts as one transaction. With a driver that pipelines,

@@ -49,13 +49,15 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 		ORDER BY o.seq
 		LIMIT $4
 		FOR UPDATE SKIP LOCKED`
-	// updateSeqs is an UPDATE of the rows whose seqs the JSON array text $n
-	// lists, joined by primary key: MariaDB (before 11.1) runs a
-	// single-table UPDATE … WHERE seq IN (subquery) as a scan of the whole
-	// table, one dependent subquery per row.
-	updateSeqs := func(n int) string {
-		return `UPDATE ` + o + ` o JOIN JSON_TABLE($` + strconv.Itoa(n) + `, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j ON o.seq = j.v`
+	// joinSeqs is the outbox (as o) joined by primary key with the seqs the
+	// JSON array text $n lists, for a multi-table UPDATE or DELETE: MariaDB
+	// (before 11.1) runs a single-table UPDATE or DELETE … WHERE seq IN
+	// (subquery) as a scan of the whole table, one dependent subquery per
+	// row.
+	joinSeqs := func(n int) string {
+		return o + ` o JOIN JSON_TABLE($` + strconv.Itoa(n) + `, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j ON o.seq = j.v`
 	}
+	updateSeqs := func(n int) string { return `UPDATE ` + joinSeqs(n) }
 	const retrySet = ` SET state = ` + pending + `, attempts = 0, next_attempt_at = 0, claimed_by = '', claim_until = 0
 		WHERE state = ` + failed
 	retry := `UPDATE ` + o + retrySet
@@ -101,9 +103,7 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 			SELECT ` + outboxClaimCols + ` FROM ` + o + ` WHERE seq IN ($0) ORDER BY seq`,
 		Complete: updateSeqs(2) + ` SET state = ` + completed + `, published_at = $1, claimed_by = '', claim_until = 0, last_error = ''
 			WHERE state = ` + pending,
-		// A multi-table DELETE joined by primary key, as updateSeqs.
-		DeletePublished: `DELETE o FROM ` + o + ` o JOIN JSON_TABLE($1, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j ON o.seq = j.v
-			WHERE o.state = ` + pending,
+		DeletePublished: `DELETE o FROM ` + joinSeqs(1) + ` WHERE o.state = ` + pending,
 		Release: updateSeqs(2) + ` SET claimed_by = '', claim_until = 0
 			WHERE claimed_by = $1 AND state = ` + pending,
 		Fail: `UPDATE ` + o + ` SET state = $3, attempts = attempts + 1, last_error = $4, next_attempt_at = $5, claimed_by = '', claim_until = 0

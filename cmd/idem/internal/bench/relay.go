@@ -267,6 +267,7 @@ func outboxRelay[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], e
 		for i := range ids {
 			ids[i] = uuid.Must(uuid.NewV7()).String()
 		}
+		at := time.Now() // the events' time, read from their rows by the relay
 		start := time.Now()
 		for i := 0; i < n; i += 256 {
 			msgs := make([]idem.Message, 0, 256)
@@ -277,7 +278,7 @@ func outboxRelay[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], e
 				// server more CPU than bare ones; that is the broker's
 				// work, not the database's).
 				msgs = append(msgs, outbox.Event{ID: id, Source: relaySource,
-					Type: "bench.order.created", Topic: topic, Payload: payload, Time: time.Now()}.Message())
+					Type: "bench.order.created", Topic: topic, Payload: payload, Time: at}.Message())
 			}
 			if err := pub.Publish(ctx, msgs...); err != nil {
 				return Sample{}, err
