@@ -71,7 +71,9 @@ type RelayConfig struct {
 	// DisableListen turns off PostgreSQL LISTEN/NOTIFY wake-ups (the relay
 	// then only polls). LISTEN needs a driver that declares
 	// SupportsListener (pgxstore); with the database/sql driver the relay
-	// always polls.
+	// always polls. With LISTEN the relay holds one pool connection while
+	// it runs and does all its work on it (see Relay); without, each round
+	// borrows one.
 	DisableListen bool
 	// LeaseName names the SQLite single-writer lease row; relays sharing a
 	// name take turns. Defaults to "relay"; at most idem.MaxKeyLen bytes.
@@ -163,6 +165,16 @@ var ErrRelayRunning = errors.New("outbox: relay already running")
 // already failed while the broker accepted others keeps counting attempts
 // (it is the suspect), so a poison event is parked even when it is alone.
 //
+// On PostgreSQL through pgxstore, Run holds one connection of the pool for
+// as long as it runs: it listens on it, sleeps on it and runs its claims
+// and settles on it, so a round never waits for the pool to lend or open
+// a connection (a pool at its limit, or one whose idle connections a burst
+// of requests took, delayed the rounds of a relay that borrowed one per
+// round by as long as opening a connection takes). If the server ends that
+// connection, Run opens another before its next round. With DisableListen,
+// or a driver whose listener cannot run statements, rounds borrow a pool
+// connection each.
+//
 // Claims are leases of internal/lease's vocabulary on pending rows
 // (claimed_by, claim_until): a claim whose lease ran out is taken over by
 // the next claim (the Retake policy: the event is published again with the
@@ -178,6 +190,16 @@ type Relay[TTx any] struct {
 	tr     trace.Tracer
 	bo     idem.Backoff
 	listen bool // LISTEN/NOTIFY wake-ups (the driver has a listener)
+
+	// conn is Run's own connection when the driver's listener also runs
+	// statements (store.QueryListener, pgxstore): Run listens on it,
+	// sleeps on it and runs its claims and settles on it, so a round
+	// never waits for the pool to lend (or open) a connection, and the
+	// relay holds one connection instead of two. nil while Run polls
+	// until it reconnects (connAt: the next attempt). Only Run's goroutine
+	// touches them.
+	conn   store.QueryListener
+	connAt time.Time
 
 	wake    chan struct{}
 	running atomic.Bool
@@ -289,19 +311,23 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 	defer r.running.Store(false)
 	var wg sync.WaitGroup
 	lctx, stopListen := context.WithCancel(ctx)
+	own := false // Run listens on r.conn (see Relay.conn)
 	if r.listen {
-		wg.Go(func() { r.listenLoop(lctx) })
+		if own = r.connect(ctx); !own {
+			wg.Go(func() { r.listenLoop(lctx) })
+		}
 	}
 	defer func() {
 		stopListen()
 		wg.Wait()
+		r.closeConn(ctx)
 		if r.q.ReleaseLease != "" {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_, _ = r.d.Pool().Exec(cctx, r.q.ReleaseLease, r.cfg.LeaseName, r.cfg.Name)
 			cancel()
 		}
 	}()
-	r.log.InfoContext(ctx, "relay started", "listen", r.listen)
+	r.log.InfoContext(ctx, "relay started", "listen", r.listen, "own_connection", own)
 	streak := 0
 	recheck := time.Duration(0) // next empty-round delay below PollInterval; 0 = none
 	var p pipe
@@ -310,6 +336,9 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 			r.flush(ctx, &p)
 			r.log.InfoContext(ctx, "relay stopped")
 			return nil
+		}
+		if own && r.conn == nil && !time.Now().Before(r.connAt) {
+			r.reconnect(ctx)
 		}
 		n, err := r.round(ctx, &p)
 		switch {
@@ -328,6 +357,11 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		case n > 0:
 			streak = 0
 			recheck = r.cfg.Recheck
+			if r.conn != nil {
+				// The next round's claim sees what these notifications
+				// announced; drop them so none piles up while busy.
+				r.conn.Drain()
+			}
 		default:
 			streak = 0
 			d := r.cfg.PollInterval
@@ -336,7 +370,13 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 			} else {
 				recheck = 0
 			}
-			if sleep(ctx, d, r.wake) {
+			woke := false
+			if r.conn != nil {
+				woke = r.waitConn(ctx, d)
+			} else {
+				woke = sleep(ctx, d, r.wake)
+			}
+			if woke {
 				recheck = r.cfg.Recheck
 			}
 		}
@@ -651,7 +691,18 @@ func (r *Relay[TTx]) mark(nowUS int64, done []Event) store.Stmt {
 // in a transaction of their own.
 func (r *Relay[TTx]) atomically(ctx context.Context, stmts []store.Stmt) error {
 	if r.d.SupportsPipeline() {
-		return r.d.SendBatch(ctx, r.d.Pool(), stmts)
+		if r.conn == nil {
+			return r.d.SendBatch(ctx, r.d.Pool(), stmts)
+		}
+		err := r.d.SendBatch(ctx, r.conn.Querier(), stmts)
+		if err != nil {
+			// The connection's state after a failed batch is not known
+			// (it may be broken): open a new one before the next round.
+			r.log.DebugContext(ctx, "batch failed on the relay's connection, reconnecting", "error", err)
+			r.closeConn(ctx)
+			r.connAt = time.Time{}
+		}
+		return err
 	}
 	return store.InTx(ctx, r.d, func(tx TTx) error { return r.d.SendBatch(ctx, r.d.Tx(tx), stmts) })
 }
@@ -778,6 +829,98 @@ func seqsOf(evs []Event) []int64 {
 		s[i] = e.Seq
 	}
 	return s
+}
+
+// connect opens Run's own connection (see Relay.conn) and reports whether
+// Run listens on it. It reports false, and closes what it opened, when
+// the driver's listener cannot run statements or LISTEN failed: a
+// goroutine then listens (listenLoop) and rounds borrow pool connections.
+func (r *Relay[TTx]) connect(ctx context.Context) bool {
+	l, err := r.d.Listen(ctx, r.keys.channel)
+	if err != nil {
+		return false // listenLoop retries and logs
+	}
+	ql, ok := l.(store.QueryListener)
+	if !ok || !r.d.SupportsPipeline() {
+		r.closeListener(ctx, l)
+		return false
+	}
+	r.conn = ql
+	return true
+}
+
+// reconnect opens Run's own connection again after it was closed; on
+// failure the relay polls and tries again after PollInterval. The round
+// that follows runs at once, covering notifications missed meanwhile.
+func (r *Relay[TTx]) reconnect(ctx context.Context) {
+	l, err := r.d.Listen(ctx, r.keys.channel)
+	if err == nil {
+		if ql, ok := l.(store.QueryListener); ok {
+			r.conn = ql
+			return
+		}
+		r.closeListener(ctx, l)
+		err = errors.New("the listener cannot run statements")
+	}
+	if ctx.Err() == nil {
+		r.log.WarnContext(ctx, "could not open the relay's connection, polling until it is back", "error", err)
+	}
+	r.connAt = time.Now().Add(r.cfg.PollInterval)
+}
+
+// closeConn closes Run's own connection, if open.
+func (r *Relay[TTx]) closeConn(ctx context.Context) {
+	if r.conn != nil {
+		r.closeListener(ctx, r.conn)
+		r.conn = nil
+	}
+}
+
+func (r *Relay[TTx]) closeListener(ctx context.Context, l store.Listener) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = l.Close(cctx)
+}
+
+// waitConn sleeps up to d on Run's own connection; a notification (one
+// that arrived during the last round included), Notify or the end of ctx
+// ends it early. It reports a wake-up. A wait that fails closes the
+// connection; the relay opens a new one before its next round.
+func (r *Relay[TTx]) waitConn(ctx context.Context, d time.Duration) bool {
+	if r.conn.Drain() {
+		return true // committed while the last round ran: look again now
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var woke atomic.Bool // Notify: the goroutine took r.wake
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-r.wake:
+			woke.Store(true)
+			cancel()
+		case <-stop:
+		}
+	}()
+	_, err := r.conn.Wait(wctx)
+	close(stop)
+	<-stopped
+	switch {
+	case err == nil:
+		r.conn.Drain() // one look covers every notification so far
+		return true
+	case woke.Load():
+		return true
+	case wctx.Err() != nil:
+		return false // slept d, or ctx ended
+	}
+	if ctx.Err() == nil {
+		r.log.WarnContext(ctx, "the relay's connection was lost, reconnecting", "error", err)
+	}
+	r.closeConn(ctx)
+	r.connAt = time.Time{} // reconnect before the next round
+	return false
 }
 
 // listenLoop holds a dedicated connection in LISTEN (store.Driver.Listen)

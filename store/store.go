@@ -323,6 +323,21 @@ type Listener interface {
 	Close(ctx context.Context) error
 }
 
+// QueryListener is a Listener whose connection also runs statements
+// between waits (pgxstore's listener is one): its owner can claim and
+// listen on one connection, never waiting for the pool. Statements and
+// Wait must not run at the same time. A notification that arrives while
+// statements run is kept and returned by the next Wait.
+type QueryListener interface {
+	Listener
+	// Querier runs statements on the listening connection; pass it to
+	// Driver.SendBatch (one round trip when the driver pipelines).
+	Querier() Querier
+	// Drain discards the notifications kept so far, without waiting, and
+	// reports whether there were any.
+	Drain() bool
+}
+
 // ErrNotSupported is returned by an optional ability a driver does not
 // have; ask first with the matching Supports method.
 var ErrNotSupported = errors.New("store: not supported by this driver")

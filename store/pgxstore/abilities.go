@@ -74,17 +74,45 @@ func (d *driver) Listen(ctx context.Context, channel string) (store.Listener, er
 	return &listener{c: c, channel: channel}, nil
 }
 
+// listener is a store.QueryListener: the connection also runs
+// statements between waits, and pgx keeps the notifications that arrive
+// meanwhile for the next wait.
 type listener struct {
 	c       *pgxpool.Conn
 	channel string
 }
 
+var _ store.QueryListener = (*listener)(nil)
+
 func (l *listener) Wait(ctx context.Context) (string, error) {
 	n, err := l.c.Conn().WaitForNotification(ctx)
-	if err != nil {
+	switch {
+	case err != nil:
 		return "", err
+	case n == nil:
+		// The pool's ConnConfig has an OnNotification hook of its own,
+		// which took the notification: pgx keeps none to return.
+		return "", nil
 	}
 	return n.Payload, nil
+}
+
+// Querier runs statements on the listening connection.
+func (l *listener) Querier() store.Querier { return querier{l.c} }
+
+// Drain takes the notifications pgx kept while statements ran: a wait on
+// a context that is already done returns a kept notification at once and
+// otherwise fails before touching the connection.
+func (l *listener) Drain() bool {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	got := false
+	for {
+		if _, err := l.c.Conn().WaitForNotification(done); err != nil {
+			return got
+		}
+		got = true
+	}
 }
 
 func (l *listener) Close(ctx context.Context) error {

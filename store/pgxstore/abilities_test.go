@@ -220,3 +220,87 @@ func TestListen(t *testing.T) {
 		t.Fatalf("a pooled connection listens on %d channels", n)
 	}
 }
+
+// The listener is a store.QueryListener: statements run on the listening
+// connection, a notification that arrives meanwhile is kept for the next
+// Wait (or taken by Drain), and a Wait that ended with its context leaves
+// the connection usable.
+func TestListenerRunsStatements(t *testing.T) {
+	d := testdb.Pgx(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const ch = "idem_test_query_listener"
+	l, err := d.Listen(ctx, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(ctx)
+	ql, ok := l.(store.QueryListener)
+	if !ok {
+		t.Fatalf("%T is not a store.QueryListener", l)
+	}
+	notify := func(payload string) {
+		t.Helper()
+		if _, err := d.Pool().Exec(ctx, `SELECT pg_notify($1, $2)`, ch, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A statement on the listening connection sees its own session: the
+	// channel it listens on.
+	var listening string
+	err = d.SendBatch(ctx, ql.Querier(), []store.Stmt{{SQL: `SELECT pg_listening_channels()`, Rows: func(rows store.Rows) error {
+		for rows.Next() {
+			if err := rows.Scan(&listening); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}}})
+	if err != nil || listening != ch {
+		t.Fatalf("pg_listening_channels() on the listener's connection = %q, %v; want %q", listening, err, ch)
+	}
+	// A notification delivered while the connection runs a statement is
+	// kept: the statement sleeps until the notification was sent and
+	// committed by another connection.
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		time.Sleep(50 * time.Millisecond)
+		notify("during")
+	}()
+	if _, err := ql.Querier().Exec(ctx, `SELECT pg_sleep(0.3)`); err != nil {
+		t.Fatal(err)
+	}
+	<-sent
+	payload, err := l.Wait(ctx)
+	if err != nil || payload != "during" {
+		t.Fatalf("Wait after the statement = %q, %v; want the kept notification", payload, err)
+	}
+	// Drain takes kept notifications without waiting, and reports them.
+	if ql.Drain() {
+		t.Fatal("Drain reported a notification when none was kept")
+	}
+	notify("a")
+	notify("b")
+	if _, err := ql.Querier().Exec(ctx, `SELECT pg_sleep(0.1)`); err != nil { // receives both
+		t.Fatal(err)
+	}
+	if !ql.Drain() {
+		t.Fatal("Drain reported nothing after two notifications arrived during a statement")
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = l.Wait(wctx)
+	wcancel()
+	if err == nil {
+		t.Fatal("Wait returned a notification Drain should have taken")
+	}
+	// The connection still runs statements and still listens after a
+	// Wait that ended with its context.
+	if _, err := ql.Querier().Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatalf("a statement after a timed-out Wait: %v", err)
+	}
+	notify("after")
+	if payload, err := l.Wait(ctx); err != nil || payload != "after" {
+		t.Fatalf("Wait after a timed-out Wait = %q, %v", payload, err)
+	}
+}

@@ -1,0 +1,96 @@
+package outbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/store/pgxstore"
+)
+
+// onePool returns a pgx driver on d's database and schema whose pool has a
+// single connection, named app in pg_stat_activity.
+func onePool(t *testing.T, d *pgxstore.Driver, app string) *pgxstore.Driver {
+	t.Helper()
+	cfg := d.PgxPool().Config()
+	cfg.MaxConns, cfg.MinConns = 1, 0
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	one, err := pgxstore.New(pool, pgxstore.Config{Names: d.Names()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return one
+}
+
+// The relay listens, claims and marks on one connection of its own: on a
+// pool of a single connection, which its LISTEN holds, it publishes events
+// enqueued through another pool, woken by their notifications (it polls
+// once an hour). A relay that borrowed a pool connection for each round
+// waited for that pool forever.
+func TestRelayOnOneConnection(t *testing.T) {
+	d := testdb.Pgx(t)
+	one := onePool(t, d, "idem-test-relay-one")
+	o, _ := New(d, Config{NotifyInterval: -1}) // every enqueue notifies
+	pub := &fakePub{}
+	cfg := fastRelay("one")
+	cfg.PollInterval = time.Hour
+	r, err := NewRelay(one, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueTx(t, d, o, ev("warm", 0))
+	startRelay(t, r) // its first round runs once it listens
+	waitFor(t, "warm-up published", func() bool { return countState(t, d, lease.Completed) == 1 })
+	for i := range 5 {
+		enqueueTx(t, d, o, ev("k", i))
+		waitFor(t, "an event published on its notification", func() bool { return countState(t, d, lease.Completed) == 2+i })
+	}
+	checkKeyOrder(t, pub.snapshot())
+	mustEqual(t, "connections of the relay's pool", int(one.PgxPool().Stat().TotalConns()), 1)
+}
+
+// When the server ends the relay's connection, the relay opens a new one
+// at once and goes on listening on it: an event enqueued afterwards is
+// published on its notification although the relay polls once an hour.
+func TestRelayReconnectsItsConnection(t *testing.T) {
+	d := testdb.Pgx(t)
+	const app = "idem-test-relay-reconnect"
+	one := onePool(t, d, app)
+	o, _ := New(d, Config{NotifyInterval: -1})
+	pub := &fakePub{}
+	cfg := fastRelay("reconnect")
+	cfg.PollInterval = time.Hour
+	r, err := NewRelay(one, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueTx(t, d, o, ev("warm", 0))
+	startRelay(t, r)
+	waitFor(t, "warm-up published", func() bool { return countState(t, d, lease.Completed) == 1 })
+	backend := func() int {
+		return testdb.Count(t, d, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE application_name = $1`, app)
+	}
+	old := backend()
+	if old == 0 {
+		t.Fatal("no backend of the relay's pool")
+	}
+	testdb.Exec(t, d, `SELECT pg_terminate_backend($1)`, old)
+	waitFor(t, "a new connection of the relay", func() bool { b := backend(); return b != 0 && b != old })
+	for i := range 3 {
+		enqueueTx(t, d, o, ev("k", i))
+		waitFor(t, "an event published after the reconnect", func() bool { return countState(t, d, lease.Completed) == 2+i })
+	}
+	checkKeyOrder(t, pub.snapshot())
+}
