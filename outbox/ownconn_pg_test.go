@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgxstore"
 )
 
@@ -37,15 +40,15 @@ func onePool(t *testing.T, d *pgxstore.Driver, app string) *pgxstore.Driver {
 // The relay listens, claims and marks on one connection of its own: on a
 // pool of a single connection, which its LISTEN holds, it publishes events
 // enqueued through another pool, woken by their notifications (it polls
-// once an hour). A relay that borrowed a pool connection for each round
-// waited for that pool forever.
+// and re-checks once an hour). A relay that borrowed a pool connection for
+// each round waited for that pool forever.
 func TestRelayOnOneConnection(t *testing.T) {
 	d := testdb.Pgx(t)
 	one := onePool(t, d, "idem-test-relay-one")
 	o, _ := New(d, Config{NotifyInterval: -1}) // every enqueue notifies
 	pub := &fakePub{}
 	cfg := fastRelay("one")
-	cfg.PollInterval = time.Hour
+	cfg.PollInterval, cfg.Recheck = time.Hour, time.Hour // only NOTIFY wakes it
 	r, err := NewRelay(one, pub, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -58,12 +61,12 @@ func TestRelayOnOneConnection(t *testing.T) {
 		waitFor(t, "an event published on its notification", func() bool { return countState(t, d, lease.Completed) == 2+i })
 	}
 	checkKeyOrder(t, pub.snapshot())
-	mustEqual(t, "connections of the relay's pool", int(one.PgxPool().Stat().TotalConns()), 1)
 }
 
 // When the server ends the relay's connection, the relay opens a new one
-// at once and goes on listening on it: an event enqueued afterwards is
-// published on its notification although the relay polls once an hour.
+// at once and goes on listening (and claiming: its pool has one
+// connection) on it: an event enqueued afterwards is published on its
+// notification although the relay polls and re-checks once an hour.
 func TestRelayReconnectsItsConnection(t *testing.T) {
 	d := testdb.Pgx(t)
 	const app = "idem-test-relay-reconnect"
@@ -71,7 +74,7 @@ func TestRelayReconnectsItsConnection(t *testing.T) {
 	o, _ := New(d, Config{NotifyInterval: -1})
 	pub := &fakePub{}
 	cfg := fastRelay("reconnect")
-	cfg.PollInterval = time.Hour
+	cfg.PollInterval, cfg.Recheck = time.Hour, time.Hour // only NOTIFY wakes it
 	r, err := NewRelay(one, pub, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -92,5 +95,44 @@ func TestRelayReconnectsItsConnection(t *testing.T) {
 		enqueueTx(t, d, o, ev("k", i))
 		waitFor(t, "an event published after the reconnect", func() bool { return countState(t, d, lease.Completed) == 2+i })
 	}
+	checkKeyOrder(t, pub.snapshot())
+}
+
+// failFirstListen is a pgx driver whose first Listen fails.
+type failFirstListen struct {
+	*pgxstore.Driver
+	calls atomic.Int32
+}
+
+func (f *failFirstListen) Listen(ctx context.Context, channel string) (store.Listener, error) {
+	if f.calls.Add(1) == 1 {
+		return nil, errors.New("injected: LISTEN failed")
+	}
+	return f.Driver.Listen(ctx, channel)
+}
+
+// A relay whose first LISTEN fails polls through the pool and opens its
+// own connection later, rather than settling for a listening goroutine
+// that holds a connection while rounds borrow another: on a pool of a
+// single connection, that would wait forever.
+func TestRelayOpensItsConnectionAfterAFailedListen(t *testing.T) {
+	d := testdb.Pgx(t)
+	one := &failFirstListen{Driver: onePool(t, d, "idem-test-relay-relisten")}
+	o, _ := New(d, Config{NotifyInterval: -1})
+	pub := &fakePub{}
+	cfg := fastRelay("relisten")
+	cfg.PollInterval = 50 * time.Millisecond // the next LISTEN attempt
+	r, err := NewRelay(one, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRelay(t, r)
+	for i := range 5 {
+		enqueueTx(t, d, o, ev("k", i))
+		waitFor(t, "an event published", func() bool { return countState(t, d, lease.Completed) == 1+i })
+	}
+	waitFor(t, "LISTEN tried again", func() bool { return one.calls.Load() >= 2 })
+	enqueueTx(t, d, o, ev("k", 5))
+	waitFor(t, "an event published after the relay listens", func() bool { return countState(t, d, lease.Completed) == 6 })
 	checkKeyOrder(t, pub.snapshot())
 }

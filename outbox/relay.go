@@ -71,9 +71,9 @@ type RelayConfig struct {
 	// DisableListen turns off PostgreSQL LISTEN/NOTIFY wake-ups (the relay
 	// then only polls). LISTEN needs a driver that declares
 	// SupportsListener (pgxstore); with the database/sql driver the relay
-	// always polls. With LISTEN the relay holds one pool connection while
-	// it runs and does all its work on it (see Relay); without, each round
-	// borrows one.
+	// always polls. With LISTEN on pgxstore the relay holds one pool
+	// connection while it runs and does all its work on it (see Relay);
+	// without, each round borrows one.
 	DisableListen bool
 	// LeaseName names the SQLite single-writer lease row; relays sharing a
 	// name take turns. Defaults to "relay"; at most idem.MaxKeyLen bytes.
@@ -165,15 +165,17 @@ var ErrRelayRunning = errors.New("outbox: relay already running")
 // already failed while the broker accepted others keeps counting attempts
 // (it is the suspect), so a poison event is parked even when it is alone.
 //
-// On PostgreSQL through pgxstore, Run holds one connection of the pool for
-// as long as it runs: it listens on it, sleeps on it and runs its claims
-// and settles on it, so a round never waits for the pool to lend or open
-// a connection (a pool at its limit, or one whose idle connections a burst
+// On PostgreSQL through pgxstore, Run holds one connection of the pool
+// while it runs: it listens on it, sleeps on it and runs its claims and
+// settles on it, so a round never waits for the pool to lend or open a
+// connection (a pool at its limit, or one whose idle connections a burst
 // of requests took, delayed the rounds of a relay that borrowed one per
-// round by as long as opening a connection takes). If the server ends that
-// connection, Run opens another before its next round. With DisableListen,
-// or a driver whose listener cannot run statements, rounds borrow a pool
-// connection each.
+// round by as long as opening a connection takes). If that connection
+// breaks, Run opens another before its next round; while LISTEN fails it
+// polls through the pool and tries again every PollInterval. Rounds borrow
+// a pool connection each with DisableListen, with pgx's simple protocol
+// (no pipelining), or when the pool's settings keep its listener from
+// running statements (store.QueryListener; pgxstore's Listen says when).
 //
 // Claims are leases of internal/lease's vocabulary on pending rows
 // (claimed_by, claim_until): a claim whose lease ran out is taken over by
@@ -196,8 +198,8 @@ type Relay[TTx any] struct {
 	// sleeps on it and runs its claims and settles on it, so a round
 	// never waits for the pool to lend (or open) a connection, and the
 	// relay holds one connection instead of two. nil while Run polls
-	// until it reconnects (connAt: the next attempt). Only Run's goroutine
-	// touches them.
+	// through the pool until it reconnects (connAt: the next attempt).
+	// Only Run's goroutine touches them.
 	conn   store.QueryListener
 	connAt time.Time
 
@@ -311,11 +313,18 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 	defer r.running.Store(false)
 	var wg sync.WaitGroup
 	lctx, stopListen := context.WithCancel(ctx)
-	own := false // Run listens on r.conn (see Relay.conn)
-	if r.listen {
-		if own = r.connect(ctx); !own {
+	// Run works on a connection of its own (see Relay.conn) when the
+	// driver pipelines and listens; it falls back to a listening goroutine
+	// if the listener turns out not to run statements.
+	own := r.listen && r.d.SupportsPipeline()
+	if own {
+		r.connAt = time.Time{}
+		if !r.reconnect(ctx) {
+			own = false
 			wg.Go(func() { r.listenLoop(lctx) })
 		}
+	} else if r.listen {
+		wg.Go(func() { r.listenLoop(lctx) })
 	}
 	defer func() {
 		stopListen()
@@ -337,8 +346,15 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 			r.log.InfoContext(ctx, "relay stopped")
 			return nil
 		}
-		if own && r.conn == nil && !time.Now().Before(r.connAt) {
-			r.reconnect(ctx)
+		if own && r.conn == nil && !time.Now().Before(r.connAt) && !r.reconnect(ctx) {
+			own = false
+			wg.Go(func() { r.listenLoop(lctx) })
+		}
+		if r.conn != nil {
+			// This round's claim sees what the notifications kept so far
+			// announced: drop them, so none piles up while rounds run
+			// back to back (or fail, as while the broker is down).
+			r.conn.Drain()
 		}
 		n, err := r.round(ctx, &p)
 		switch {
@@ -357,11 +373,6 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		case n > 0:
 			streak = 0
 			recheck = r.cfg.Recheck
-			if r.conn != nil {
-				// The next round's claim sees what these notifications
-				// announced; drop them so none piles up while busy.
-				r.conn.Drain()
-			}
 		default:
 			streak = 0
 			d := r.cfg.PollInterval
@@ -685,20 +696,20 @@ func (r *Relay[TTx]) mark(nowUS int64, done []Event) store.Stmt {
 }
 
 // atomically runs stmts as one transaction. With a driver that pipelines,
-// they are one batch on the pool: one round trip, and one implicit
-// transaction that commits when the last statement succeeded and rolls
-// back on any error (store.Driver.SendBatch); otherwise they run one by one
-// in a transaction of their own.
+// they are one batch (on Run's own connection, else on the pool): one
+// round trip, and one implicit transaction that commits when the last
+// statement succeeded and rolls back on any error (store.Driver.SendBatch);
+// otherwise they run one by one in a transaction of their own.
 func (r *Relay[TTx]) atomically(ctx context.Context, stmts []store.Stmt) error {
 	if r.d.SupportsPipeline() {
 		if r.conn == nil {
 			return r.d.SendBatch(ctx, r.d.Pool(), stmts)
 		}
 		err := r.d.SendBatch(ctx, r.conn.Querier(), stmts)
-		if err != nil {
-			// The connection's state after a failed batch is not known
-			// (it may be broken): open a new one before the next round.
-			r.log.DebugContext(ctx, "batch failed on the relay's connection, reconnecting", "error", err)
+		if err != nil && r.conn.Broken() {
+			// Lost, or left mid-protocol: open a new one before the next
+			// round. (A statement's error leaves it usable.)
+			r.log.WarnContext(ctx, "the relay's connection broke, reconnecting", "error", err)
 			r.closeConn(ctx)
 			r.connAt = time.Time{}
 		}
@@ -831,41 +842,28 @@ func seqsOf(evs []Event) []int64 {
 	return s
 }
 
-// connect opens Run's own connection (see Relay.conn) and reports whether
-// Run listens on it. It reports false, and closes what it opened, when
-// the driver's listener cannot run statements or LISTEN failed: a
-// goroutine then listens (listenLoop) and rounds borrow pool connections.
-func (r *Relay[TTx]) connect(ctx context.Context) bool {
+// reconnect opens Run's own connection (see Relay.conn). It reports false
+// when the driver's listener cannot run statements (store.QueryListener):
+// Run then listens in a goroutine and rounds borrow pool connections. When
+// LISTEN fails, the relay polls through the pool and tries again after
+// PollInterval. The round that follows runs at once, covering
+// notifications sent while the relay did not listen.
+func (r *Relay[TTx]) reconnect(ctx context.Context) bool {
 	l, err := r.d.Listen(ctx, r.keys.channel)
 	if err != nil {
-		return false // listenLoop retries and logs
+		if ctx.Err() == nil {
+			r.log.WarnContext(ctx, "could not open the relay's connection, polling until it is back", "error", err)
+		}
+		r.connAt = time.Now().Add(r.cfg.PollInterval)
+		return true
 	}
 	ql, ok := l.(store.QueryListener)
-	if !ok || !r.d.SupportsPipeline() {
+	if !ok {
 		r.closeListener(ctx, l)
 		return false
 	}
 	r.conn = ql
 	return true
-}
-
-// reconnect opens Run's own connection again after it was closed; on
-// failure the relay polls and tries again after PollInterval. The round
-// that follows runs at once, covering notifications missed meanwhile.
-func (r *Relay[TTx]) reconnect(ctx context.Context) {
-	l, err := r.d.Listen(ctx, r.keys.channel)
-	if err == nil {
-		if ql, ok := l.(store.QueryListener); ok {
-			r.conn = ql
-			return
-		}
-		r.closeListener(ctx, l)
-		err = errors.New("the listener cannot run statements")
-	}
-	if ctx.Err() == nil {
-		r.log.WarnContext(ctx, "could not open the relay's connection, polling until it is back", "error", err)
-	}
-	r.connAt = time.Now().Add(r.cfg.PollInterval)
 }
 
 // closeConn closes Run's own connection, if open.

@@ -324,10 +324,12 @@ type Listener interface {
 }
 
 // QueryListener is a Listener whose connection also runs statements
-// between waits (pgxstore's listener is one): its owner can claim and
-// listen on one connection, never waiting for the pool. Statements and
-// Wait must not run at the same time. A notification that arrives while
-// statements run is kept and returned by the next Wait.
+// between waits (pgxstore's listener is one, when the pool's connection
+// settings allow it): its owner can claim and listen on one connection,
+// never waiting for the pool. Statements and Wait must not run at the
+// same time. A notification that arrives while statements run is kept and
+// returned by the next Wait; a Wait that ends with its context ends at
+// once and leaves the connection usable.
 type QueryListener interface {
 	Listener
 	// Querier runs statements on the listening connection; pass it to
@@ -336,6 +338,10 @@ type QueryListener interface {
 	// Drain discards the notifications kept so far, without waiting, and
 	// reports whether there were any.
 	Drain() bool
+	// Broken reports that the connection cannot run more statements: it
+	// is closed, busy, or was left inside a transaction (after a failed
+	// statement it is usually not: the server's error ends the batch).
+	Broken() bool
 }
 
 // ErrNotSupported is returned by an optional ability a driver does not

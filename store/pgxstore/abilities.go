@@ -7,6 +7,7 @@ import (
 	"regexp"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/internal/driverkit"
@@ -58,7 +59,11 @@ func (d *driver) SendBatch(ctx context.Context, q store.Querier, stmts []store.S
 
 var channelRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
-// Listen acquires a connection from the pool and LISTENs on channel.
+// Listen acquires a connection from the pool and LISTENs on channel. The
+// listener is a store.QueryListener (its connection also runs statements,
+// as the outbox relay does) unless the pool's ConnConfig sets an
+// OnNotification hook or a context handler other than pgconn's default
+// deadline without delay.
 func (d *driver) Listen(ctx context.Context, channel string) (store.Listener, error) {
 	if !channelRe.MatchString(channel) {
 		return nil, fmt.Errorf("pgxstore: channel %q is not a plain identifier", channel)
@@ -71,8 +76,38 @@ func (d *driver) Listen(ctx context.Context, channel string) (store.Listener, er
 		c.Release()
 		return nil, translate(err)
 	}
-	return &listener{c: c, channel: channel}, nil
+	l := &listener{c: c, channel: channel}
+	if !d.queryable(c) {
+		return waitListener{l}, nil
+	}
+	return l, nil
 }
+
+// queryable reports whether a listening connection of the pool can also
+// run statements (store.QueryListener): pgx keeps the notifications that
+// arrive during statements only when the pool's ConnConfig has no
+// OnNotification hook of its own, and a wait ends at once with its context
+// only with pgconn's default handling of a done context (a deadline, no
+// delay); a CancelRequestContextWatcherHandler would send the server a
+// cancel request, and a delay would stretch every timed wait.
+func (d *driver) queryable(c *pgxpool.Conn) bool {
+	cfg := d.pool.Config().ConnConfig
+	if cfg.OnNotification != nil {
+		return false
+	}
+	if cfg.BuildContextWatcherHandler == nil {
+		return true
+	}
+	h, ok := cfg.BuildContextWatcherHandler(c.Conn().PgConn()).(*pgconn.DeadlineContextWatcherHandler)
+	return ok && h.DeadlineDelay == 0
+}
+
+// waitListener is a listener whose connection does nothing but wait
+// (the pool's settings do not allow more: see queryable).
+type waitListener struct{ l *listener }
+
+func (w waitListener) Wait(ctx context.Context) (string, error) { return w.l.Wait(ctx) }
+func (w waitListener) Close(ctx context.Context) error          { return w.l.Close(ctx) }
 
 // listener is a store.QueryListener: the connection also runs
 // statements between waits, and pgx keeps the notifications that arrive
@@ -99,6 +134,16 @@ func (l *listener) Wait(ctx context.Context) (string, error) {
 
 // Querier runs statements on the listening connection.
 func (l *listener) Querier() store.Querier { return querier{l.c} }
+
+// Broken reports that the connection is closed, busy or inside a
+// transaction.
+func (l *listener) Broken() bool {
+	if l.c == nil {
+		return true
+	}
+	pc := l.c.Conn().PgConn()
+	return pc.IsClosed() || pc.IsBusy() || pc.TxStatus() != 'I'
+}
 
 // Drain takes the notifications pgx kept while statements ran: a wait on
 // a context that is already done returns a kept notification at once and

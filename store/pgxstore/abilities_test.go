@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/internal/pgproxy"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/pgxstore"
 )
 
 // SendBatch on the pool is one round trip and one implicit transaction:
@@ -259,22 +262,20 @@ func TestListenerRunsStatements(t *testing.T) {
 	if err != nil || listening != ch {
 		t.Fatalf("pg_listening_channels() on the listener's connection = %q, %v; want %q", listening, err, ch)
 	}
-	// A notification delivered while the connection runs a statement is
-	// kept: the statement sleeps until the notification was sent and
-	// committed by another connection.
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		time.Sleep(50 * time.Millisecond)
-		notify("during")
-	}()
-	if _, err := ql.Querier().Exec(ctx, `SELECT pg_sleep(0.3)`); err != nil {
+	// A notification committed before a statement on the listening
+	// connection is read with the statement's reply and kept: a Wait on a
+	// context that is already done (which reads nothing) returns it.
+	notify("kept")
+	if _, err := ql.Querier().Exec(ctx, `SELECT 1`); err != nil {
 		t.Fatal(err)
 	}
-	<-sent
-	payload, err := l.Wait(ctx)
-	if err != nil || payload != "during" {
-		t.Fatalf("Wait after the statement = %q, %v; want the kept notification", payload, err)
+	done, stop := context.WithCancel(ctx)
+	stop()
+	if payload, err := l.Wait(done); err != nil || payload != "kept" {
+		t.Fatalf("Wait on a done context after the statement = %q, %v; want the kept notification", payload, err)
+	}
+	if ql.Broken() {
+		t.Fatal("Broken after a statement")
 	}
 	// Drain takes kept notifications without waiting, and reports them.
 	if ql.Drain() {
@@ -302,5 +303,71 @@ func TestListenerRunsStatements(t *testing.T) {
 	notify("after")
 	if payload, err := l.Wait(ctx); err != nil || payload != "after" {
 		t.Fatalf("Wait after a timed-out Wait = %q, %v", payload, err)
+	}
+	// A statement's error leaves the connection usable; a closed one is
+	// Broken.
+	if _, err := ql.Querier().Exec(ctx, `SELECT 1/0`); err == nil {
+		t.Fatal("SELECT 1/0 succeeded")
+	}
+	if ql.Broken() {
+		t.Fatal("Broken after a statement's error")
+	}
+	if _, err := ql.Querier().Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatalf("a statement after a statement's error: %v", err)
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !ql.Broken() {
+		t.Fatal("not Broken after Close")
+	}
+}
+
+// A pool whose settings would make a listening connection lose
+// notifications during statements (an OnNotification hook of its own) or
+// stretch or signal every timed wait (a cancel-request context handler)
+// gets a listener that only waits.
+func TestListenerOnlyWaitsUnderOtherSettings(t *testing.T) {
+	base := testdb.Pgx(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for name, set := range map[string]func(*pgxpool.Config){
+		"default": func(*pgxpool.Config) {},
+		"OnNotification": func(c *pgxpool.Config) {
+			c.ConnConfig.OnNotification = func(*pgconn.PgConn, *pgconn.Notification) {}
+		},
+		"CancelRequestContextWatcherHandler": func(c *pgxpool.Config) {
+			c.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+				return &pgconn.CancelRequestContextWatcherHandler{Conn: pc}
+			}
+		},
+		"DeadlineDelay": func(c *pgxpool.Config) {
+			c.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+				return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn(), DeadlineDelay: time.Second}
+			}
+		},
+	} {
+		cfg := base.PgxPool().Config()
+		set(cfg)
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := pgxstore.New(pool, pgxstore.Config{Names: base.Names()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := d.Listen(ctx, "idem_test_settings")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, query := l.(store.QueryListener)
+		if query != (name == "default") {
+			t.Errorf("%s: the listener is a QueryListener: %v", name, query)
+		}
+		if err := l.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pool.Close()
 	}
 }

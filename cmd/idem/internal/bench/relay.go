@@ -209,11 +209,11 @@ func outboxRelay[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], e
 		estA = s.PerSecond()
 
 		// Latency at a fixed rate: 4 producers, event i due at t0 + i/rate.
-		// The first latencyWarm events are a warm-up and not counted: when
-		// the producers start, the pool opens their connections and the
-		// relay's next claim waits for a connection of its own to be
-		// opened (pgxpool's Acquire, 27-109 ms on this machine), which is
-		// the harness starting, not the relay at 1,000 events/s.
+		// The first latencyWarm events are a warm-up and not counted: they
+		// measure the harness starting (the pool opening the producers'
+		// connections; before the relay claimed on its own connection, its
+		// next claim waited 27-109 ms for pgxpool to open one), not the
+		// relay at 1,000 events/s.
 		rr.record.Store(true)
 		total := max(200, int(budget.Seconds()*0.4*latencyRate))
 		var committed sync.Map
