@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/internal/lease"
@@ -37,6 +38,29 @@ func onePool(t *testing.T, d *pgxstore.Driver, app string) *pgxstore.Driver {
 	return one
 }
 
+// notifyOnlyRelay runs a relay on a pool of one connection named app that
+// only NOTIFY wakes (it polls and re-checks once an hour), once it has
+// published a first event; it returns the outbox to enqueue through on d
+// (every enqueue notifies) and the relay's publisher.
+func notifyOnlyRelay(t *testing.T, d *pgxstore.Driver, app string) (*Outbox[pgx.Tx], *fakePub) {
+	t.Helper()
+	o, err := New(d, Config{NotifyInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &fakePub{}
+	cfg := fastRelay(app)
+	cfg.PollInterval, cfg.Recheck = time.Hour, time.Hour
+	r, err := NewRelay(onePool(t, d, app), pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueTx(t, d, o, ev("warm", 0))
+	startRelay(t, r) // its first round runs once it listens
+	waitFor(t, "warm-up published", func() bool { return countState(t, d, lease.Completed) == 1 })
+	return o, pub
+}
+
 // The relay listens, claims and marks on one connection of its own: on a
 // pool of a single connection, which its LISTEN holds, it publishes events
 // enqueued through another pool, woken by their notifications (it polls
@@ -44,18 +68,7 @@ func onePool(t *testing.T, d *pgxstore.Driver, app string) *pgxstore.Driver {
 // each round waited for that pool forever.
 func TestRelayOnOneConnection(t *testing.T) {
 	d := testdb.Pgx(t)
-	one := onePool(t, d, "idem-test-relay-one")
-	o, _ := New(d, Config{NotifyInterval: -1}) // every enqueue notifies
-	pub := &fakePub{}
-	cfg := fastRelay("one")
-	cfg.PollInterval, cfg.Recheck = time.Hour, time.Hour // only NOTIFY wakes it
-	r, err := NewRelay(one, pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enqueueTx(t, d, o, ev("warm", 0))
-	startRelay(t, r) // its first round runs once it listens
-	waitFor(t, "warm-up published", func() bool { return countState(t, d, lease.Completed) == 1 })
+	o, pub := notifyOnlyRelay(t, d, "idem-test-relay-one")
 	for i := range 5 {
 		enqueueTx(t, d, o, ev("k", i))
 		waitFor(t, "an event published on its notification", func() bool { return countState(t, d, lease.Completed) == 2+i })
@@ -70,18 +83,7 @@ func TestRelayOnOneConnection(t *testing.T) {
 func TestRelayReconnectsItsConnection(t *testing.T) {
 	d := testdb.Pgx(t)
 	const app = "idem-test-relay-reconnect"
-	one := onePool(t, d, app)
-	o, _ := New(d, Config{NotifyInterval: -1})
-	pub := &fakePub{}
-	cfg := fastRelay("reconnect")
-	cfg.PollInterval, cfg.Recheck = time.Hour, time.Hour // only NOTIFY wakes it
-	r, err := NewRelay(one, pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enqueueTx(t, d, o, ev("warm", 0))
-	startRelay(t, r)
-	waitFor(t, "warm-up published", func() bool { return countState(t, d, lease.Completed) == 1 })
+	o, pub := notifyOnlyRelay(t, d, app)
 	backend := func() int {
 		return testdb.Count(t, d, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE application_name = $1`, app)
 	}
