@@ -318,7 +318,6 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 	// if the listener turns out not to run statements.
 	own := r.listen && r.d.SupportsPipeline()
 	if own {
-		r.connAt = time.Time{}
 		if !r.reconnect(ctx) {
 			own = false
 			wg.Go(func() { r.listenLoop(lctx) })

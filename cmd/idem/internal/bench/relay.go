@@ -168,10 +168,11 @@ func outboxRelayDeleteVsMark[TTx any](e *Env, ns func(context.Context) (store.Dr
 // outboxRelay: A publishes N committed outbox events to JetStream through
 // the relay (timed from the relay's start until the last event is acked
 // and marked published), then measures commit-to-publish latency at a
-// fixed 1,000 events/s after a warm-up; B publishes the same number of messages straight
-// to JetStream (the broker's own ceiling, no database): the messages the
-// relay would publish for those events, with their CloudEvents headers,
-// so that the ratio measures what the database work costs the relay.
+// fixed 1,000 events/s after a warm-up; B publishes the same number of
+// messages straight to JetStream (the broker's own ceiling, no database):
+// the messages the relay would publish for those events, with their
+// CloudEvents headers, so that the ratio measures what the database work
+// costs the relay.
 func outboxRelay[TTx any](e *Env, ns func(context.Context) (store.Driver[TTx], error), storeName string) Pair {
 	var (
 		d          store.Driver[TTx]
