@@ -51,6 +51,7 @@ type Subscriber struct {
 	mu         sync.Mutex // protects the fields below
 	conn       *amqp.Connection
 	ch         *amqp.Channel
+	st         *settler // settles the deliveries of ch
 	deliveries <-chan amqp.Delivery
 	attempts   map[string]int
 	closed     bool
@@ -87,7 +88,7 @@ func (s *Subscriber) connectLocked() (<-chan amqp.Delivery, error) {
 	if s.conn != nil {
 		_ = s.conn.Close()
 	}
-	s.conn, s.ch, s.deliveries = nil, nil, nil
+	s.conn, s.ch, s.st, s.deliveries = nil, nil, nil, nil
 	conn, err := amqp.Dial(s.cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("amqp: dial: %w", errors.Join(err, broker.ErrUnavailable))
@@ -104,7 +105,7 @@ func (s *Subscriber) connectLocked() (<-chan amqp.Delivery, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("amqp: consume %q: %w", s.cfg.Queue, errors.Join(err, broker.ErrUnavailable))
 	}
-	s.conn, s.ch, s.deliveries = conn, ch, ds
+	s.conn, s.ch, s.st, s.deliveries = conn, ch, newSettler(ch), ds
 	return ds, nil
 }
 
@@ -121,7 +122,7 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 	defer s.fetchMu.Unlock()
 	s.mu.Lock()
 	ds, err := s.connectLocked()
-	ch := s.ch
+	st := s.st
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -137,7 +138,7 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 			}
 			return nil, fmt.Errorf("amqp: consumer of %q closed: %w", s.cfg.Queue, broker.ErrUnavailable)
 		}
-		out = append(out, s.newDelivery(ch, d))
+		out = append(out, s.newDelivery(st, d))
 	case <-timer.C:
 		return nil, nil
 	case <-ctx.Done():
@@ -149,7 +150,7 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 			if !ok {
 				return out, nil
 			}
-			out = append(out, s.newDelivery(ch, d))
+			out = append(out, s.newDelivery(st, d))
 		default:
 			return out, nil
 		}
@@ -157,7 +158,7 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 	return out, nil
 }
 
-func (s *Subscriber) newDelivery(ch *amqp.Channel, d amqp.Delivery) *delivery {
+func (s *Subscriber) newDelivery(st *settler, d amqp.Delivery) *delivery {
 	m := idem.Message{
 		ID:       d.MessageId,
 		Subject:  d.RoutingKey,
@@ -201,7 +202,8 @@ func (s *Subscriber) newDelivery(ch *amqp.Channel, d amqp.Delivery) *delivery {
 	s.attempts[m.ID] = n
 	s.mu.Unlock()
 	m.Attempt = n
-	dl := &delivery{s: s, ch: ch, tag: d.DeliveryTag, msg: m, exchange: d.Exchange}
+	st.track(d.DeliveryTag)
+	dl := &delivery{s: s, st: st, tag: d.DeliveryTag, msg: m, exchange: d.Exchange}
 	dl.mu.Lock() // the timer's settle must see dl.timer
 	dl.timer = time.AfterFunc(s.cfg.AckWait, dl.expire)
 	dl.mu.Unlock()
@@ -217,13 +219,13 @@ func (s *Subscriber) Close() error {
 	if s.conn != nil {
 		_ = s.conn.Close()
 	}
-	s.conn, s.ch, s.deliveries = nil, nil, nil
+	s.conn, s.ch, s.st, s.deliveries = nil, nil, nil, nil
 	return nil
 }
 
 type delivery struct {
 	s        *Subscriber
-	ch       *amqp.Channel
+	st       *settler // of the channel it came on
 	tag      uint64
 	msg      idem.Message
 	exchange string
@@ -271,20 +273,37 @@ func (d *delivery) settleAs(nack, requeue, forget, expiring bool) error {
 	d.settled, d.expired = true, expiring
 	d.timer.Stop()
 	if forget {
-		d.s.mu.Lock()
-		delete(d.s.attempts, d.msg.ID)
-		d.s.mu.Unlock()
+		d.forget()
 	}
-	var err error
-	if nack {
-		err = d.ch.Nack(d.tag, false, requeue)
-	} else {
-		err = d.ch.Ack(d.tag, false)
-	}
-	if err != nil {
+	if err := d.st.settle(d.tag, nack, requeue); err != nil {
 		return fmt.Errorf("amqp: settle %q: %w", d.msg.ID, errors.Join(err, broker.ErrUnavailable))
 	}
 	return nil
+}
+
+// claim marks an unsettled delivery settled for an ack its caller sends
+// (AckBatch) and reports true; for one already settled it reports false,
+// with ErrAckWaitExpired if the ack wait requeued it.
+func (d *delivery) claim() (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		if d.expired {
+			return false, ErrAckWaitExpired
+		}
+		return false, nil
+	}
+	d.settled = true
+	d.timer.Stop()
+	d.forget()
+	return true, nil
+}
+
+// forget drops the attempt count of a message settled for good.
+func (d *delivery) forget() {
+	d.s.mu.Lock()
+	delete(d.s.attempts, d.msg.ID)
+	d.s.mu.Unlock()
 }
 
 // Ack acknowledges the delivery. AMQP acks are not confirmed: a nil error

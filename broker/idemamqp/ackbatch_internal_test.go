@@ -1,0 +1,239 @@
+package idemamqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
+)
+
+// frames records the acks and nacks a settler sends, as the broker would
+// see them; failAt makes the ack of that tag fail.
+type frames struct {
+	mu     sync.Mutex
+	sent   []string
+	failAt uint64
+}
+
+func (f *frames) Ack(tag uint64, multiple bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sent = append(f.sent, fmt.Sprintf("ack %d multiple=%v", tag, multiple))
+	if tag == f.failAt {
+		return errors.New("channel closed")
+	}
+	return nil
+}
+
+func (f *frames) Nack(tag uint64, multiple, requeue bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sent = append(f.sent, fmt.Sprintf("nack %d requeue=%v", tag, requeue))
+	return nil
+}
+
+func (f *frames) take() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.sent
+	f.sent = nil
+	return out
+}
+
+// testDeliveries hands out deliveries with tags 1..n on one fake channel.
+func testDeliveries(t *testing.T, n int) (*Subscriber, *frames, []broker.Delivery) {
+	t.Helper()
+	f := &frames{}
+	s := &Subscriber{cfg: SubscriberConfig{AckWait: time.Hour}, attempts: map[string]int{}}
+	st := newSettler(f)
+	var ds []broker.Delivery
+	for i := 1; i <= n; i++ {
+		st.track(uint64(i))
+		d := &delivery{s: s, st: st, tag: uint64(i), msg: idem.Message{ID: fmt.Sprintf("m-%d", i)}}
+		d.timer = time.AfterFunc(time.Hour, d.expire)
+		t.Cleanup(func() { d.timer.Stop() })
+		ds = append(ds, d)
+	}
+	return s, f, ds
+}
+
+func pick(ds []broker.Delivery, tags ...int) []broker.Delivery {
+	var out []broker.Delivery
+	for _, t := range tags {
+		out = append(out, ds[t-1])
+	}
+	return out
+}
+
+func TestAckBatchFrames(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		settled []int // settled one by one first (acked)
+		batch   []int
+		want    []string
+	}{
+		{"every unsettled delivery: one multiple ack", nil, []int{1, 2, 3, 4, 5},
+			[]string{"ack 5 multiple=true"}},
+		{"out of order: still one frame", nil, []int{3, 1, 5, 2, 4},
+			[]string{"ack 5 multiple=true"}},
+		{"a prefix: one frame, the rest stays unsettled", nil, []int{1, 2, 3},
+			[]string{"ack 3 multiple=true"}},
+		{"a gap: the run below it in one frame, the rest one by one", nil, []int{1, 2, 4, 5},
+			[]string{"ack 2 multiple=true", "ack 4 multiple=false", "ack 5 multiple=false"}},
+		{"an unsettled delivery below: one by one", nil, []int{2, 3},
+			[]string{"ack 2 multiple=false", "ack 3 multiple=false"}},
+		{"the one below already settled: one frame", []int{1}, []int{2, 3},
+			[]string{"ack 3 multiple=true"}},
+		{"a single delivery: a plain ack", nil, []int{1},
+			[]string{"ack 1 multiple=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, f, ds := testDeliveries(t, 5)
+			for _, i := range tc.settled {
+				if err := ds[i-1].Ack(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.take()
+			if err := s.AckBatch(ctx, pick(ds, tc.batch...)); err != nil {
+				t.Fatalf("AckBatch: %v", err)
+			}
+			if got := f.take(); !slices.Equal(got, tc.want) {
+				t.Fatalf("frames %q, want %q", got, tc.want)
+			}
+			// Every delivery of the batch is settled: acking again
+			// sends nothing.
+			for _, d := range pick(ds, tc.batch...) {
+				if err := d.Ack(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := f.take(); len(got) != 0 {
+				t.Fatalf("a second ack sent %q", got)
+			}
+		})
+	}
+}
+
+// A delivery nacked (or expired) while it was left out of a batch is never
+// covered by the batch's multiple ack, and one nacked with a delay stays
+// unsettled, so it bounds the run.
+func TestAckBatchLeavesOthersAlone(t *testing.T) {
+	ctx := context.Background()
+	s, f, ds := testDeliveries(t, 6)
+	if err := ds[2].Nak(ctx, time.Hour); err != nil { // tag 3 waits an hour
+		t.Fatal(err)
+	}
+	if err := ds[4].Term(ctx); err != nil { // tag 5 rejected now
+		t.Fatal(err)
+	}
+	f.take()
+	if err := s.AckBatch(ctx, pick(ds, 1, 2, 4, 6)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ack 2 multiple=true", "ack 4 multiple=false", "ack 6 multiple=false"}
+	if got := f.take(); !slices.Equal(got, want) {
+		t.Fatalf("frames %q, want %q", got, want)
+	}
+	// Tag 3 is the only one left: a later batch of it is one plain ack.
+	if err := s.AckBatch(ctx, pick(ds, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.take(); !slices.Equal(got, []string{"ack 3 multiple=false"}) {
+		t.Fatalf("frames %q", got)
+	}
+}
+
+func TestAckBatchErrors(t *testing.T) {
+	ctx := context.Background()
+	s, f, ds := testDeliveries(t, 5)
+	// Tag 4 was requeued by its ack wait.
+	ds[3].(*delivery).expire()
+	f.failAt = 2
+	err := s.AckBatch(ctx, pick(ds, 1, 2, 4, 5))
+	var be *broker.BatchAckError
+	if !errors.As(err, &be) || len(be.Errs) != 4 {
+		t.Fatalf("AckBatch: %v, want a BatchAckError of 4", err)
+	}
+	// The failed multiple ack (tags 1-2) fails both of its deliveries;
+	// tag 4 had expired; tag 5 was acked alone.
+	for i, want := range []bool{false, false, false, true} {
+		if got := broker.BatchAcked(err, i); got != want {
+			t.Errorf("entry %d acked = %v, want %v (%v)", i, got, want, be.Errs[i])
+		}
+	}
+	if !errors.Is(be.Errs[0], broker.ErrUnavailable) || !errors.Is(be.Errs[1], broker.ErrUnavailable) {
+		t.Errorf("failed acks not ErrUnavailable: %v", be.Errs[:2])
+	}
+	if !errors.Is(be.Errs[2], ErrAckWaitExpired) {
+		t.Errorf("expired entry: %v, want ErrAckWaitExpired", be.Errs[2])
+	}
+}
+
+// Acks of one channel sent from many goroutines at once (AckBatch, Ack,
+// Nak, the ack wait's requeue) never settle a tag twice nor cover with a
+// multiple ack a tag another frame settled after it.
+func TestAckBatchConcurrentSettlements(t *testing.T) {
+	ctx := context.Background()
+	const n = 400
+	s, f, ds := testDeliveries(t, n)
+	var wg sync.WaitGroup
+	for lo := 0; lo < n; lo += 20 {
+		wg.Go(func() {
+			var batch []broker.Delivery
+			for i := lo; i < lo+20; i++ {
+				switch i % 7 {
+				case 3:
+					wg.Go(func() { _ = ds[i].Nak(ctx, 0) })
+				case 5:
+					wg.Go(func() { ds[i].(*delivery).expire() })
+				default:
+					batch = append(batch, ds[i])
+				}
+			}
+			if err := s.AckBatch(ctx, batch); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	// Replay the frames as the broker applies them, in the order sent.
+	open := map[uint64]bool{}
+	for i := 1; i <= n; i++ {
+		open[uint64(i)] = true
+	}
+	for _, fr := range f.take() {
+		var (
+			kind     string
+			tag      uint64
+			flag     string
+			multiple bool
+		)
+		if _, err := fmt.Sscanf(fr, "%s %d %s", &kind, &tag, &flag); err != nil {
+			t.Fatalf("frame %q: %v", fr, err)
+		}
+		multiple = flag == "multiple=true"
+		if !open[tag] {
+			t.Fatalf("frame %q settles tag %d, which is not outstanding", fr, tag)
+		}
+		if multiple {
+			for t2 := range open {
+				if t2 <= tag {
+					delete(open, t2)
+				}
+			}
+			continue
+		}
+		delete(open, tag)
+	}
+	if len(open) != 0 {
+		t.Fatalf("%d tags never settled", len(open))
+	}
+}
