@@ -68,8 +68,8 @@ type Delivery interface {
 // BatchAcker is implemented by subscribers that acknowledge many
 // deliveries in one round trip to the broker (JetStream: the acks are sent
 // together, the last a double ack; Kafka: one commit request for the
-// batch; AMQP: one multiple ack for the deliveries that run below every
-// other unsettled one). The consumer runtime acks a batch's committed deliveries with it
+// batch; AMQP: one multiple ack for the deliveries below every other
+// unsettled one). The consumer runtime acks a batch's committed deliveries with it
 // instead of one Ack (and one confirmation) per delivery.
 //
 // AckBatch acks ds, deliveries this subscriber fetched. On a nil error

@@ -24,20 +24,43 @@ type acker interface {
 // another settlement's removal of its tag and the frame that settles it,
 // which the broker would otherwise see after the multiple ack had already
 // settled the tag (an unknown delivery tag closes the channel).
+//
+// A channel numbers its deliveries 1, 2, 3, … but they need not be handed
+// out in that order: after Resume, a delivery of the cancelled consumer
+// can still be on its way through pause.go's follow while Fetch hands out
+// a later one. A multiple ack therefore also stops below the first tag not
+// handed out yet (contig+1).
 type settler struct {
 	ch acker
 
-	mu   sync.Mutex
-	open map[uint64]struct{} // handed out, not settled; protected by mu
+	mu     sync.Mutex          // protects the fields below
+	open   map[uint64]struct{} // handed out, not settled
+	contig uint64              // every tag up to contig has been handed out
+	ahead  map[uint64]struct{} // tags handed out above contig+1
 }
 
-func newSettler(ch acker) *settler { return &settler{ch: ch, open: map[uint64]struct{}{}} }
+func newSettler(ch acker) *settler {
+	return &settler{ch: ch, open: map[uint64]struct{}{}, ahead: map[uint64]struct{}{}}
+}
 
 // track records a delivery handed out on the channel.
 func (c *settler) track(tag uint64) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.open[tag] = struct{}{}
-	c.mu.Unlock()
+	switch {
+	case tag == c.contig+1:
+		c.contig++
+		for {
+			if _, ok := c.ahead[c.contig+1]; !ok {
+				break
+			}
+			delete(c.ahead, c.contig+1)
+			c.contig++
+		}
+	case tag > c.contig:
+		c.ahead[tag] = struct{}{}
+	}
 }
 
 // settle acks or nacks one delivery.
@@ -53,8 +76,9 @@ func (c *settler) settle(tag uint64, nack, requeue bool) error {
 
 // ackAll acks tags (distinct, each of a delivery the caller has marked
 // settled) and returns the error of each, in tags' order. The tags below
-// every other unsettled delivery of the channel are acked with one
-// multiple ack on the highest of them; the others one by one.
+// every other unsettled delivery of the channel, and below the first tag
+// not handed out yet, are acked with one multiple ack on the highest of
+// them; the others one by one.
 func (c *settler) ackAll(tags []uint64) []error {
 	errs := make([]error, len(tags))
 	order := make([]int, len(tags))
@@ -75,16 +99,14 @@ func (c *settler) ackAll(tags []uint64) []error {
 	for _, t := range tags {
 		delete(c.open, t)
 	}
-	// The first unsettled delivery left out of the batch bounds the run a
-	// multiple ack may cover.
-	first, bounded := uint64(0), false
+	// The first unsettled delivery left out of the batch, and the first
+	// delivery not handed out yet, bound the run a multiple ack may cover.
+	bound := c.contig + 1
 	for t := range c.open {
-		if !bounded || t < first {
-			first, bounded = t, true
-		}
+		bound = min(bound, t)
 	}
 	run := 0
-	for run < len(order) && (!bounded || tags[order[run]] < first) {
+	for run < len(order) && tags[order[run]] < bound {
 		run++
 	}
 	rest := order
@@ -102,11 +124,13 @@ func (c *settler) ackAll(tags []uint64) []error {
 }
 
 // AckBatch acks ds with as few frames as the channel allows: the
-// deliveries of one channel whose tags all lie below every other
-// unsettled delivery of that channel are acked with one multiple ack
-// (basic.ack with multiple set, on the highest of their tags), the others
-// one by one. Consumers of a prefetch-bounded queue settle in delivery
-// order, so a batch is usually one frame instead of one per message.
+// deliveries of one channel whose tags lie below every other unsettled
+// delivery of that channel (and below every delivery not handed out yet)
+// are acked with one multiple ack (basic.ack with multiple set, on the
+// highest of their tags), the others one by one. A consumer that settles
+// its batches in delivery order sends one frame per batch; a batch above
+// another batch's unsettled deliveries (concurrent workers) is acked one
+// delivery at a time.
 //
 // As with Ack, AMQP acks are not confirmed: a nil entry means the ack was
 // written to the channel; if the connection drops first, the broker
@@ -120,6 +144,8 @@ func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
 	var (
 		groups []*settler
 		idx    = map[*settler][]int{}
+		first  = map[*delivery]int{} // a delivery listed twice shares its first entry's error
+		dups   [][2]int
 	)
 	for i, d := range ds {
 		ad, ok := d.(*delivery)
@@ -127,6 +153,11 @@ func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
 			errs[i] = d.Ack(ctx)
 			continue
 		}
+		if j, seen := first[ad]; seen {
+			dups = append(dups, [2]int{i, j})
+			continue
+		}
+		first[ad] = i
 		claimed, err := ad.claim()
 		if !claimed {
 			errs[i] = err
@@ -148,6 +179,9 @@ func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
 				errs[is[j]] = fmt.Errorf("amqp: settle %q: %w", ds[is[j]].Message().ID, errors.Join(err, broker.ErrUnavailable))
 			}
 		}
+	}
+	for _, d := range dups {
+		errs[d[0]] = errs[d[1]]
 	}
 	return broker.NewBatchAckError(errs)
 }

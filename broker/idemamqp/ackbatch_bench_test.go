@@ -14,9 +14,12 @@ import (
 // BenchmarkSettle measures fetching and acknowledging messages from
 // RabbitMQ in batches of 100, one Ack per delivery against one AckBatch
 // per batch (a multiple ack). The messages are published before the timer
-// starts; ns/op is per message.
+// starts; ns/op is per message. The first case to run leaves RabbitMQ
+// warmer for the second, so compare them in separate processes, alternated:
 //
-//	IDEM_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ go test -run '^$' -bench Settle ./broker/idemamqp/
+//	go test -c -o /tmp/amqpbench ./broker/idemamqp/
+//	IDEM_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ /tmp/amqpbench -test.run '^$' -test.bench 'Settle/ack_each$' -test.benchtime 40000x
+//	IDEM_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ /tmp/amqpbench -test.run '^$' -test.bench 'Settle/ack_batch$' -test.benchtime 40000x
 func BenchmarkSettle(b *testing.B) {
 	url := os.Getenv("IDEM_TEST_AMQP_URL")
 	if url == "" {

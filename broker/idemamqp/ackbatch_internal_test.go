@@ -54,13 +54,23 @@ func testDeliveries(t *testing.T, n int) (*Subscriber, *frames, []broker.Deliver
 	st := newSettler(f)
 	var ds []broker.Delivery
 	for i := 1; i <= n; i++ {
-		st.track(uint64(i))
-		d := &delivery{s: s, st: st, tag: uint64(i), msg: idem.Message{ID: fmt.Sprintf("m-%d", i)}}
-		d.timer = time.AfterFunc(time.Hour, d.expire)
-		t.Cleanup(func() { d.timer.Stop() })
-		ds = append(ds, d)
+		ds = append(ds, handOut(t, s, st, uint64(i)))
 	}
 	return s, f, ds
+}
+
+// handOut makes the delivery of tag on st's channel, as Fetch does.
+func handOut(t *testing.T, s *Subscriber, st *settler, tag uint64) *delivery {
+	t.Helper()
+	st.track(tag)
+	id := fmt.Sprintf("m-%d", tag)
+	s.mu.Lock()
+	s.attempts[id]++
+	s.mu.Unlock()
+	d := &delivery{s: s, st: st, tag: tag, msg: idem.Message{ID: id}}
+	d.timer = time.AfterFunc(time.Hour, d.expire)
+	t.Cleanup(func() { d.timer.Stop() })
+	return d
 }
 
 func pick(ds []broker.Delivery, tags ...int) []broker.Delivery {
@@ -235,5 +245,88 @@ func TestAckBatchConcurrentSettlements(t *testing.T) {
 	}
 	if len(open) != 0 {
 		t.Fatalf("%d tags never settled", len(open))
+	}
+}
+
+// After Resume, a delivery of the cancelled consumer can still be on its
+// way (pause.go's follow) while Fetch hands out a later one: a multiple ack
+// must not cover the tag not handed out yet, which would ack a message
+// nobody has processed and make its own ack close the channel.
+func TestAckBatchStopsBelowATagNotHandedOut(t *testing.T) {
+	ctx := context.Background()
+	f := &frames{}
+	s := &Subscriber{cfg: SubscriberConfig{AckWait: time.Hour}, attempts: map[string]int{}}
+	st := newSettler(f)
+	var ds []broker.Delivery
+	for _, tag := range []uint64{1, 2, 3, 4, 6} { // 5 is still on its way
+		ds = append(ds, handOut(t, s, st, tag))
+	}
+	if err := s.AckBatch(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ack 4 multiple=true", "ack 6 multiple=false"}
+	if got := f.take(); !slices.Equal(got, want) {
+		t.Fatalf("frames %q, want %q", got, want)
+	}
+	five := handOut(t, s, st, 5)
+	seven, eight := handOut(t, s, st, 7), handOut(t, s, st, 8)
+	if err := s.AckBatch(ctx, []broker.Delivery{five, seven, eight}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.take(); !slices.Equal(got, []string{"ack 8 multiple=true"}) {
+		t.Fatalf("frames %q, want one multiple ack once 5 is handed out", got)
+	}
+}
+
+// otherDelivery is a delivery this package did not make.
+type otherDelivery struct {
+	broker.Delivery
+	acks int
+}
+
+func (o *otherDelivery) Message() idem.Message         { return idem.Message{ID: "other"} }
+func (o *otherDelivery) Ack(ctx context.Context) error { o.acks++; return nil }
+
+func TestAckBatchMixedDeliveries(t *testing.T) {
+	ctx := context.Background()
+	s, f, ds := testDeliveries(t, 3)
+	// A second channel of the same subscriber (after a reconnect).
+	g := &frames{}
+	st2 := newSettler(g)
+	old1, old2 := handOut(t, s, st2, 1), handOut(t, s, st2, 2)
+	other := &otherDelivery{}
+	batch := []broker.Delivery{ds[0], old1, other, ds[1], old2, ds[2]}
+	if err := s.AckBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.take(); !slices.Equal(got, []string{"ack 3 multiple=true"}) {
+		t.Fatalf("first channel's frames %q", got)
+	}
+	if got := g.take(); !slices.Equal(got, []string{"ack 2 multiple=true"}) {
+		t.Fatalf("second channel's frames %q", got)
+	}
+	if other.acks != 1 {
+		t.Fatalf("the foreign delivery was acked %d times, want 1", other.acks)
+	}
+	s.mu.Lock()
+	n := len(s.attempts)
+	s.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d attempt counts left after the acks, want 0 (as Ack drops them)", n)
+	}
+}
+
+func TestAckBatchListedTwice(t *testing.T) {
+	ctx := context.Background()
+	s, f, ds := testDeliveries(t, 2)
+	f.failAt = 2
+	err := s.AckBatch(ctx, []broker.Delivery{ds[0], ds[1], ds[0], ds[1]})
+	if got := f.take(); !slices.Equal(got, []string{"ack 2 multiple=true"}) {
+		t.Fatalf("frames %q: a delivery listed twice must be acked once", got)
+	}
+	for i := range 4 {
+		if broker.BatchAcked(err, i) {
+			t.Errorf("entry %d reported acked after the failed ack (%v)", i, err)
+		}
 	}
 }
