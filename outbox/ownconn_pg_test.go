@@ -1,8 +1,12 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/store"
@@ -137,4 +142,84 @@ func TestRelayOpensItsConnectionAfterAFailedListen(t *testing.T) {
 	enqueueTx(t, d, o, ev("k", 5))
 	waitFor(t, "an event published after the relay listens", func() bool { return countState(t, d, lease.Completed) == 6 })
 	checkKeyOrder(t, pub.snapshot())
+}
+
+// lockingPub publishes, then locks the published events' rows in a
+// transaction of its own, so that the relay's mark waits on the lock.
+type lockingPub struct {
+	fakePub
+	d      *pgxstore.Driver
+	locked chan pgx.Tx
+}
+
+func (p *lockingPub) Publish(ctx context.Context, msgs ...idem.Message) error {
+	if err := p.fakePub.Publish(ctx, msgs...); err != nil {
+		return err
+	}
+	tx, err := p.d.PgxPool().Begin(context.Background())
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(context.Background(), `SELECT 1 FROM `+p.d.Table("outbox")+` WHERE state = 'pending' FOR UPDATE`); err != nil {
+		_ = tx.Rollback(context.Background())
+		return err
+	}
+	p.locked <- tx
+	return nil
+}
+
+// A relay stopped while a statement runs on its own connection (the mark,
+// waiting on a row lock) loses that connection to the cancellation and
+// returns; it does not log the loss as a broken connection it will reopen.
+func TestRelayStoppedMidStatementDoesNotWarn(t *testing.T) {
+	d := testdb.Pgx(t)
+	o, err := New(d, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	pub := &lockingPub{d: d, locked: make(chan pgx.Tx, 1)}
+	cfg := fastRelay("idem-test-relay-stop")
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	r, err := NewRelay(d, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueTx(t, d, o, ev("a", 0))
+	stop := startRelay(t, r)
+	var tx pgx.Tx
+	select {
+	case tx = <-pub.locked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay published nothing")
+	}
+	defer tx.Rollback(context.Background())
+	// The mark now waits on the lock: wait until the server says so.
+	waitFor(t, "the relay's mark waiting on the row lock", func() bool {
+		return testdb.Count(t, d, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%'`, d.Table("outbox")) > 0
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if s := logs.String(); strings.Contains(s, "connection broke") {
+		t.Fatalf("a stopped relay warned about its connection:\n%s", s)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

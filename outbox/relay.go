@@ -707,8 +707,11 @@ func (r *Relay[TTx]) atomically(ctx context.Context, stmts []store.Stmt) error {
 		err := r.d.SendBatch(ctx, r.conn.Querier(), stmts)
 		if err != nil && r.conn.Broken() {
 			// Lost, or left mid-protocol: open a new one before the next
-			// round. (A statement's error leaves it usable.)
-			r.log.WarnContext(ctx, "the relay's connection broke, reconnecting", "error", err)
+			// round. (A statement's error leaves it usable.) A cancelled
+			// run breaks it too, and Run returns: no warning then.
+			if ctx.Err() == nil {
+				r.log.WarnContext(ctx, "the relay's connection broke, reconnecting", "error", err)
+			}
 			r.closeConn(ctx)
 			r.connAt = time.Time{}
 		}
