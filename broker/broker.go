@@ -66,20 +66,23 @@ type Delivery interface {
 }
 
 // BatchAcker is implemented by subscribers that acknowledge many
-// deliveries in one round trip to the broker (JetStream: the acks are sent
-// together, the last a double ack; Kafka: one commit request for the
-// batch; AMQP: one multiple ack for the deliveries below every other
-// unsettled one). The consumer runtime acks a batch's committed deliveries with it
+// deliveries at once (JetStream: the acks are sent together, the last a
+// double ack, one round trip; Kafka: one commit request for the batch;
+// AMQP: one multiple ack for the deliveries below every other unsettled
+// one). The consumer runtime acks a batch's committed deliveries with it
 // instead of one Ack (and one confirmation) per delivery.
 //
 // AckBatch acks ds, deliveries this subscriber fetched. On a nil error
-// the broker has every ack. On a [*BatchAckError] it has the acks of the
-// deliveries whose entry is nil (see [BatchAcked]); on any other error
-// every ack is in doubt. A delivery whose ack did not reach the broker is
-// redelivered, and the inbox answers the redelivery as a duplicate, so
-// nothing runs twice. An ack done is one the broker will not redeliver for
-// (Kafka: the record is settled, and committed with the commit that passes
-// the last unsettled record before it in its partition).
+// the broker has every ack (AMQP, which does not confirm acks: every ack
+// was written to the channel). On a [*BatchAckError] it has the acks of
+// the deliveries whose entry is nil (see [BatchAcked]); on any other
+// error every ack is in doubt. A delivery whose ack did not reach the
+// broker is redelivered, and the inbox answers the redelivery as a
+// duplicate, so nothing runs twice. An ack done is one the broker will not
+// redeliver for (Kafka: the record is settled, and committed with the
+// commit that passes the last unsettled record before it in its
+// partition; AMQP: unless the connection is lost before the broker reads
+// it).
 type BatchAcker interface {
 	AckBatch(ctx context.Context, ds []Delivery) error
 }

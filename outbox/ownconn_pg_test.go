@@ -144,18 +144,26 @@ func TestRelayOpensItsConnectionAfterAFailedListen(t *testing.T) {
 	checkKeyOrder(t, pub.snapshot())
 }
 
-// lockingPub publishes, then locks the published events' rows in a
-// transaction of its own, so that the relay's mark waits on the lock.
+// lockingPub publishes, then, the first time, locks the published events'
+// rows in a transaction of its own (sent on locked), so that the relay's
+// mark waits on the lock.
 type lockingPub struct {
 	fakePub
 	d      *pgxstore.Driver
 	locked chan pgx.Tx
+	once   sync.Once
 }
 
 func (p *lockingPub) Publish(ctx context.Context, msgs ...idem.Message) error {
 	if err := p.fakePub.Publish(ctx, msgs...); err != nil {
 		return err
 	}
+	var err error
+	p.once.Do(func() { err = p.lock() })
+	return err
+}
+
+func (p *lockingPub) lock() error {
 	tx, err := p.d.PgxPool().Begin(context.Background())
 	if err != nil {
 		return err
@@ -171,6 +179,7 @@ func (p *lockingPub) Publish(ctx context.Context, msgs ...idem.Message) error {
 // A relay stopped while a statement runs on its own connection (the mark,
 // waiting on a row lock) loses that connection to the cancellation and
 // returns; it does not log the loss as a broken connection it will reopen.
+// (Its shutdown settle, waiting on the same lock, times out and says so.)
 func TestRelayStoppedMidStatementDoesNotWarn(t *testing.T) {
 	d := testdb.Pgx(t)
 	o, err := New(d, Config{})
@@ -180,13 +189,21 @@ func TestRelayStoppedMidStatementDoesNotWarn(t *testing.T) {
 	var logs syncBuffer
 	pub := &lockingPub{d: d, locked: make(chan pgx.Tx, 1)}
 	cfg := fastRelay("idem-test-relay-stop")
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	r, err := NewRelay(d, pub, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	enqueueTx(t, d, o, ev("a", 0))
 	stop := startRelay(t, r)
+	t.Cleanup(func() { // runs before startRelay's: stop, then free the lock
+		_ = stop()
+		select {
+		case tx := <-pub.locked:
+			_ = tx.Rollback(context.Background())
+		default:
+		}
+	})
 	var tx pgx.Tx
 	select {
 	case tx = <-pub.locked:
@@ -194,6 +211,9 @@ func TestRelayStoppedMidStatementDoesNotWarn(t *testing.T) {
 		t.Fatal("the relay published nothing")
 	}
 	defer tx.Rollback(context.Background())
+	if s := logs.String(); !strings.Contains(s, "own_connection=true") {
+		t.Fatalf("the relay does not work on its own connection:\n%s", s)
+	}
 	// The mark now waits on the lock: wait until the server says so.
 	waitFor(t, "the relay's mark waiting on the row lock", func() bool {
 		return testdb.Count(t, d, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%'`, d.Table("outbox")) > 0

@@ -202,6 +202,10 @@ type Relay[TTx any] struct {
 	// Only Run's goroutine touches them.
 	conn   store.QueryListener
 	connAt time.Time
+	// runDone is Run's ctx.Done(): a connection that breaks once it is
+	// closed broke because the run was stopped, not worth a warning. Only
+	// Run's goroutine touches it.
+	runDone <-chan struct{}
 
 	wake    chan struct{}
 	running atomic.Bool
@@ -311,6 +315,7 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		return ErrRelayRunning
 	}
 	defer r.running.Store(false)
+	r.runDone = ctx.Done()
 	var wg sync.WaitGroup
 	lctx, stopListen := context.WithCancel(ctx)
 	// Run works on a connection of its own (see Relay.conn) when the
@@ -694,6 +699,16 @@ func (r *Relay[TTx]) mark(nowUS int64, done []Event) store.Stmt {
 	return store.Stmt{SQL: r.q.Complete, Args: []any{nowUS, seqs}}
 }
 
+// stopping reports whether Run's context is done.
+func (r *Relay[TTx]) stopping() bool {
+	select {
+	case <-r.runDone:
+		return true
+	default:
+		return false
+	}
+}
+
 // atomically runs stmts as one transaction. With a driver that pipelines,
 // they are one batch (on Run's own connection, else on the pool): one
 // round trip, and one implicit transaction that commits when the last
@@ -707,9 +722,9 @@ func (r *Relay[TTx]) atomically(ctx context.Context, stmts []store.Stmt) error {
 		err := r.d.SendBatch(ctx, r.conn.Querier(), stmts)
 		if err != nil && r.conn.Broken() {
 			// Lost, or left mid-protocol: open a new one before the next
-			// round. (A statement's error leaves it usable.) A cancelled
-			// run breaks it too, and Run returns: no warning then.
-			if ctx.Err() == nil {
+			// round. (A statement's error leaves it usable.) Stopping
+			// the run breaks it too, and Run returns: no warning then.
+			if !r.stopping() {
 				r.log.WarnContext(ctx, "the relay's connection broke, reconnecting", "error", err)
 			}
 			r.closeConn(ctx)

@@ -58,10 +58,16 @@ func (c *settler) track(tag uint64) {
 			delete(c.ahead, c.contig+1)
 			c.contig++
 		}
-	case tag > c.contig:
+	case tag > c.contig && len(c.ahead) < maxAhead:
 		c.ahead[tag] = struct{}{}
 	}
 }
+
+// maxAhead bounds settler.ahead. A gap lasts only while a delivery is on
+// its way through follow; if one never came, contig would stop there
+// (multiple acks then stop below it, as they must) and ahead would grow
+// for the channel's life without this bound.
+const maxAhead = 4096
 
 // settle acks or nacks one delivery.
 func (c *settler) settle(tag uint64, nack, requeue bool) error {
