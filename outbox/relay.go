@@ -202,9 +202,9 @@ type Relay[TTx any] struct {
 	// Only Run's goroutine touches them.
 	conn   store.QueryListener
 	connAt time.Time
-	// runDone is Run's ctx.Done(): a connection that breaks once it is
-	// closed broke because the run was stopped, not worth a warning. Only
-	// Run's goroutine touches it.
+	// runDone is Run's ctx.Done(). Once it is closed the run is stopping,
+	// and a connection that breaks then broke because of that: not worth
+	// a warning. Set by Run before anything reads it.
 	runDone <-chan struct{}
 
 	wake    chan struct{}

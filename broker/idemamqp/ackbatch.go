@@ -1,6 +1,7 @@
 package idemamqp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,15 +92,7 @@ func (c *settler) ackAll(tags []uint64) []error {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int {
-		switch {
-		case tags[a] < tags[b]:
-			return -1
-		case tags[a] > tags[b]:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(tags[a], tags[b]) })
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, t := range tags {
