@@ -1,12 +1,10 @@
 package consumer_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,26 +12,9 @@ import (
 	"github.com/idemkit/idem/consumer"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/store"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestHandlerPanic: a message whose handler always panics (after writing)
 // is recovered, its writes rolled back, retried like an error and
@@ -61,7 +42,7 @@ func testHandlerPanic[TTx any](t *testing.T, d store.Driver[TTx], mode string) {
 	}
 	reg, m := newMetrics(t)
 	letters, _ := dlq.New(d, dlq.Config{})
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	handler := func(ctx context.Context, tx TTx, msg idem.Message) error {
 		if err := record(ctx, d, tx, msg.ID, msg.Attempt, msg.Payload); err != nil {
 			return err

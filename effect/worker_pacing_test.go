@@ -1,7 +1,6 @@
 package effect_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/effect"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/store"
 )
 
@@ -110,24 +110,6 @@ func (c completionCounter) QueryRow(ctx context.Context, sql string, args ...any
 	return c.Querier.QueryRow(ctx, sql, args...)
 }
 
-// syncBuffer is a log sink safe for the worker's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Completions of calls that finish together are recorded in one batch, each
 // fenced by its own token: the effect another claimer took over while its
 // call ran (its token moved on) is not marked completed by the old owner's
@@ -146,7 +128,7 @@ func TestBatchedCompletionsKeepFencing(t *testing.T) {
 			effs = append(effs, effect.Effect{Key: k, Kind: "email"})
 		}
 		schedule(t, d, l, effs...)
-		var logs syncBuffer
+		var logs testlog.Buffer
 		w := fastWorker(t, l, effect.WorkerConfig[any]{Concurrency: conc, PollInterval: time.Minute,
 			CompleteDelay: 5 * time.Second, // the batch is recorded when full, not by the timer
 			Logger:        slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})

@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgxstore"
 )
@@ -186,7 +186,7 @@ func TestRelayStoppedMidStatementDoesNotWarn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	pub := &lockingPub{d: d, locked: make(chan pgx.Tx, 1)}
 	cfg := fastRelay("idem-test-relay-stop")
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -224,22 +224,4 @@ func TestRelayStoppedMidStatementDoesNotWarn(t *testing.T) {
 	if s := logs.String(); strings.Contains(s, "connection broke") {
 		t.Fatalf("a stopped relay warned about its connection:\n%s", s)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem/cmd/idem/console"
 	"github.com/idemkit/idem/dlq"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/store/sqlstore"
 )
 
@@ -24,7 +25,7 @@ import (
 func startConsole(t *testing.T, vars map[string]string, args ...string) (base, out string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr testlog.Buffer
 	env := &Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return vars[k] }}
 	done := make(chan error, 1)
 	go func() { done <- runConsole(ctx, env, append([]string{"--addr", "127.0.0.1:0"}, args...)) }()
@@ -212,7 +213,7 @@ func TestAuditAndConsoleBadCommandLines(t *testing.T) {
 func TestDemoMountsConsoleAndPoison(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout syncBuffer
+	var stdout testlog.Buffer
 	env := &Env{Stdout: &stdout, Stderr: io.Discard, Getenv: func(string) string { return "" }}
 	done := make(chan error, 1)
 	go func() {

@@ -1,33 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"github.com/idemkit/idem/internal/testlog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// syncBuffer is a bytes.Buffer safe for a command writing while the test
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // waitFor polls cond until it holds or a generous deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -51,7 +31,7 @@ func TestGCLoopSaysItLoops(t *testing.T) {
 	if code, _, stderr := runCmd(t, vars, "migrate", "up"); code != 0 {
 		t.Fatalf("migrate: %s", stderr)
 	}
-	var out, errb syncBuffer
+	var out, errb testlog.Buffer
 	env := &Env{Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return vars[k] }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
