@@ -170,8 +170,9 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
 	var msrv *http.Server
+	var mln net.Listener
 	if *metricsAddr != "" {
-		mln, err := net.Listen("tcp", *metricsAddr)
+		mln, err = net.Listen("tcp", *metricsAddr)
 		if err != nil {
 			_ = srv.Close()
 			return fmt.Errorf("listen %s: %w", *metricsAddr, err)
@@ -187,7 +188,7 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintf(w, "  upstream: %s\n", redact.URL(*upstream))
 	fmt.Fprintf(w, "  database: %s\n", describeDB(u, ""))
 	if msrv != nil {
-		fmt.Fprintf(w, "  metrics:  http://%s/metrics\n", *metricsAddr)
+		fmt.Fprintf(w, "  metrics:  http://%s/metrics\n", mln.Addr())
 	}
 	if d := tracing.describe(); d != "" {
 		fmt.Fprintf(w, "  traces:   %s\n", d)

@@ -28,6 +28,14 @@ func nodeUpstream(t *testing.T, port int) *upstreamnode.Upstream {
 // standard error so far (a func) and a stop function.
 func startProxyCmd(t *testing.T, args ...string) (base string, stderr func() string, stop func() error) {
 	t.Helper()
+	base, _, stderr, stop = startProxyCmdLines(t, args...)
+	return base, stderr, stop
+}
+
+// startProxyCmdLines is startProxyCmd that also returns the start-up text
+// the proxy printed on standard output, up to "Press Ctrl-C to stop.".
+func startProxyCmdLines(t *testing.T, args ...string) (base string, lines []string, stderr func() string, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	var mu sync.Mutex
@@ -45,6 +53,10 @@ func startProxyCmd(t *testing.T, args ...string) (base string, stderr func() str
 		t.Fatalf("proxy printed nothing: %v; stderr %s", <-done, errb.String())
 	}
 	line := sc.Text()
+	lines = append(lines, line)
+	for !strings.HasPrefix(lines[len(lines)-1], "Press Ctrl-C") && sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
 	i := strings.Index(line, "http://")
 	if i < 0 {
@@ -54,7 +66,7 @@ func startProxyCmd(t *testing.T, args ...string) (base string, stderr func() str
 	base, _, _ = strings.Cut(line[i:], " ")
 	stop = sync.OnceValue(func() error { cancel(); return <-done })
 	t.Cleanup(func() { _ = stop() })
-	return base, func() string { mu.Lock(); defer mu.Unlock(); return errb.String() }, stop
+	return base, lines, func() string { mu.Lock(); defer mu.Unlock(); return errb.String() }, stop
 }
 
 type lockedWriter struct {
@@ -117,15 +129,25 @@ func TestProxyCommandHoldVisibleInKeysShow(t *testing.T) {
 func TestProxyCommandWarnsAndReplays(t *testing.T) {
 	up := nodeUpstream(t, 0)
 	db := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
-	metrics := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	base, stderr, stop := startProxyCmd(t, "--upstream", up.URL, "--db", db, "--route", "POST /orders", "--metrics-addr", metrics)
+	// Port 0: the proxy prints the address it bound, so no other test can
+	// take a port picked in advance.
+	base, lines, stderr, stop := startProxyCmdLines(t, "--upstream", up.URL, "--db", db, "--route", "POST /orders", "--metrics-addr", "127.0.0.1:0")
+	var metricsURL string
+	for _, l := range lines {
+		if u, ok := strings.CutPrefix(strings.TrimSpace(l), "metrics:"); ok {
+			metricsURL = strings.TrimSpace(u)
+		}
+	}
+	if !strings.HasPrefix(metricsURL, "http://127.0.0.1:") || strings.HasPrefix(metricsURL, "http://127.0.0.1:0/") {
+		t.Fatalf("no bound metrics address in the start-up text %q", lines)
+	}
 	hdr := map[string]string{"Idempotency-Key": `"w-1"`, "Content-Type": "application/json"}
 	first := call(t, "POST", base+"/orders", hdr, `{"a":1}`)
 	again := call(t, "POST", base+"/orders", hdr, `{"a":1}`)
 	if first.status != 201 || again.status != 201 || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(first.body) {
 		t.Fatalf("first %d %s, retry %d %s (replayed %q)", first.status, first.body, again.status, again.body, again.header.Get("Idempotent-Replayed"))
 	}
-	m := call(t, "GET", "http://"+metrics+"/metrics", nil, "")
+	m := call(t, "GET", metricsURL, nil, "")
 	for _, want := range []string{
 		`idem_proxy_requests_total{operation="POST /orders",outcome="replayed"} 1`,
 		`idem_duplicates_suppressed_total{component="proxy",consumer="POST /orders"} 1`,
