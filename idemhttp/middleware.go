@@ -230,12 +230,31 @@ type request struct {
 	fp    idem.Fingerprint
 	state *reqState
 	boxed [3]any // tenant, operation, key as statement arguments
+
+	// Room for what every request needs once, in its own allocation:
+	// state points to stateRoom, args hands out disjoint parts of
+	// argRoom, and the reserved path reads into recRoom and lists its
+	// statements in stmtRoom.
+	stateRoom reqState
+	argRoom   [18]any
+	argUsed   int
+	recRoom   Record
+	stmtRoom  [3]store.Stmt
 }
 
 // args is scope.args with the scope boxed once per request: every
-// statement of a request starts with it.
+// statement of a request starts with it. The slice is the request's own
+// (a part of argRoom no other call gets, capacity its length, so an
+// append copies) until the room runs out.
 func (r *request) args(more ...any) []any {
-	a := make([]any, 0, 3+len(more))
+	n := 3 + len(more)
+	var a []any
+	if r.argUsed+n <= len(r.argRoom) {
+		a = r.argRoom[r.argUsed : r.argUsed : r.argUsed+n]
+		r.argUsed += n
+	} else {
+		a = make([]any, 0, n)
+	}
 	a = append(a, r.boxed[:]...)
 	return append(a, more...)
 }
@@ -332,7 +351,8 @@ func (m *Middleware[TTx]) serveKeyed(w http.ResponseWriter, r *http.Request, h h
 		info.Key, info.Tenant, info.Operation = key, tenant, op
 	}
 	req := &request{scope: scope{tenant, op, key}, boxed: [3]any{tenant, op, key}}
-	req.state = &reqState{tenant: tenant, operation: op, key: key}
+	req.stateRoom.tenant, req.stateRoom.operation, req.stateRoom.key = tenant, op, key
+	req.state = &req.stateRoom
 	req.fp = m.fingerprint(r, op, body)
 	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, req.state))
 	r.Body = io.NopCloser(bytes.NewReader(body))

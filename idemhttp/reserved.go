@@ -69,15 +69,18 @@ func (m *Middleware[TTx]) attemptReserved(w http.ResponseWriter, r *http.Request
 	bg := context.WithoutCancel(ctx)
 	lk := lockKey(req.scope)
 	var rec *Record
-	read := store.Stmt{SQL: m.q.LockKey, Args: req.args(lk, m.lockTO), Rows: func(rows store.Rows) error {
+	lockArgs := req.args(lk, m.lockTO)
+	read, unlock, insert := req.stmtRoom[0:1:1], req.stmtRoom[1:2:2], req.stmtRoom[2:3:3]
+	read[0] = store.Stmt{SQL: m.q.LockKey, Args: lockArgs, Rows: func(rows store.Rows) error {
 		if !rows.Next() {
 			return nil
 		}
-		rec = &Record{Tenant: req.tenant, Operation: req.operation, Key: req.key}
+		rec = &req.recRoom
+		*rec = Record{Tenant: req.tenant, Operation: req.operation, Key: req.key}
 		return scanRecord(rows, rec)
 	}}
 	start := m.cfg.Now()
-	tx, ok, err := m.d.BeginReserved(ctx, []store.Stmt{read})
+	tx, ok, err := m.d.BeginReserved(ctx, read)
 	if err != nil {
 		return errOutcome(err), nil, err
 	}
@@ -90,12 +93,14 @@ func (m *Middleware[TTx]) attemptReserved(w http.ResponseWriter, r *http.Request
 		}
 		return m.decideReserved(rec, req)
 	}
-	unlock := []store.Stmt{{SQL: m.q.Unlock, Args: []any{lk}}}
+	// The lock's key, boxed once already among the lock's arguments.
+	unlock[0] = store.Stmt{SQL: m.q.Unlock, Args: lockArgs[3:4:4]}
 	return m.runAndInsert(w, r, h, req, tx, start, nil, func(args []any) error {
 		if args == nil {
 			return m.d.EndReserved(bg, tx, false, nil, unlock)
 		}
-		return m.d.EndReserved(bg, tx, true, []store.Stmt{{SQL: m.q.InsertCompleted, Args: args}}, unlock)
+		insert[0] = store.Stmt{SQL: m.q.InsertCompleted, Args: args}
+		return m.d.EndReserved(bg, tx, true, insert, unlock)
 	})
 }
 

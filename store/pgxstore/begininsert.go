@@ -184,6 +184,30 @@ func (d *driver) prepare(ctx context.Context, conn *pgx.Conn, sqls ...string) er
 	return nil
 }
 
+// maxHandlerPrepared bounds the statements of handlers (beside idem's
+// maxPrepared) that a reserved transaction's first Exec prepares by name
+// on every connection; past it, a first Exec goes through pgx's batch.
+const maxHandlerPrepared = 32
+
+// handlerPreparable is preparable for a statement of the service's own,
+// counted against maxHandlerPrepared.
+func (d *driver) handlerPreparable(sql string) bool {
+	if _, ok := d.prepared.Load(sql); ok {
+		return true
+	}
+	d.preparedMu.Lock()
+	defer d.preparedMu.Unlock()
+	if _, ok := d.prepared.Load(sql); ok {
+		return true
+	}
+	if d.handlerN >= maxHandlerPrepared {
+		return false
+	}
+	d.prepared.Store(sql, struct{}{})
+	d.handlerN++
+	return true
+}
+
 // preparable reports whether sql is one of the at most maxPrepared
 // statements prepared by name.
 func (d *driver) preparable(sql string) bool {

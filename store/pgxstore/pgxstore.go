@@ -71,7 +71,13 @@ type driver struct {
 	prepared   sync.Map
 	preparedMu sync.Mutex
 	preparedN  int
-	stmts      *sqlset.Set
+	// handlerN counts the statements of handlers (a reserved
+	// transaction's first Exec) among prepared: at most
+	// maxHandlerPrepared, so that a service's own statements never take
+	// the room of idem's.
+	handlerN int
+
+	stmts *sqlset.Set
 }
 
 var _ store.Driver[pgx.Tx] = (*Driver)(nil)

@@ -75,9 +75,10 @@ func (d *driver) sendPrepared(ctx context.Context, conn *pgx.Conn, stmts []store
 			return false, tag, err
 		}
 		// The batch keeps the result formats until it is read, and Build
-		// reuses its arrays: give each statement its own.
-		var formats []int16
-		if len(eqb.ResultFormats) > 0 {
+		// reuses its arrays: give each statement its own, or a shared
+		// read-only one when every column has the same format.
+		formats := sameFormats(eqb.ResultFormats)
+		if formats == nil && len(eqb.ResultFormats) > 0 {
 			formats = append([]int16(nil), eqb.ResultFormats...)
 		}
 		b.ExecStatement(sds[i], eqb.ParamValues, eqb.ParamFormats, formats)
@@ -128,6 +129,44 @@ func (d *driver) sendPrepared(ctx context.Context, conn *pgx.Conn, stmts []store
 		first = err
 	}
 	return true, tag, first
+}
+
+// textFormats and binaryFormats are the result formats of statements
+// whose columns all have one format, shared read-only by every batch
+// (pgconn only reads them).
+var (
+	textFormats   [maxSharedFormats]int16 // pgx.TextFormatCode is 0
+	binaryFormats = func() (f [maxSharedFormats]int16) {
+		for i := range f {
+			f[i] = pgx.BinaryFormatCode
+		}
+		return f
+	}()
+)
+
+// maxSharedFormats bounds the columns of a statement whose formats come
+// from textFormats or binaryFormats.
+const maxSharedFormats = 32
+
+// sameFormats returns a shared slice equal to f when every element of f
+// is the text or every one the binary format code, else nil.
+func sameFormats(f []int16) []int16 {
+	if len(f) == 0 || len(f) > maxSharedFormats {
+		return nil
+	}
+	first := f[0]
+	if first != pgx.TextFormatCode && first != pgx.BinaryFormatCode {
+		return nil
+	}
+	for _, c := range f[1:] {
+		if c != first {
+			return nil
+		}
+	}
+	if first == pgx.BinaryFormatCode {
+		return binaryFormats[:len(f):len(f)]
+	}
+	return textFormats[:len(f):len(f)]
 }
 
 // rewrites reports whether args start with a pgx.QueryRewriter (such as

@@ -137,7 +137,7 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 		t.c.Release()
 		return err
 	}
-	open := t.tx != nil && !t.ended
+	open := (t.tx != nil || t.begun) && !t.ended
 	switch {
 	case commit && t.ended:
 		return discard(fmt.Errorf("pgxstore: the transaction was ended by a Commit or Rollback of its own; nothing committed: %w", pgx.ErrTxClosed))
@@ -195,12 +195,14 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 
 // reservedTx is the transaction of BeginReserved on its reserved
 // connection: nothing is sent until its first statement, which carries
-// BEGIN with it. pgx's own transaction (from pgx.Batch.BeginTx) runs every
-// statement after that. Like any pgx.Tx it is not for concurrent use.
+// BEGIN with it. pgx's own transaction (from pgx.Batch.BeginTx, or adopted
+// by adoptTx after execFirst) runs every statement after that. Like any
+// pgx.Tx it is not for concurrent use.
 type reservedTx struct {
 	d     *driver
 	c     *pgxpool.Conn
-	tx    pgx.Tx // nil until begun
+	tx    pgx.Tx // nil until begun, or until needed after execFirst
+	begun bool   // execFirst sent BEGIN; tx is adopted when needed
 	ended bool   // ended by its own Commit or Rollback
 	gone  bool   // EndReserved ran: the connection is no longer ours
 }
@@ -230,6 +232,9 @@ func (t *reservedTx) live(ctx context.Context) (pgx.Tx, error) {
 		return t.tx, nil
 	case t.ended:
 		return closedTx, nil
+	case t.begun:
+		t.tx = adoptTx(ctx, t.c.Conn())
+		return t.tx, nil
 	}
 	conn := t.c.Conn()
 	if err := t.d.prepare(ctx, conn, beginSQL); err != nil {
@@ -247,7 +252,54 @@ func (t *reservedTx) live(ctx context.Context) (pgx.Tx, error) {
 // first reports whether the next statement, with args, begins the
 // transaction in its own batch.
 func (t *reservedTx) first(args []any) bool {
-	return t.tx == nil && !t.ended && !t.gone && lazyArgs(args)
+	return t.tx == nil && !t.begun && !t.ended && !t.gone && lazyArgs(args)
+}
+
+// execFirst runs sql with BEGIN in one round trip through sendPrepared
+// (pgconn's batch of statements prepared by name) instead of a pgx.Batch,
+// whose pipeline costs about 20 allocations more per request. pgx's
+// transaction is adopted only when a later statement needs it. ok=false,
+// with nothing sent, when sendPrepared declines (a tracer, another exec
+// mode) or the room for handlers' statements is full: then sendFirst runs.
+// As with a pgx.Batch, a batch that fails before BEGIN ran leaves the
+// transaction closed, so that nothing runs outside it.
+func (t *reservedTx) execFirst(ctx context.Context, sql string, args []any) (ok bool, tag pgconn.CommandTag, err error) {
+	d := t.d
+	if d.traced || d.mode != pgx.QueryExecModeCacheStatement || rewrites(args) || !d.handlerPreparable(sql) {
+		return false, tag, nil
+	}
+	conn := t.c.Conn()
+	stmts := [2]store.Stmt{{SQL: beginSQL}, {SQL: sql, Args: args}}
+	sent, tag, err := d.sendPrepared(ctx, conn, stmts[:], 1, nil)
+	if !sent && err == nil {
+		return false, tag, nil
+	}
+	if conn.PgConn().TxStatus() == 'I' {
+		t.tx = closedTx
+	} else {
+		t.begun = true
+	}
+	return true, tag, err
+}
+
+// adoptTx returns pgx's transaction for the one conn is already in (begun
+// by execFirst): a pgx.Batch that begins a transaction but holds no query
+// sends nothing, and pgx.Conn.SendBatch still returns the transaction, so
+// that commits, rollbacks, savepoints and large objects are pgx's own.
+// TestReservedAdoptedTransaction holds pgx to this.
+func adoptTx(ctx context.Context, conn *pgx.Conn) pgx.Tx {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{BeginQuery: beginSQL})
+	b.QueuedQueries = b.QueuedQueries[:0]
+	br := conn.SendBatch(ctx, b)
+	tx := br.Tx()
+	_ = br.Close()
+	if tx == nil {
+		// Not the pgx this was written for: a closed transaction never
+		// commits, and EndReserved closes the connection.
+		return closedTx
+	}
+	return tx
 }
 
 // sendFirst sends BEGIN and sql in one batch and returns the results with
@@ -277,6 +329,9 @@ func (t *reservedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 			return pgconn.CommandTag{}, err
 		}
 		return tx.Exec(ctx, sql, args...)
+	}
+	if ok, tag, err := t.execFirst(ctx, sql, args); ok {
+		return tag, err
 	}
 	br, err := t.sendFirst(ctx, sql, args)
 	if err != nil {
@@ -340,6 +395,9 @@ func (t *reservedTx) Rollback(ctx context.Context) error { return t.end(ctx, fal
 func (t *reservedTx) end(ctx context.Context, commit bool) error {
 	if t.gone || t.ended {
 		return pgx.ErrTxClosed
+	}
+	if t.tx == nil && t.begun {
+		t.tx = adoptTx(ctx, t.c.Conn())
 	}
 	t.ended = true
 	if t.tx == nil {
