@@ -16,12 +16,13 @@ import (
 
 // A reserved transaction whose first statement is an Exec behaves as pgx's
 // own transaction afterwards, whether BEGIN travelled in a pgconn batch of
-// prepared statements (the default; pgx's transaction is adopted when a
-// later call needs it) or in a pgx.Batch (a pool with a tracer): later
-// statements, a savepoint rolled back and one released, large objects, a
-// Commit of its own; a first statement that fails aborts the transaction
-// and one that cannot be prepared closes it, so EndReserved commits
-// nothing in either case.
+// prepared statements (the default; pgx's transaction is adopted, without
+// a round trip, when a later call needs it) or in a pgx.Batch (a pool with
+// a tracer): later statements, a savepoint rolled back and one released,
+// large objects, a Commit of its own, EndReserved committing or rolling
+// back the first statement alone; a first statement that fails aborts the
+// transaction and one that cannot be prepared closes it, so EndReserved
+// commits nothing in either case.
 func TestReservedAdoptedTransaction(t *testing.T) {
 	for _, traced := range []bool{false, true} {
 		name := map[bool]string{false: "pgconn", true: "traced"}[traced]
@@ -31,7 +32,7 @@ func TestReservedAdoptedTransaction(t *testing.T) {
 			if traced {
 				configure = append(configure, func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer })
 			}
-			d, _ := pgproxy.Pgx(t, configure...)
+			d, p := pgproxy.Pgx(t, configure...)
 			ctx := context.Background()
 			testdb.Exec(t, d, `CREATE TABLE ad (k text PRIMARY KEY)`)
 			const ins = `INSERT INTO ad (k) VALUES ($1)`
@@ -51,14 +52,43 @@ func TestReservedAdoptedTransaction(t *testing.T) {
 				return testdb.Count(t, d, `SELECT count(*) FROM ad WHERE k = $1`, k) == 1
 			}
 
+			// A transaction rolled back, so that pgx's statement cache
+			// knows ins on the connection before the round trips are
+			// counted.
+			tx := begin()
+			for _, k := range []string{"warm-1", "warm-2"} {
+				if _, err := tx.Exec(ctx, ins, k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.EndReserved(ctx, tx, false, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+
 			// Later statements, savepoints and large objects, committed
 			// by EndReserved.
-			tx := begin()
+			tx = begin()
 			if tag, err := tx.Exec(ctx, ins, "first"); err != nil || tag.RowsAffected() != 1 {
 				t.Fatalf("first Exec: %v, %v", tag, err)
 			}
+			// The statement after the first is one round trip: adopting
+			// pgx's transaction sends nothing.
+			p.Reset()
 			if _, err := tx.Exec(ctx, ins, "second"); err != nil {
 				t.Fatal(err)
+			}
+			if n := p.RoundTrips(); n != 1 {
+				t.Fatalf("the second statement took %d round trips, want 1", n)
+			}
+			// The first statement went as a handler's statement prepared
+			// by idem's name on the pgconn path, through pgx's statement
+			// cache on the traced one.
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'idem\_h\_%'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int64{false: 1, true: 0}[traced]; n != want {
+				t.Fatalf("%d handler statements prepared by idem's name on the connection, want %d", n, want)
 			}
 			sp, err := tx.Begin(ctx)
 			if err != nil {
@@ -117,6 +147,26 @@ func TestReservedAdoptedTransaction(t *testing.T) {
 				t.Error("the transaction's own Commit did not commit")
 			}
 
+			// EndReserved alone after the first statement: commit, or roll
+			// back and hand the connection back outside a transaction.
+			tx = begin()
+			if _, err := tx.Exec(ctx, ins, "end-commit"); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.EndReserved(ctx, tx, true, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			tx = begin()
+			if _, err := tx.Exec(ctx, ins, "end-rollback"); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.EndReserved(ctx, tx, false, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			if !has("end-commit") || has("end-rollback") {
+				t.Errorf("EndReserved alone: committed %v (want true), rolled back one committed %v (want false)", has("end-commit"), has("end-rollback"))
+			}
+
 			// A first statement that fails aborts the transaction: nothing
 			// of it or of EndReserved's statements commits.
 			tx = begin()
@@ -141,8 +191,8 @@ func TestReservedAdoptedTransaction(t *testing.T) {
 			if _, err := tx.Exec(ctx, ins, "outside"); !errors.Is(err, pgx.ErrTxClosed) {
 				t.Fatalf("a statement after a first one that was never begun: %v, want ErrTxClosed", err)
 			}
-			if err := d.EndReserved(ctx, tx, true, []store.Stmt{{SQL: ins, Args: []any{"after-closed"}}}, nil); err == nil {
-				t.Fatal("EndReserved committed a transaction that never began")
+			if err := d.EndReserved(ctx, tx, true, []store.Stmt{{SQL: ins, Args: []any{"after-closed"}}}, nil); !errors.Is(err, pgx.ErrTxCommitRollback) {
+				t.Fatalf("EndReserved of a transaction that never began: %v, want ErrTxCommitRollback", err)
 			}
 			if has("outside") || has("after-closed") {
 				t.Error("a statement ran outside the transaction")
@@ -151,5 +201,67 @@ func TestReservedAdoptedTransaction(t *testing.T) {
 				t.Fatal("the traced pool saw no batch")
 			}
 		})
+	}
+}
+
+// A first Exec that names a statement the service prepared itself on every
+// connection runs it, as pgx does, and idem's name for a handler's
+// statement never takes the service's own queries: after a schema change
+// that makes the prepared statement stale, the request that meets it
+// fails, its connection is closed, and the next request prepares afresh.
+func TestReservedFirstExecPreparedElsewhere(t *testing.T) {
+	const named = `adopt_named_insert`
+	d, _ := pgproxy.Pgx(t, func(c *pgxpool.Config) {
+		// One connection (pgproxy.Pgx's default): every request on the
+		// same one while it lives. Each new connection prepares the
+		// service's statement, on a table it makes sure exists.
+		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS ape (k text PRIMARY KEY)`); err != nil {
+				return err
+			}
+			_, err := conn.Prepare(ctx, named, `INSERT INTO ape (k) VALUES ($1)`)
+			return err
+		}
+	})
+	ctx := context.Background()
+	run := func(sql, k string, commit bool) error {
+		t.Helper()
+		tx, ok, err := d.BeginReserved(ctx, nil)
+		if err != nil || !ok {
+			t.Fatalf("BeginReserved ok %v err %v", ok, err)
+		}
+		_, execErr := tx.Exec(ctx, sql, k)
+		if err := d.EndReserved(ctx, tx, commit && execErr == nil, nil, nil); err != nil && execErr == nil {
+			return err
+		}
+		return execErr
+	}
+	for i, k := range []string{"named-1", "named-2"} {
+		if err := run(named, k, true); err != nil {
+			t.Fatalf("first Exec of the service's prepared statement, request %d: %v", i+1, err)
+		}
+	}
+	if n := testdb.Count(t, d, `SELECT count(*) FROM ape WHERE k LIKE 'named-%'`); n != 2 {
+		t.Fatalf("%d rows by the service's prepared statement, want 2", n)
+	}
+
+	const returning = `INSERT INTO ape (k) VALUES ($1) RETURNING *`
+	if err := run(returning, "r-1", true); err != nil {
+		t.Fatal(err)
+	}
+	testdb.Exec(t, d, `ALTER TABLE ape ADD COLUMN v int`)
+	err := run(returning, "r-2", true)
+	if err == nil {
+		// The server re-planned without complaint: nothing stale to
+		// recover from, and the row must be there.
+		if testdb.Count(t, d, `SELECT count(*) FROM ape WHERE k = 'r-2'`) != 1 {
+			t.Fatal("r-2 reported success and is missing")
+		}
+	}
+	if err := run(returning, "r-3", true); err != nil {
+		t.Fatalf("the request after the schema change: %v (the stale statement outlived its connection)", err)
+	}
+	if n := testdb.Count(t, d, `SELECT count(*) FROM ape WHERE k = 'r-3'`); n != 1 {
+		t.Fatalf("r-3 committed %d times, want 1", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,15 +16,18 @@ import (
 
 // The transaction statements of the fast paths. They differ from the
 // "begin" and "commit" pgx runs for Conn.Begin and Tx.Commit, so preparing
-// them changes nothing for the caller's own transactions on the pool.
+// them (named by their SQL, as idem's other statements: see prepare)
+// changes nothing for the caller's own transactions on the pool.
 const (
 	beginSQL  = "BEGIN"
 	commitSQL = "COMMIT"
 )
 
-// maxPrepared bounds the distinct statements the fast paths prepare by
-// name on every connection. idem passes a handful of constant statements;
-// past the bound, statements go through pgx's own statement cache.
+// maxPrepared bounds the distinct statements of idem's own that the fast
+// paths prepare by name on every connection. idem passes a handful of
+// constant statements; past the bound, statements go through pgx's own
+// statement cache. Handlers' statements have a room of their own
+// (maxHandlerPrepared).
 const maxPrepared = 64
 
 // BeginInsert begins a transaction and runs insertSQL in the same round
@@ -174,10 +178,11 @@ func (d *driver) prepare(ctx context.Context, conn *pgx.Conn, sqls ...string) er
 		return nil
 	}
 	for _, sql := range sqls {
-		if !d.preparable(sql) {
+		name := d.preparedName(sql)
+		if name == "" {
 			continue
 		}
-		if _, err := conn.Prepare(ctx, sql, sql); err != nil {
+		if _, err := conn.Prepare(ctx, name, sql); err != nil {
 			return err
 		}
 	}
@@ -189,42 +194,60 @@ func (d *driver) prepare(ctx context.Context, conn *pgx.Conn, sqls ...string) er
 // on every connection; past it, a first Exec goes through pgx's batch.
 const maxHandlerPrepared = 32
 
-// handlerPreparable is preparable for a statement of the service's own,
-// counted against maxHandlerPrepared.
-func (d *driver) handlerPreparable(sql string) bool {
-	if _, ok := d.prepared.Load(sql); ok {
-		return true
+// handlerName returns the name a handler's statement is prepared under on
+// every connection ("" when it is not: the room is full, or the server
+// refused to prepare it). The name is not the SQL, so that pgx, which
+// looks a statement's text up among the connection's named statements
+// first, never runs the service's own queries through it (they keep pgx's
+// statement cache, which re-prepares after a schema change), and it is a
+// hash of the SQL, so that two drivers on one pool agree on it.
+func (d *driver) handlerName(sql string) string {
+	if v, ok := d.prepared.Load(sql); ok {
+		return v.(string)
 	}
 	d.preparedMu.Lock()
 	defer d.preparedMu.Unlock()
-	if _, ok := d.prepared.Load(sql); ok {
-		return true
+	if v, ok := d.prepared.Load(sql); ok {
+		return v.(string)
 	}
 	if d.handlerN >= maxHandlerPrepared {
-		return false
+		return ""
 	}
-	d.prepared.Store(sql, struct{}{})
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(sql))
+	name := "idem_h_" + strconv.FormatUint(h.Sum64(), 16)
+	d.prepared.Store(sql, name)
 	d.handlerN++
-	return true
+	return name
 }
 
-// preparable reports whether sql is one of the at most maxPrepared
-// statements prepared by name.
-func (d *driver) preparable(sql string) bool {
-	if _, ok := d.prepared.Load(sql); ok {
-		return true
+// refuseHandler records that the server would not prepare a handler's
+// statement (the name of a statement the service prepared itself, several
+// statements in one string, a mistake): its first Exec goes through pgx's
+// batch from now on, which runs it as pgx always does. The statement keeps
+// its place in the room, so the refusals stay bounded too.
+func (d *driver) refuseHandler(sql string) {
+	d.prepared.Store(sql, "")
+}
+
+// preparedName returns the name sql is prepared under on every connection:
+// the SQL itself for idem's statements, at most maxPrepared of them, and ""
+// past that bound (or for a handler's statement the server refused).
+func (d *driver) preparedName(sql string) string {
+	if v, ok := d.prepared.Load(sql); ok {
+		return v.(string)
 	}
 	d.preparedMu.Lock()
 	defer d.preparedMu.Unlock()
-	if _, ok := d.prepared.Load(sql); ok {
-		return true
+	if v, ok := d.prepared.Load(sql); ok {
+		return v.(string)
 	}
 	if d.preparedN >= maxPrepared {
-		return false
+		return ""
 	}
-	d.prepared.Store(sql, struct{}{})
+	d.prepared.Store(sql, sql)
 	d.preparedN++
-	return true
+	return sql
 }
 
 // closedTx is a transaction that is over: every method reports

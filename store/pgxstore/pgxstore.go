@@ -66,16 +66,16 @@ type driver struct {
 	// statements of a pgx.Batch but not those of a pgconn batch: the
 	// reserved path then sends pgx batches (see sendPrepared).
 	traced bool
-	// prepared holds the statements the fast paths prepare by name on
-	// each connection (at most maxPrepared, counted by preparedN).
+	// prepared maps the statements the fast paths prepare by name on
+	// each connection to that name ("": not prepared by name): idem's own
+	// (at most maxPrepared, counted by preparedN, named by their SQL) and
+	// handlers' (a reserved transaction's first Exec: at most
+	// maxHandlerPrepared, counted by handlerN, so that a service's
+	// statements never take the room of idem's; see handlerName).
 	prepared   sync.Map
 	preparedMu sync.Mutex
 	preparedN  int
-	// handlerN counts the statements of handlers (a reserved
-	// transaction's first Exec) among prepared: at most
-	// maxHandlerPrepared, so that a service's own statements never take
-	// the room of idem's.
-	handlerN int
+	handlerN   int
 
 	stmts *sqlset.Set
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // The statement lists of BeginReserved and EndReserved run once or twice
-// per HTTP request. Sent as a pgx.Batch they go through pgx's pipeline
+// per HTTP request, and so does a reserved transaction's first Exec with
+// its BEGIN (reservedTx.execFirst). Sent as a pgx.Batch they go through pgx's pipeline
 // (pgconn.Pipeline: a container/list element per protocol message, a copy
 // of every statement's result formats, a results object per statement):
 // about 20 allocations for a one-statement list and 40 for the three of a
@@ -37,10 +38,14 @@ const maxPreparedList = 8
 // the caller sends a pgx.Batch instead. Statements already prepared cost a
 // map lookup and no round trip.
 func (d *driver) describe(ctx context.Context, conn *pgx.Conn, sql string) (*pgconn.StatementDescription, error) {
-	if d.mode != pgx.QueryExecModeCacheStatement || !d.preparable(sql) {
+	if d.mode != pgx.QueryExecModeCacheStatement {
 		return nil, nil
 	}
-	return conn.Prepare(ctx, sql, sql)
+	name := d.preparedName(sql)
+	if name == "" {
+		return nil, nil
+	}
+	return conn.Prepare(ctx, name, sql)
 }
 
 // sendPrepared runs stmts on conn in one round trip when every one of them

@@ -2,6 +2,7 @@ package pgxstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -162,6 +163,9 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 	}
 	list = append(list, after...)
 	if len(list) == 0 {
+		if t.stale {
+			return discard(nil)
+		}
 		t.c.Release()
 		return nil
 	}
@@ -189,6 +193,9 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 	if err != nil {
 		return discard(translate(err))
 	}
+	if t.stale {
+		return discard(nil)
+	}
 	t.c.Release()
 	return nil
 }
@@ -205,6 +212,10 @@ type reservedTx struct {
 	begun bool   // execFirst sent BEGIN; tx is adopted when needed
 	ended bool   // ended by its own Commit or Rollback
 	gone  bool   // EndReserved ran: the connection is no longer ours
+	// stale: the handler's statement prepared by execFirst no longer
+	// matches the schema; EndReserved closes the connection so that the
+	// next one prepares it afresh.
+	stale bool
 }
 
 var _ pgx.Tx = (*reservedTx)(nil)
@@ -222,8 +233,8 @@ func lazyArgs(args []any) bool {
 	return true
 }
 
-// live returns pgx's transaction, beginning it with a BEGIN of its own if
-// no statement has yet.
+// live returns pgx's transaction: adopted (no round trip) after execFirst
+// began it, or begun with a BEGIN of its own if no statement has yet.
 func (t *reservedTx) live(ctx context.Context) (pgx.Tx, error) {
 	switch {
 	case t.gone:
@@ -258,26 +269,49 @@ func (t *reservedTx) first(args []any) bool {
 // execFirst runs sql with BEGIN in one round trip through sendPrepared
 // (pgconn's batch of statements prepared by name) instead of a pgx.Batch,
 // whose pipeline costs about 20 allocations more per request. pgx's
-// transaction is adopted only when a later statement needs it. ok=false,
-// with nothing sent, when sendPrepared declines (a tracer, another exec
-// mode) or the room for handlers' statements is full: then sendFirst runs.
-// As with a pgx.Batch, a batch that fails before BEGIN ran leaves the
-// transaction closed, so that nothing runs outside it.
+// transaction is adopted only when a later statement needs it.
+//
+// ok=false, with nothing sent, and sendFirst runs sql as before, when: the
+// connection has a tracer (which must see the statements) or another exec
+// mode; args start with a QueryRewriter; the room for handlers'
+// statements is full; the server will not prepare sql (the name of a
+// statement the service prepared itself, several statements, a mistake:
+// pgx's batch then runs it, or reports its error, as it always did); or
+// the arguments cannot be encoded. Once sent, a batch that failed before
+// BEGIN ran leaves the transaction closed, as a pgx.Batch does, so that
+// nothing runs outside it.
 func (t *reservedTx) execFirst(ctx context.Context, sql string, args []any) (ok bool, tag pgconn.CommandTag, err error) {
 	d := t.d
-	if d.traced || d.mode != pgx.QueryExecModeCacheStatement || rewrites(args) || !d.handlerPreparable(sql) {
+	if d.traced || d.mode != pgx.QueryExecModeCacheStatement || rewrites(args) {
+		return false, tag, nil
+	}
+	name := d.handlerName(sql)
+	if name == "" {
 		return false, tag, nil
 	}
 	conn := t.c.Conn()
+	if _, err := conn.Prepare(ctx, name, sql); err != nil {
+		var refused *pgconn.PgError
+		if errors.As(err, &refused) {
+			d.refuseHandler(sql)
+		}
+		return false, tag, nil
+	}
 	stmts := [2]store.Stmt{{SQL: beginSQL}, {SQL: sql, Args: args}}
 	sent, tag, err := d.sendPrepared(ctx, conn, stmts[:], 1, nil)
-	if !sent && err == nil {
+	if !sent {
 		return false, tag, nil
 	}
 	if conn.PgConn().TxStatus() == 'I' {
 		t.tx = closedTx
 	} else {
 		t.begun = true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "0A000" || pe.Code == "26000") {
+		// "cached plan must not change result type" after a schema
+		// change, or the statement gone from the session.
+		t.stale = true
 	}
 	return true, tag, err
 }
@@ -286,7 +320,8 @@ func (t *reservedTx) execFirst(ctx context.Context, sql string, args []any) (ok 
 // by execFirst): a pgx.Batch that begins a transaction but holds no query
 // sends nothing, and pgx.Conn.SendBatch still returns the transaction, so
 // that commits, rollbacks, savepoints and large objects are pgx's own.
-// TestReservedAdoptedTransaction holds pgx to this.
+// TestReservedAdoptedTransaction holds pgx to this (the round trips of the
+// statement after the first, and what the transaction commits).
 func adoptTx(ctx context.Context, conn *pgx.Conn) pgx.Tx {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{BeginQuery: beginSQL})
