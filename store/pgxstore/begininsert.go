@@ -202,23 +202,11 @@ const maxHandlerPrepared = 32
 // statement cache, which re-prepares after a schema change), and it is a
 // hash of the SQL, so that two drivers on one pool agree on it.
 func (d *driver) handlerName(sql string) string {
-	if v, ok := d.prepared.Load(sql); ok {
-		return v.(string)
-	}
-	d.preparedMu.Lock()
-	defer d.preparedMu.Unlock()
-	if v, ok := d.prepared.Load(sql); ok {
-		return v.(string)
-	}
-	if d.handlerN >= maxHandlerPrepared {
-		return ""
-	}
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(sql))
-	name := "idem_h_" + strconv.FormatUint(h.Sum64(), 16)
-	d.prepared.Store(sql, name)
-	d.handlerN++
-	return name
+	return d.nameOf(sql, &d.handlerN, maxHandlerPrepared, func(sql string) string {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(sql))
+		return "idem_h_" + strconv.FormatUint(h.Sum64(), 16)
+	})
 }
 
 // refuseHandler records that the server would not prepare a handler's
@@ -234,6 +222,12 @@ func (d *driver) refuseHandler(sql string) {
 // the SQL itself for idem's statements, at most maxPrepared of them, and ""
 // past that bound (or for a handler's statement the server refused).
 func (d *driver) preparedName(sql string) string {
+	return d.nameOf(sql, &d.preparedN, maxPrepared, func(sql string) string { return sql })
+}
+
+// nameOf returns the name sql is prepared under, giving it one (name(sql))
+// when it has none yet and *n, the count of its kind, is below limit.
+func (d *driver) nameOf(sql string, n *int, limit int, name func(string) string) string {
 	if v, ok := d.prepared.Load(sql); ok {
 		return v.(string)
 	}
@@ -242,12 +236,13 @@ func (d *driver) preparedName(sql string) string {
 	if v, ok := d.prepared.Load(sql); ok {
 		return v.(string)
 	}
-	if d.preparedN >= maxPrepared {
+	if *n >= limit {
 		return ""
 	}
-	d.prepared.Store(sql, sql)
-	d.preparedN++
-	return sql
+	nm := name(sql)
+	d.prepared.Store(sql, nm)
+	*n++
+	return nm
 }
 
 // closedTx is a transaction that is over: every method reports
