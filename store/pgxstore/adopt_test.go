@@ -124,6 +124,54 @@ func TestReservedAdoptedTransaction(t *testing.T) {
 			t.Errorf("large object %d committed: %d rows", oid, n)
 		}
 
+		// A first QueryRow (INSERT … RETURNING): its row, then the
+		// transaction as after a first Exec (on the connection whose
+		// pgx statement cache knows ins: before a test below closes it).
+		tx = begin()
+		var got string
+		if err := tx.QueryRow(ctx, ins+` RETURNING k`, "q-first").Scan(&got); err != nil || got != "q-first" {
+			t.Fatalf("first QueryRow: %q, %v", got, err)
+		}
+		p.Reset()
+		if _, err := tx.Exec(ctx, ins, "q-second"); err != nil {
+			t.Fatal(err)
+		}
+		if n := p.RoundTrips(); n != 1 {
+			t.Fatalf("the statement after a first QueryRow took %d round trips, want 1", n)
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'idem\_h\_%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int64{false: 2, true: 0}[traced]; n != want {
+			t.Fatalf("%d handler statements prepared by idem's name after a first QueryRow, want %d", n, want)
+		}
+		if err := d.EndReserved(ctx, tx, true, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !has("q-first") || !has("q-second") {
+			t.Errorf("after a first QueryRow: committed %v and %v, want both", has("q-first"), has("q-second"))
+		}
+		// A first Query that fails as it runs: the error reaches the
+		// caller and nothing commits.
+		tx = begin()
+		rows, err := tx.Query(ctx, ins+` RETURNING k`, "q-first")
+		if err == nil {
+			for rows.Next() {
+			}
+			rows.Close()
+			err = rows.Err()
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "23505" {
+			t.Fatalf("duplicate first Query: %v, want a unique violation", err)
+		}
+		if err := d.EndReserved(ctx, tx, true, []store.Stmt{{SQL: ins, Args: []any{"after-q-abort"}}}, nil); !errors.Is(err, pgx.ErrTxCommitRollback) {
+			t.Fatalf("EndReserved after a failed first Query: %v, want ErrTxCommitRollback", err)
+		}
+		if has("after-q-abort") {
+			t.Error("EndReserved committed after a failed first Query")
+		}
+
 		// The transaction's own Commit after a single Exec: committed,
 		// and EndReserved then refuses to commit again.
 		tx = begin()
@@ -164,7 +212,6 @@ func TestReservedAdoptedTransaction(t *testing.T) {
 		// of it or of EndReserved's statements commits.
 		tx = begin()
 		_, err = tx.Exec(ctx, ins, "first")
-		var pe *pgconn.PgError
 		if !errors.As(err, &pe) || pe.Code != "23505" {
 			t.Fatalf("duplicate first Exec: %v, want a unique violation", err)
 		}
@@ -216,13 +263,26 @@ func TestReservedFirstExecPreparedElsewhere(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
+	query := false // the first statement an Exec, or a Query read to its end
 	run := func(sql, k string, commit bool) error {
 		t.Helper()
 		tx, ok, err := d.BeginReserved(ctx, nil)
 		if err != nil || !ok {
 			t.Fatalf("BeginReserved ok %v err %v", ok, err)
 		}
-		_, execErr := tx.Exec(ctx, sql, k)
+		var execErr error
+		if query {
+			var rows pgx.Rows
+			if rows, execErr = tx.Query(ctx, sql, k); execErr == nil {
+				for rows.Next() {
+					_, _ = rows.Values()
+				}
+				rows.Close()
+				execErr = rows.Err()
+			}
+		} else {
+			_, execErr = tx.Exec(ctx, sql, k)
+		}
 		if err := d.EndReserved(ctx, tx, commit && execErr == nil, nil, nil); err != nil && execErr == nil {
 			return err
 		}
@@ -255,5 +315,20 @@ func TestReservedFirstExecPreparedElsewhere(t *testing.T) {
 	}
 	if n := testdb.Count(t, d, `SELECT count(*) FROM ape WHERE k = 'r-3'`); n != 1 {
 		t.Fatalf("r-3 committed %d times, want 1", n)
+	}
+
+	// The same with a first Query whose rows are read.
+	query = true
+	const returningAll = `INSERT INTO ape (k) VALUES ($1) RETURNING k, *`
+	if err := run(returningAll, "q-1", true); err != nil {
+		t.Fatal(err)
+	}
+	testdb.Exec(t, d, `ALTER TABLE ape ADD COLUMN w int`)
+	_ = run(returningAll, "q-2", true) // may fail: the plan is stale
+	if err := run(returningAll, "q-3", true); err != nil {
+		t.Fatalf("the Query after the schema change: %v (the stale statement outlived its connection)", err)
+	}
+	if n := testdb.Count(t, d, `SELECT count(*) FROM ape WHERE k = 'q-3'`); n != 1 {
+		t.Fatalf("q-3 committed %d times, want 1", n)
 	}
 }

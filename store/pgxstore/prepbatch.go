@@ -11,11 +11,12 @@ import (
 )
 
 // The statement lists of BeginReserved and EndReserved run once or twice
-// per HTTP request, and so does a reserved transaction's first Exec with
-// its BEGIN (reservedTx.execFirst). Sent as a pgx.Batch they go through pgx's pipeline
-// (pgconn.Pipeline: a container/list element per protocol message, a copy
-// of every statement's result formats, a results object per statement):
-// about 20 allocations for a one-statement list and 40 for the three of a
+// per HTTP request, and so does a reserved transaction's first statement
+// with its BEGIN (reservedTx.execFirst and queryFirst). Sent as a
+// pgx.Batch they go through pgx's pipeline (pgconn.Pipeline: a
+// container/list element per protocol message, a copy of every
+// statement's result formats, a results object per statement): about 20
+// allocations for a one-statement list and 40 for the three of a
 // commit. Every statement of those lists is prepared by name on the
 // connection (Driver.prepare), so the same messages — Bind and Execute
 // per statement, one Sync, one write — can be sent with pgconn's batch
@@ -79,14 +80,7 @@ func (d *driver) sendPrepared(ctx context.Context, conn *pgx.Conn, stmts []store
 		if err := eqb.Build(m, sds[i], s.Args); err != nil {
 			return false, tag, err
 		}
-		// The batch keeps the result formats until it is read, and Build
-		// reuses its arrays: give each statement its own, or a shared
-		// read-only one when every column has the same format.
-		formats := sameFormats(eqb.ResultFormats)
-		if formats == nil && len(eqb.ResultFormats) > 0 {
-			formats = append([]int16(nil), eqb.ResultFormats...)
-		}
-		b.ExecStatement(sds[i], eqb.ParamValues, eqb.ParamFormats, formats)
+		b.ExecStatement(sds[i], eqb.ParamValues, eqb.ParamFormats, ownFormats(eqb.ResultFormats))
 	}
 	mrr := conn.PgConn().ExecBatch(ctx, &b)
 	var first error
@@ -152,6 +146,16 @@ var (
 // maxSharedFormats bounds the columns of a statement whose formats come
 // from textFormats or binaryFormats.
 const maxSharedFormats = 32
+
+// ownFormats returns result formats equal to f that a pgconn.Batch may
+// keep until it is read (Build reuses its arrays): a shared read-only
+// slice when every column has the same format, else a copy.
+func ownFormats(f []int16) []int16 {
+	if same := sameFormats(f); same != nil || len(f) == 0 {
+		return same
+	}
+	return append([]int16(nil), f...)
+}
 
 // sameFormats returns a shared slice equal to f when every element of f
 // is the text or every one the binary format code, else nil.

@@ -203,18 +203,19 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 // reservedTx is the transaction of BeginReserved on its reserved
 // connection: nothing is sent until its first statement, which carries
 // BEGIN with it. pgx's own transaction (from pgx.Batch.BeginTx, or adopted
-// by adoptTx after execFirst) runs every statement after that. Like any
+// by adoptTx after execFirst or queryFirst) runs every statement after
+// that. Like any
 // pgx.Tx it is not for concurrent use.
 type reservedTx struct {
 	d     *driver
 	c     *pgxpool.Conn
-	tx    pgx.Tx // nil until begun, or until needed after execFirst
-	begun bool   // execFirst sent BEGIN; tx is adopted when needed
+	tx    pgx.Tx // nil until begun, or until needed after a first statement
+	begun bool   // execFirst or queryFirst sent BEGIN; tx is adopted when needed
 	ended bool   // ended by its own Commit or Rollback
 	gone  bool   // EndReserved ran: the connection is no longer ours
-	// stale: the handler's statement prepared by execFirst no longer
-	// matches the schema; EndReserved closes the connection so that the
-	// next one prepares it afresh.
+	// stale: the handler's statement prepared by execFirst or queryFirst
+	// no longer matches the schema; EndReserved closes the connection so
+	// that the next one prepares it afresh.
 	stale bool
 }
 
@@ -234,7 +235,7 @@ func lazyArgs(args []any) bool {
 }
 
 // live returns pgx's transaction: adopted (no round trip) after execFirst
-// began it, or begun with a BEGIN of its own if no statement has yet.
+// or queryFirst began it, or begun with a BEGIN of its own if no statement has yet.
 func (t *reservedTx) live(ctx context.Context) (pgx.Tx, error) {
 	switch {
 	case t.gone:
@@ -307,19 +308,26 @@ func (t *reservedTx) execFirst(ctx context.Context, sql string, args []any) (ok 
 	} else {
 		t.begun = true
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "0A000" || pe.Code == "26000") {
-		// "cached plan must not change result type" after a schema
-		// change, or the statement gone from the session.
-		t.stale = true
-	}
+	t.noteStale(err)
 	return true, tag, err
 }
 
+// noteStale marks the transaction stale when err says the handler's
+// statement that execFirst or queryFirst prepared no longer fits the
+// schema ("cached plan must not change result type", 0A000) or is gone from
+// the session (26000).
+func (t *reservedTx) noteStale(err error) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "0A000" || pe.Code == "26000") {
+		t.stale = true
+	}
+}
+
 // adoptTx returns pgx's transaction for the one conn is already in (begun
-// by execFirst): a pgx.Batch that begins a transaction but holds no query
-// sends nothing, and pgx.Conn.SendBatch still returns the transaction, so
-// that commits, rollbacks, savepoints and large objects are pgx's own.
+// by execFirst or queryFirst): a pgx.Batch that begins a transaction but
+// holds no query sends nothing, and pgx.Conn.SendBatch still returns the
+// transaction, so that commits, rollbacks, savepoints and large objects
+// are pgx's own.
 // TestReservedAdoptedTransaction holds pgx to this (the round trips of the
 // statement after the first, and what the transaction commits).
 func adoptTx(ctx context.Context, conn *pgx.Conn) pgx.Tx {
@@ -388,6 +396,9 @@ func (t *reservedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 		}
 		return tx.Query(ctx, sql, args...)
 	}
+	if ok, rows, err := t.queryFirst(ctx, sql, args); ok {
+		return rows, err
+	}
 	br, err := t.sendFirst(ctx, sql, args)
 	if err != nil {
 		return nil, err
@@ -397,7 +408,79 @@ func (t *reservedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 		_ = br.Close()
 		return rows, err
 	}
-	return &firstRows{Rows: rows, br: br}, nil
+	return &firstRows{Rows: rows, end: br.Close}, nil
+}
+
+// queryFirst is execFirst for Query (and QueryRow): BEGIN and sql go in one
+// pgconn batch of prepared statements, the rows are read from the batch's
+// second result, and the batch's end is read when they are closed. ok=false,
+// with nothing sent, in execFirst's cases.
+func (t *reservedTx) queryFirst(ctx context.Context, sql string, args []any) (ok bool, rows pgx.Rows, err error) {
+	d := t.d
+	if d.traced || d.mode != pgx.QueryExecModeCacheStatement || rewrites(args) {
+		return false, nil, nil
+	}
+	name := d.handlerName(sql)
+	if name == "" {
+		return false, nil, nil
+	}
+	conn := t.c.Conn()
+	sd, err := conn.Prepare(ctx, name, sql)
+	if err != nil {
+		var refused *pgconn.PgError
+		if errors.As(err, &refused) {
+			d.refuseHandler(sql)
+		}
+		return false, nil, nil
+	}
+	begin, err := d.describe(ctx, conn, beginSQL)
+	if err != nil || begin == nil {
+		return false, nil, nil
+	}
+	m := conn.TypeMap()
+	var b pgconn.Batch
+	b.ExecStatement(begin, nil, nil, nil)
+	eqb := eqbPool.Get().(*pgx.ExtendedQueryBuilder)
+	err = eqb.Build(m, sd, args)
+	if err == nil {
+		// Bind is encoded into the batch here: eqb's buffers are free after.
+		b.ExecStatement(sd, eqb.ParamValues, eqb.ParamFormats, ownFormats(eqb.ResultFormats))
+	}
+	eqbPool.Put(eqb)
+	if err != nil {
+		return false, nil, nil // pgx's batch reports the arguments' error
+	}
+	mrr := conn.PgConn().ExecBatch(ctx, &b)
+	t.begun = true
+	end := func() error {
+		err := mrr.Close()
+		if conn.PgConn().TxStatus() == 'I' {
+			t.begun, t.tx = false, closedTx
+		}
+		t.noteStale(err)
+		return err
+	}
+	if !mrr.NextResult() {
+		err := end()
+		if err == nil {
+			err = errors.New("pgxstore: the server answered nothing to BEGIN")
+		}
+		return true, nil, err
+	}
+	if _, err := mrr.ResultReader().Close(); err != nil {
+		_ = end()
+		return true, nil, err
+	}
+	if !mrr.NextResult() {
+		err := end()
+		if err == nil {
+			err = errors.New("pgxstore: the server answered nothing to the statement")
+		}
+		return true, nil, err
+	}
+	rr := pgx.RowsFromResultReader(m, mrr.ResultReader())
+	// end's mrr.Close reports the statement's error too, for noteStale.
+	return true, &firstRows{Rows: rr, end: end}, nil
 }
 
 // QueryRow runs sql like Query and returns its first row.
@@ -496,10 +579,11 @@ func (t *reservedTx) Conn() *pgx.Conn {
 }
 
 // firstRows are the rows of a statement sent with BEGIN: the batch is
-// closed (its Sync read) once the rows are.
+// closed (its Sync read) once the rows are: a pgx.Batch's results
+// (sendFirst) or a pgconn batch (queryFirst).
 type firstRows struct {
 	pgx.Rows
-	br     pgx.BatchResults
+	end    func() error // reads the rest of the batch
 	closed bool
 	err    error
 }
@@ -507,7 +591,7 @@ type firstRows struct {
 func (r *firstRows) finish() {
 	if !r.closed {
 		r.closed = true
-		r.err = r.br.Close()
+		r.err = r.end()
 	}
 }
 
