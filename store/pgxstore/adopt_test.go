@@ -3,10 +3,12 @@ package pgxstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/internal/pgproxy"
@@ -155,11 +157,16 @@ func TestReservedAdoptedTransaction(t *testing.T) {
 		// caller and nothing commits.
 		tx = begin()
 		rows, err := tx.Query(ctx, ins+` RETURNING k`, "q-first")
+		if rows == nil {
+			t.Fatalf("a failing first Query returned nil rows (error %v); pgx never does", err)
+		}
+		for rows.Next() {
+		}
+		rows.Close()
 		if err == nil {
-			for rows.Next() {
-			}
-			rows.Close()
 			err = rows.Err()
+		} else if !errors.Is(rows.Err(), err) {
+			t.Fatalf("a failing first Query: error %v, rows.Err() %v; want the same", err, rows.Err())
 		}
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) || pe.Code != "23505" {
@@ -170,6 +177,45 @@ func TestReservedAdoptedTransaction(t *testing.T) {
 		}
 		if has("after-q-abort") {
 			t.Error("EndReserved committed after a failed first Query")
+		}
+
+		// A first Query without rows (its command tag, its connection), a
+		// first QueryRow that finds none, and one scanning into
+		// DriverBytes, refused as pgx refuses it.
+		tx = begin()
+		rows, err = tx.Query(ctx, ins, "q-no-rows")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows.Conn() == nil {
+			t.Error("a first Query's rows have no connection")
+		}
+		for rows.Next() {
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || rows.CommandTag().String() != "INSERT 0 1" {
+			t.Fatalf("first Query without rows: tag %q, error %v", rows.CommandTag(), err)
+		}
+		if err := d.EndReserved(ctx, tx, true, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		tx = begin()
+		if err := tx.QueryRow(ctx, `SELECT k FROM ad WHERE k = $1`, "absent").Scan(&got); !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatalf("first QueryRow finding nothing: %v, want pgx.ErrNoRows", err)
+		}
+		if err := d.EndReserved(ctx, tx, false, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		tx = begin()
+		var raw pgtype.DriverBytes
+		if err := tx.QueryRow(ctx, `SELECT k FROM ad WHERE k = $1`, "q-no-rows").Scan(&raw); err == nil || !strings.Contains(err.Error(), "DriverBytes") {
+			t.Fatalf("first QueryRow into DriverBytes: %v, want refused", err)
+		}
+		if err := d.EndReserved(ctx, tx, false, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !has("q-no-rows") {
+			t.Error("a first Query without rows did not commit")
 		}
 
 		// The transaction's own Commit after a single Exec: committed,
@@ -298,18 +344,28 @@ func TestReservedFirstExecPreparedElsewhere(t *testing.T) {
 	}
 
 	const returning = `INSERT INTO ape (k) VALUES ($1) RETURNING *`
+	// The statement is prepared under idem's name on the (only)
+	// connection, so the schema change below makes that statement stale,
+	// not one of pgx's statement cache, which pgx would drop by itself.
+	idemNamed := func(sql string) int {
+		t.Helper()
+		return testdb.Count(t, d, `SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'idem\_h\_%' AND statement = $1`, sql)
+	}
+	stale := func(err error, k string) {
+		t.Helper()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "0A000" {
+			t.Fatalf("%s after the schema change: %v, want the stale plan's 0A000", k, err)
+		}
+	}
 	if err := run(returning, "r-1", true); err != nil {
 		t.Fatal(err)
 	}
-	testdb.Exec(t, d, `ALTER TABLE ape ADD COLUMN v int`)
-	err := run(returning, "r-2", true)
-	if err == nil {
-		// The server re-planned without complaint: nothing stale to
-		// recover from, and the row must be there.
-		if testdb.Count(t, d, `SELECT count(*) FROM ape WHERE k = 'r-2'`) != 1 {
-			t.Fatal("r-2 reported success and is missing")
-		}
+	if n := idemNamed(returning); n != 1 {
+		t.Fatalf("%d statements prepared by idem's name for the first Exec, want 1", n)
 	}
+	testdb.Exec(t, d, `ALTER TABLE ape ADD COLUMN v int`)
+	stale(run(returning, "r-2", true), "r-2")
 	if err := run(returning, "r-3", true); err != nil {
 		t.Fatalf("the request after the schema change: %v (the stale statement outlived its connection)", err)
 	}
@@ -323,8 +379,11 @@ func TestReservedFirstExecPreparedElsewhere(t *testing.T) {
 	if err := run(returningAll, "q-1", true); err != nil {
 		t.Fatal(err)
 	}
+	if n := idemNamed(returningAll); n != 1 {
+		t.Fatalf("%d statements prepared by idem's name for the first Query, want 1", n)
+	}
 	testdb.Exec(t, d, `ALTER TABLE ape ADD COLUMN w int`)
-	_ = run(returningAll, "q-2", true) // may fail: the plan is stale
+	stale(run(returningAll, "q-2", true), "q-2")
 	if err := run(returningAll, "q-3", true); err != nil {
 		t.Fatalf("the Query after the schema change: %v (the stale statement outlived its connection)", err)
 	}

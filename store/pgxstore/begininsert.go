@@ -190,8 +190,9 @@ func (d *driver) prepare(ctx context.Context, conn *pgx.Conn, sqls ...string) er
 }
 
 // maxHandlerPrepared bounds the statements of handlers (beside idem's
-// maxPrepared) that a reserved transaction's first Exec prepares by name
-// on every connection; past it, a first Exec goes through pgx's batch.
+// maxPrepared) that a reserved transaction's first Exec, Query or QueryRow
+// prepares by name on every connection; past it, a first statement goes
+// through pgx's batch.
 const maxHandlerPrepared = 32
 
 // handlerName returns the name a handler's statement is prepared under on
@@ -211,8 +212,8 @@ func (d *driver) handlerName(sql string) string {
 
 // refuseHandler records that the server would not prepare a handler's
 // statement (the name of a statement the service prepared itself, several
-// statements in one string, a mistake): its first Exec goes through pgx's
-// batch from now on, which runs it as pgx always does. The statement keeps
+// statements in one string, a mistake): as a first statement it goes
+// through pgx's batch from now on, which runs it as pgx always does. The statement keeps
 // its place in the room, so the refusals stay bounded too.
 func (d *driver) refuseHandler(sql string) {
 	d.prepared.Store(sql, "")

@@ -69,7 +69,7 @@ type driver struct {
 	// prepared maps the statements the fast paths prepare by name on
 	// each connection to that name ("": not prepared by name): idem's own
 	// (at most maxPrepared, counted by preparedN, named by their SQL) and
-	// handlers' (a reserved transaction's first Exec: at most
+	// handlers' (a reserved transaction's first statement: at most
 	// maxHandlerPrepared, counted by handlerN, so that a service's
 	// statements never take the room of idem's; see handlerName).
 	prepared   sync.Map

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/store"
@@ -392,23 +393,33 @@ func (t *reservedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 	if !t.first(args) {
 		tx, err := t.live(ctx)
 		if err != nil {
-			return nil, err
+			return errRows(err), err
 		}
 		return tx.Query(ctx, sql, args...)
 	}
 	if ok, rows, err := t.queryFirst(ctx, sql, args); ok {
+		if rows == nil {
+			return errRows(err), err
+		}
 		return rows, err
 	}
 	br, err := t.sendFirst(ctx, sql, args)
 	if err != nil {
-		return nil, err
+		return errRows(err), err
 	}
 	rows, err := br.Query()
 	if err != nil {
 		_ = br.Close()
 		return rows, err
 	}
-	return &firstRows{Rows: rows, end: br.Close}, nil
+	return &firstRows{Rows: rows, end: br.Close, conn: t.c.Conn()}, nil
+}
+
+// errRows returns pgx's closed rows that report err, as pgx.Conn.Query
+// returns them: a failed Query never returns nil rows.
+func errRows(err error) pgx.Rows {
+	rows, _ := pgx.FailedBatchResults(&pgx.Batch{}, err).Query()
+	return rows
 }
 
 // queryFirst is execFirst for Query (and QueryRow): BEGIN and sql go in one
@@ -443,7 +454,9 @@ func (t *reservedTx) queryFirst(ctx context.Context, sql string, args []any) (ok
 	eqb := eqbPool.Get().(*pgx.ExtendedQueryBuilder)
 	err = eqb.Build(m, sd, args)
 	if err == nil {
-		// Bind is encoded into the batch here: eqb's buffers are free after.
+		// Bind is encoded into the batch's buffer here, so eqb's buffers
+		// are free after it; the result formats are kept by reference
+		// until the batch is read (ownFormats).
 		b.ExecStatement(sd, eqb.ParamValues, eqb.ParamFormats, ownFormats(eqb.ResultFormats))
 	}
 	eqbPool.Put(eqb)
@@ -480,7 +493,9 @@ func (t *reservedTx) queryFirst(ctx context.Context, sql string, args []any) (ok
 	}
 	rr := pgx.RowsFromResultReader(m, mrr.ResultReader())
 	// end's mrr.Close reports the statement's error too, for noteStale.
-	return true, &firstRows{Rows: rr, end: end}, nil
+	// pgx.RowsFromResultReader's rows have no connection: firstRows
+	// answers Conn.
+	return true, &firstRows{Rows: rr, end: end, conn: conn}, nil
 }
 
 // QueryRow runs sql like Query and returns its first row.
@@ -583,10 +598,14 @@ func (t *reservedTx) Conn() *pgx.Conn {
 // (sendFirst) or a pgconn batch (queryFirst).
 type firstRows struct {
 	pgx.Rows
-	end    func() error // reads the rest of the batch
+	end    func() error // reads the rest of the batch, once
+	conn   *pgx.Conn
 	closed bool
 	err    error
 }
+
+// Conn returns the reserved connection the rows are read from.
+func (r *firstRows) Conn() *pgx.Conn { return r.conn }
 
 func (r *firstRows) finish() {
 	if !r.closed {
@@ -620,6 +639,13 @@ type firstRow struct{ rows pgx.Rows }
 
 func (r firstRow) Scan(dest ...any) error {
 	defer r.rows.Close()
+	for _, d := range dest {
+		// As pgx's QueryRow: the bytes would point into a buffer that
+		// closing the rows (and reading the batch's end) reuses.
+		if _, ok := d.(*pgtype.DriverBytes); ok {
+			return errors.New("cannot scan into *pgtype.DriverBytes from QueryRow")
+		}
+	}
 	if !r.rows.Next() {
 		if err := r.rows.Err(); err != nil {
 			return err
