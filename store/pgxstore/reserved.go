@@ -283,22 +283,10 @@ func (t *reservedTx) first(args []any) bool {
 // BEGIN ran leaves the transaction closed, as a pgx.Batch does, so that
 // nothing runs outside it.
 func (t *reservedTx) execFirst(ctx context.Context, sql string, args []any) (ok bool, tag pgconn.CommandTag, err error) {
-	d := t.d
-	if d.traced || d.mode != pgx.QueryExecModeCacheStatement || rewrites(args) {
+	if t.prepareFirst(ctx, sql, args) == nil {
 		return false, tag, nil
 	}
-	name := d.handlerName(sql)
-	if name == "" {
-		return false, tag, nil
-	}
-	conn := t.c.Conn()
-	if _, err := conn.Prepare(ctx, name, sql); err != nil {
-		var refused *pgconn.PgError
-		if errors.As(err, &refused) {
-			d.refuseHandler(sql)
-		}
-		return false, tag, nil
-	}
+	d, conn := t.d, t.c.Conn()
 	stmts := [2]store.Stmt{{SQL: beginSQL}, {SQL: sql, Args: args}}
 	sent, tag, err := d.sendPrepared(ctx, conn, stmts[:], 1, nil)
 	if !sent {
@@ -311,6 +299,30 @@ func (t *reservedTx) execFirst(ctx context.Context, sql string, args []any) (ok 
 	}
 	t.noteStale(err)
 	return true, tag, err
+}
+
+// prepareFirst prepares a handler's first statement under its idem name
+// on the reserved connection and returns its description, or nil when
+// execFirst and queryFirst do not apply (their doc comment says when; a
+// statement the server refuses is remembered).
+func (t *reservedTx) prepareFirst(ctx context.Context, sql string, args []any) *pgconn.StatementDescription {
+	d := t.d
+	if d.traced || d.mode != pgx.QueryExecModeCacheStatement || rewrites(args) {
+		return nil
+	}
+	name := d.handlerName(sql)
+	if name == "" {
+		return nil
+	}
+	sd, err := t.c.Conn().Prepare(ctx, name, sql)
+	if err != nil {
+		var refused *pgconn.PgError
+		if errors.As(err, &refused) {
+			d.refuseHandler(sql)
+		}
+		return nil
+	}
+	return sd
 }
 
 // noteStale marks the transaction stale when err says the handler's
@@ -427,23 +439,11 @@ func errRows(err error) pgx.Rows {
 // second result, and the batch's end is read when they are closed. ok=false,
 // with nothing sent, in execFirst's cases.
 func (t *reservedTx) queryFirst(ctx context.Context, sql string, args []any) (ok bool, rows pgx.Rows, err error) {
-	d := t.d
-	if d.traced || d.mode != pgx.QueryExecModeCacheStatement || rewrites(args) {
+	sd := t.prepareFirst(ctx, sql, args)
+	if sd == nil {
 		return false, nil, nil
 	}
-	name := d.handlerName(sql)
-	if name == "" {
-		return false, nil, nil
-	}
-	conn := t.c.Conn()
-	sd, err := conn.Prepare(ctx, name, sql)
-	if err != nil {
-		var refused *pgconn.PgError
-		if errors.As(err, &refused) {
-			d.refuseHandler(sql)
-		}
-		return false, nil, nil
-	}
+	d, conn := t.d, t.c.Conn()
 	begin, err := d.describe(ctx, conn, beginSQL)
 	if err != nil || begin == nil {
 		return false, nil, nil
