@@ -1,6 +1,7 @@
 package pgxstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -63,8 +64,12 @@ func TestReservedAdoptedTransaction(t *testing.T) {
 		// Later statements, savepoints and large objects, committed
 		// by EndReserved.
 		tx = begin()
+		p.Reset()
 		if tag, err := tx.Exec(ctx, ins, "first"); err != nil || tag.RowsAffected() != 1 {
 			t.Fatalf("first Exec: %v, %v", tag, err)
+		}
+		if got := boundIdemName(p); got != !traced {
+			t.Fatalf("first Exec bound a statement of idem's name: %v, want %v", got, !traced)
 		}
 		// The statement after the first is one round trip: adopting
 		// pgx's transaction sends nothing.
@@ -131,8 +136,12 @@ func TestReservedAdoptedTransaction(t *testing.T) {
 		// pgx statement cache knows ins: before a test below closes it).
 		tx = begin()
 		var got string
+		p.Reset()
 		if err := tx.QueryRow(ctx, ins+` RETURNING k`, "q-first").Scan(&got); err != nil || got != "q-first" {
 			t.Fatalf("first QueryRow: %q, %v", got, err)
+		}
+		if got := boundIdemName(p); got != !traced {
+			t.Fatalf("first QueryRow bound a statement of idem's name: %v, want %v", got, !traced)
 		}
 		p.Reset()
 		if _, err := tx.Exec(ctx, ins, "q-second"); err != nil {
@@ -390,4 +399,17 @@ func TestReservedFirstExecPreparedElsewhere(t *testing.T) {
 	if n := testdb.Count(t, d, `SELECT count(*) FROM ape WHERE k = 'q-3'`); n != 1 {
 		t.Fatalf("q-3 committed %d times, want 1", n)
 	}
+}
+
+// boundIdemName reports whether a Bind sent since p's last Reset named a
+// handler's statement prepared by idem (idem_h_…): only the pgconn batch of
+// execFirst and queryFirst binds those, pgx's own batches bind pgx's names.
+func boundIdemName(p *pgproxy.Proxy) bool {
+	for _, m := range p.Sent() {
+		// Bind: the portal's name, then the statement's, NUL-terminated.
+		if m.Type == 'B' && bytes.HasPrefix(m.Body, []byte("\x00idem_h_")) {
+			return true
+		}
+	}
+	return false
 }

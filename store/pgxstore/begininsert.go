@@ -213,8 +213,9 @@ func (d *driver) handlerName(sql string) string {
 // refuseHandler records that the server would not prepare a handler's
 // statement (the name of a statement the service prepared itself, several
 // statements in one string, a mistake): as a first statement it goes
-// through pgx's batch from now on, which runs it as pgx always does. The statement keeps
-// its place in the room, so the refusals stay bounded too.
+// through pgx's batch from now on, which runs it as pgx always does. The
+// statement keeps its place in the room, so the refusals stay bounded
+// too.
 func (d *driver) refuseHandler(sql string) {
 	d.prepared.Store(sql, "")
 }

@@ -205,8 +205,7 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 // connection: nothing is sent until its first statement, which carries
 // BEGIN with it. pgx's own transaction (from pgx.Batch.BeginTx, or adopted
 // by adoptTx after execFirst or queryFirst) runs every statement after
-// that. Like any
-// pgx.Tx it is not for concurrent use.
+// that. Like any pgx.Tx it is not for concurrent use.
 type reservedTx struct {
 	d     *driver
 	c     *pgxpool.Conn
@@ -236,7 +235,8 @@ func lazyArgs(args []any) bool {
 }
 
 // live returns pgx's transaction: adopted (no round trip) after execFirst
-// or queryFirst began it, or begun with a BEGIN of its own if no statement has yet.
+// or queryFirst began it, or begun with a BEGIN of its own if no statement
+// has yet.
 func (t *reservedTx) live(ctx context.Context) (pgx.Tx, error) {
 	switch {
 	case t.gone:
@@ -302,9 +302,10 @@ func (t *reservedTx) execFirst(ctx context.Context, sql string, args []any) (ok 
 }
 
 // prepareFirst prepares a handler's first statement under its idem name
-// on the reserved connection and returns its description, or nil when
-// execFirst and queryFirst do not apply (their doc comment says when; a
-// statement the server refuses is remembered).
+// on the reserved connection and returns its description, or nil, with
+// nothing else sent, when execFirst and queryFirst do not apply: a tracer
+// or another exec mode, a QueryRewriter, the handlers' room full, or a
+// statement the server refuses to prepare (remembered by refuseHandler).
 func (t *reservedTx) prepareFirst(ctx context.Context, sql string, args []any) *pgconn.StatementDescription {
 	d := t.d
 	if d.traced || d.mode != pgx.QueryExecModeCacheStatement || rewrites(args) {
@@ -509,9 +510,7 @@ func (t *reservedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 	}
 	rows, err := t.Query(ctx, sql, args...)
 	if err != nil {
-		if rows != nil {
-			rows.Close()
-		}
+		rows.Close() // Query never returns nil rows
 		return errRow{err}
 	}
 	return firstRow{rows}
