@@ -227,6 +227,30 @@ func TestReservedAdoptedTransaction(t *testing.T) {
 			t.Error("a first Query without rows did not commit")
 		}
 
+		// EndReserved while the first statement's rows are still open:
+		// nothing commits, the error says why, and the connection is
+		// replaced (the next transaction on the one-connection pool works).
+		tx = begin()
+		rows, err = tx.Query(ctx, ins+` RETURNING k`, "rows-open")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = d.EndReserved(ctx, tx, true, nil, nil)
+		if !errors.Is(err, pgx.ErrTxCommitRollback) || !strings.Contains(err.Error(), "rows") {
+			t.Fatalf("EndReserved with the first rows open: %v, want ErrTxCommitRollback naming the open rows", err)
+		}
+		rows.Close()
+		tx = begin()
+		if _, err := tx.Exec(ctx, ins, "after-rows-open"); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.EndReserved(ctx, tx, true, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if has("rows-open") || !has("after-rows-open") {
+			t.Errorf("rows left open: committed %v (want false); the next transaction committed %v (want true)", has("rows-open"), has("after-rows-open"))
+		}
+
 		// The transaction's own Commit after a single Exec: committed,
 		// and EndReserved then refuses to commit again.
 		tx = begin()

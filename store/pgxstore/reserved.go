@@ -141,6 +141,13 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 	}
 	open := (t.tx != nil || t.begun) && !t.ended
 	switch {
+	case conn.PgConn().IsBusy():
+		// Rows of a statement still open: nothing else can be sent, and
+		// closing the connection rolls the transaction back.
+		if !commit {
+			return discard(nil)
+		}
+		return discard(fmt.Errorf("pgxstore: EndReserved while the rows of a statement are still open (close them first); rolled back: %w", pgx.ErrTxCommitRollback))
 	case commit && t.ended:
 		return discard(fmt.Errorf("pgxstore: the transaction was ended by a Commit or Rollback of its own; nothing committed: %w", pgx.ErrTxClosed))
 	case commit && open && conn.PgConn().TxStatus() != 'T':
