@@ -148,6 +148,13 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 			return discard(nil)
 		}
 		return discard(fmt.Errorf("pgxstore: EndReserved while the rows of a statement are still open (close them first); rolled back: %w", pgx.ErrTxCommitRollback))
+	case t.stale && !commit:
+		// The first statement met a plan the schema made stale
+		// (noteStale): closing the connection rolls back and drops the
+		// statement, so the next connection prepares it afresh. (A
+		// commit is refused below: the statement failed, so the
+		// transaction is aborted or closed.)
+		return discard(nil)
 	case commit && t.ended:
 		return discard(fmt.Errorf("pgxstore: the transaction was ended by a Commit or Rollback of its own; nothing committed: %w", pgx.ErrTxClosed))
 	case commit && open && conn.PgConn().TxStatus() != 'T':
@@ -171,9 +178,6 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 	}
 	list = append(list, after...)
 	if len(list) == 0 {
-		if t.stale {
-			return discard(nil)
-		}
 		t.c.Release()
 		return nil
 	}
@@ -200,9 +204,6 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 	}
 	if err != nil {
 		return discard(translate(err))
-	}
-	if t.stale {
-		return discard(nil)
 	}
 	t.c.Release()
 	return nil
