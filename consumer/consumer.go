@@ -164,7 +164,8 @@ type Config[TTx any] struct {
 	// Validate, if set, checks every payload before the handler runs (a
 	// JSON Schema validator, a protobuf decode, ...); a payload it refuses
 	// is dead-lettered as idem.ErrInvalidInput with its error as the
-	// reason, and nothing is committed.
+	// reason, and nothing is committed. A payload it panics on is
+	// dead-lettered too, class "panic", and the consumer goes on.
 	Validate func(payload []byte) error
 	// Observer, if set, receives processed / duplicate / conflict / failure
 	// / retry / dead-letter counts, in-flight and handler duration; pass
@@ -470,13 +471,23 @@ func (c *Consumer[TTx]) prepare(dv broker.Delivery) (idem.Message, error) {
 	return msg, nil
 }
 
-// validate runs Config.Validate, if any, on the payload.
+// validate runs Config.Validate, if any, on the payload. A panic of
+// Validate (user code) is recovered and the message dead-lettered at once,
+// class "panic", as with MessageID: the same payload would panic again.
 func (c *Consumer[TTx]) validate(msg idem.Message) error {
 	if c.cfg.Validate == nil {
 		return nil
 	}
-	if err := c.cfg.Validate(msg.Payload); err != nil {
-		return fmt.Errorf("%w: payload refused by Config.Validate: %v", idem.ErrInvalidInput, err)
+	var refused error
+	err := panics.Call(context.Background(), c.log, "Validate panicked; the message is dead-lettered", func() error {
+		refused = c.cfg.Validate(msg.Payload)
+		return nil
+	}, attrs(c.cfg.Name, msg)...)
+	if err != nil {
+		return idem.Permanent(fmt.Errorf("consumer: Config.Validate: %w", err))
+	}
+	if refused != nil {
+		return fmt.Errorf("%w: payload refused by Config.Validate: %v", idem.ErrInvalidInput, refused)
 	}
 	return nil
 }

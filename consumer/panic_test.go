@@ -168,3 +168,58 @@ func testMessageIDPanic[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Errorf("letters %+v, want one of class panic after 1 attempt", ls)
 	}
 }
+
+// A panic of Config.Validate (user code, like MessageID) is recovered: the
+// message is dead-lettered at once, class "panic", and the other messages
+// are processed, one at a time and in batches. Before, the panic killed the
+// process on a worker goroutine, and the redelivered message killed it
+// again after every restart.
+func TestValidatePanic(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, 8} {
+		t.Run(fmt.Sprintf("batch%d", batch), func(t *testing.T) {
+			testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { testValidatePanic(t, d.D, batch) })
+		})
+	}
+}
+
+func testValidatePanic[TTx any](t *testing.T, d store.Driver[TTx], batch int) {
+	ctx := context.Background()
+	bizTable(t, d)
+	b := memBroker(t)
+	sub, err := b.Subscribe("orders", "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	letters, _ := dlq.New(d, dlq.Config{})
+	c, err := consumer.New(newInbox(t, d), sub, consumer.Config[TTx]{
+		Name: "billing", FetchWait: 20 * time.Millisecond, DLQ: letters, MaxAttempts: 3, BatchSize: batch,
+		Validate: func(p []byte) error {
+			if string(p) == "bad" {
+				var fields []string
+				_ = fields[3] // a decoder's index out of range
+			}
+			return nil
+		},
+		Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {
+			return record(ctx, d, tx, msg.ID, msg.Attempt, msg.Payload)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	for i, p := range []string{"1", "bad", "2"} {
+		if err := b.Publisher().Publish(ctx, idem.Message{ID: fmt.Sprintf("m-%d", i), Subject: "orders", Payload: []byte(p)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the bad message parked, the others processed", func() bool {
+		n, _ := letters.CountParked(ctx)
+		return n["billing"] == 1 && effects(t, d, "") == 2
+	})
+	ls, _ := letters.List(ctx, dlq.Filter{Consumer: "billing"})
+	if len(ls) != 1 || ls[0].MessageID != "m-1" || ls[0].ErrorClass != "panic" || ls[0].Attempts != 1 || !strings.Contains(ls[0].Error, "index out of range") {
+		t.Errorf("letters %+v, want m-1's, of class panic after 1 attempt", ls)
+	}
+}
