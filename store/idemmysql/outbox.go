@@ -120,7 +120,7 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 			SELECT p.seq AS parked_seq, count(*) OVER (PARTITION BY p.seq) AS blocked_n,
 				row_number() OVER (PARTITION BY p.seq ORDER BY b.seq) AS blocked_rn, b.*
 			FROM ` + o + ` p JOIN ` + o + ` b ON b.ordering_key = p.ordering_key AND b.seq > p.seq AND b.state = ` + pending + `
-			WHERE ` + inSeqs("p.seq", 1) + ` AND p.ordering_key <> '') AS x
+			WHERE ` + inSeqs("p.seq", 1) + ` AND p.state = ` + failed + ` AND p.ordering_key <> '') AS x
 			WHERE blocked_rn <= $2 ORDER BY parked_seq, seq`,
 		GetParked:     `SELECT ` + parkedCols + ` FROM ` + o + ` WHERE seq = $1 AND state = ` + failed,
 		DiscardParked: `DELETE FROM ` + o + ` WHERE seq = $1 AND state = ` + failed,

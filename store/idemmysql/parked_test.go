@@ -1,0 +1,55 @@
+package idemmysql_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
+)
+
+// BlockedBehindSeqs answers only for seqs that are parked, as on the other
+// dialects: a seq the console listed as parked and an operator retried in
+// the meantime (or any seq that is not parked) blocks nothing, and the
+// events of its key are not reported as blocked behind it.
+func TestBlockedBehindSeqsOnlyParked(t *testing.T) {
+	t.Parallel()
+	d := idemmysqltest.Open(t)
+	ctx := context.Background()
+	o, err := outbox.New(d, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := []outbox.Event{
+		{Type: "order.created", Topic: "orders", Key: "k", Payload: []byte(`{"n":0}`)},
+		{Type: "order.created", Topic: "orders", Key: "k", Payload: []byte(`{"n":1}`)},
+		{Type: "order.created", Topic: "orders", Key: "k", Payload: []byte(`{"n":2}`)},
+	}
+	var out []outbox.Event
+	if err := store.InTx(ctx, d, func(tx *sql.Tx) error { out, err = o.EnqueueTx(ctx, tx, evs...); return err }); err != nil {
+		t.Fatal(err)
+	}
+	parked := out[0].Seq
+	if _, err := d.Pool().Exec(ctx, `UPDATE `+d.Table("outbox")+` SET state = 'failed', last_error = 'boom' WHERE seq = $1`, parked); err != nil {
+		t.Fatal(err)
+	}
+	got, err := o.BlockedBehindSeqs(ctx, []int64{parked, out[1].Seq}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[parked].Count != 2 {
+		t.Fatalf("blocked behind the parked event and a pending one: %+v; want 2 behind the parked one only", got)
+	}
+	if _, err := o.RetryParked(ctx, parked); err != nil {
+		t.Fatal(err)
+	}
+	got, err = o.BlockedBehindSeqs(ctx, []int64{parked}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("blocked behind an event retried (pending again): %+v; want nothing", got)
+	}
+}
