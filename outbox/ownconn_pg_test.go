@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/internal/pgproxy"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/store"
@@ -224,4 +225,52 @@ func TestRelayStoppedMidStatementDoesNotWarn(t *testing.T) {
 	if s := logs.String(); strings.Contains(s, "connection broke") {
 		t.Fatalf("a stopped relay warned about its connection:\n%s", s)
 	}
+}
+
+// A shutdown that comes after the server committed a claim, but before the
+// relay read its answer, leaves nothing claimed. A proxy holds the server's
+// replies from the claim on; Run's context is cancelled, and the replies
+// released later. Before, the relay gave up on the claim (its cancel
+// request came too late to stop it), so nothing released the claimed rows:
+// they stayed claimed for ClaimTTL, holding back their keys on every relay.
+func TestShutdownAfterACommittedClaimReleasesIt(t *testing.T) {
+	d, p := pgproxy.Pgx(t, func(c *pgxpool.Config) { c.MaxConns = 4 })
+	direct, _ := testdb.PgxPool(t) // not through the proxy, whose replies are held
+	ctx := context.Background()
+	o, err := New(d, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueTx(t, d, o, ev("k", 0), ev("k", 1), ev("", 2))
+	claimed := func() int {
+		var n int
+		if err := direct.QueryRow(ctx, `SELECT count(*) FROM `+d.Table("outbox")+` WHERE claimed_by <> '' OR claim_until <> 0`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	cfg := fastRelay("stopped-after-claim")
+	cfg.ClaimTTL = time.Minute
+	r, err := NewRelay(d, &fakePub{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.HoldRepliesAfter(func(m pgproxy.Message) bool { return strings.Contains(m.SQL(), "pg_advisory_xact_lock") })
+	stop := startRelay(t, r)
+	waitFor(t, "the claim committed, its answer held", func() bool { return p.Holding() && claimed() == 3 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	time.Sleep(300 * time.Millisecond) // the cancellation reaches the relay's statement
+	p.Release()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if n := claimed(); n != 0 {
+		t.Fatalf("%d events left claimed after Run returned; want none", n)
+	}
+	var pending int
+	if err := direct.QueryRow(ctx, `SELECT count(*) FROM `+d.Table("outbox")+` WHERE state = 'pending'`).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "pending", pending, 3)
 }

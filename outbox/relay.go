@@ -640,7 +640,19 @@ func (r *Relay[TTx]) claim(ctx context.Context) ([]Event, error) {
 // per batch of events. On SQLite the relays take turns through the
 // single-writer lease instead: a relay that does not hold it claims
 // nothing.
+//
+// A claim sent is seen through even when ctx is done meanwhile (for at
+// most PublishTimeout, the claim's statement timeout): the server may
+// commit it after a client that gave up has gone, and nothing would
+// release those rows until ClaimTTL ran out, holding back their ordering
+// keys on every relay. Its events reach the pipe, and a shutdown releases
+// them. A claim is not started once ctx is done.
 func (r *Relay[TTx]) claimTx(ctx context.Context, done []Event) ([]Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+	defer cancel()
 	now := r.cfg.Now()
 	nowUS, until := store.Micros(now), store.Micros(now.Add(r.cfg.ClaimTTL))
 	var evs []Event

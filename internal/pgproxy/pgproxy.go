@@ -79,6 +79,12 @@ type Proxy struct {
 	sent       []Message
 	conns      []net.Conn
 	wg         sync.WaitGroup
+
+	// Holding the server's replies (HoldRepliesAfter, Release).
+	holdIf  func(Message) bool
+	armed   bool // a message holdIf accepted was sent; the next Execute holds
+	held    bool
+	release chan struct{} // closed by Release and by close
 }
 
 // Start listens on a loopback port, forwarding to target (host:port), and
@@ -155,6 +161,49 @@ func Pgx(t testing.TB, configure ...func(*pgxpool.Config)) (*pgxstore.Driver, *P
 	return d, p
 }
 
+// HoldRepliesAfter makes the proxy hold the server's replies, on every
+// connection, from the first Execute the client sends after a message
+// match accepts (a Parse of a statement, say) until Release: the server
+// runs what it was sent, and the client sees none of its answers. A test
+// uses it to act (cancel a context) after the server did something and
+// before the client knows.
+func (p *Proxy) HoldRepliesAfter(match func(Message) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdIf, p.armed = match, false
+	if p.release == nil {
+		p.release = make(chan struct{})
+	}
+}
+
+// Holding reports whether replies are being held.
+func (p *Proxy) Holding() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
+// Release forwards the replies held and stops holding.
+func (p *Proxy) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdIf, p.armed, p.held = nil, false, false
+	if p.release != nil {
+		close(p.release)
+		p.release = nil
+	}
+}
+
+// waitRelease blocks while replies are held.
+func (p *Proxy) waitRelease() {
+	p.mu.Lock()
+	held, ch := p.held, p.release
+	p.mu.Unlock()
+	if held && ch != nil {
+		<-ch
+	}
+}
+
 // Reset forgets the round trips and messages counted so far.
 func (p *Proxy) Reset() {
 	p.mu.Lock()
@@ -178,6 +227,7 @@ func (p *Proxy) Sent() []Message {
 }
 
 func (p *Proxy) close() {
+	p.Release()
 	_ = p.ln.Close()
 	p.mu.Lock()
 	for _, c := range p.conns {
@@ -236,6 +286,13 @@ func (p *Proxy) pipe(src, dst net.Conn, st *connState, fromClient bool) {
 				}
 				for i := range msgs {
 					msgs[i].RoundTrip = p.roundTrips
+					switch {
+					case p.holdIf == nil || p.held:
+					case p.holdIf(msgs[i]):
+						p.armed = true
+					case p.armed && msgs[i].Type == 'E':
+						p.held = true
+					}
 				}
 				p.sent = append(p.sent, msgs...)
 			} else {
@@ -247,6 +304,9 @@ func (p *Proxy) pipe(src, dst net.Conn, st *connState, fromClient bool) {
 				}
 			}
 			p.mu.Unlock()
+			if !fromClient {
+				p.waitRelease()
+			}
 			// Forward only after the state is updated: the other side can
 			// only react to bytes it has received.
 			if _, werr := dst.Write(chunk[:n]); werr != nil {
