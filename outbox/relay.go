@@ -55,7 +55,8 @@ type RelayConfig struct {
 	// Defaults to 30s.
 	ClaimTTL time.Duration
 	// PublishTimeout bounds one Publish call; it must be shorter than
-	// ClaimTTL. Defaults to ClaimTTL/3.
+	// half of ClaimTTL (a batch is claimed while the batch before it is
+	// being published, then published itself). Defaults to ClaimTTL/3.
 	PublishTimeout time.Duration
 	// MaxAttempts is how many failed publish attempts an event gets before
 	// it is parked. Attempts are only counted when the failure is the
@@ -260,8 +261,10 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 		return nil, checks.Optionf("outbox: BatchSize %d out of range 1..10000", cfg.BatchSize)
 	case cfg.PollInterval < 0 || cfg.Recheck < 0 || cfg.ClaimTTL < 0 || cfg.PublishTimeout < 0 || cfg.BaseBackoff < 0 || cfg.MaxBackoff < 0:
 		return nil, checks.Optionf("outbox: negative duration")
-	case cfg.PublishTimeout >= cfg.ClaimTTL:
-		return nil, checks.Optionf("outbox: PublishTimeout %v must be shorter than ClaimTTL %v", cfg.PublishTimeout, cfg.ClaimTTL)
+	case 2*cfg.PublishTimeout >= cfg.ClaimTTL:
+		// A batch is claimed while the one before it is being published,
+		// then published itself: its claims must outlast two publishes.
+		return nil, checks.Optionf("outbox: PublishTimeout %v must be shorter than half of ClaimTTL %v (a batch is claimed while the batch before it is published)", cfg.PublishTimeout, cfg.ClaimTTL)
 	case cfg.MaxAttempts < 1:
 		return nil, checks.Optionf("outbox: MaxAttempts %d < 1", cfg.MaxAttempts)
 	case cfg.DeletePublished && d.Statements().Outbox.DeletePublished == "":
@@ -428,8 +431,9 @@ func (r *Relay[TTx]) pause(streak int) time.Duration {
 
 // pipe is the relay's pipeline state between rounds.
 type pipe struct {
-	acked []Event // acked by the broker, not yet marked published
-	next  []Event // claimed, not yet published
+	acked     []Event   // acked by the broker, not yet marked published
+	next      []Event   // claimed, not yet published
+	nextUntil time.Time // when next's claims run out
 }
 
 // round publishes one batch and returns how many events it claimed.
@@ -442,16 +446,16 @@ type pipe struct {
 // after its broker ack. If the batch in flight fails, the next batch is
 // released unpublished and the failure is handled as without pipelining.
 func (r *Relay[TTx]) round(ctx context.Context, p *pipe) (int, error) {
-	cur := p.next
+	cur, until := p.next, p.nextUntil
 	p.next = nil
 	if len(cur) == 0 {
-		evs, err := r.claimTx(ctx, p.acked)
+		evs, u, err := r.claimTx(ctx, p.acked)
 		if err != nil {
 			return 0, err
 		}
 		r.published(ctx, p.acked)
 		p.acked = nil
-		if cur = evs; len(cur) == 0 {
+		if cur, until = evs, u; len(cur) == 0 {
 			return 0, nil
 		}
 	}
@@ -465,7 +469,7 @@ func (r *Relay[TTx]) round(ctx context.Context, p *pipe) (int, error) {
 		n, dups, err := r.publishQuiet(ctx, cur, msgsOf(cur))
 		res <- result{n, dups, err}
 	}()
-	next, cerr := r.claimTx(ctx, p.acked)
+	next, nextUntil, cerr := r.claimTx(ctx, p.acked)
 	if cerr == nil {
 		r.published(ctx, p.acked)
 		p.acked = nil
@@ -477,7 +481,7 @@ func (r *Relay[TTx]) round(ctx context.Context, p *pipe) (int, error) {
 			return 0, errCrashed
 		}
 		p.acked = append(p.acked, cur...)
-		p.next = next
+		p.next, p.nextUntil = next, nextUntil
 		return len(cur), cerr
 	}
 	// The batch failed: settle what is known, release the next batch.
@@ -490,7 +494,7 @@ func (r *Relay[TTx]) round(ctx context.Context, p *pipe) (int, error) {
 		return 0, r.settle(ctx, cur[:acked], nil, cur[acked:])
 	}
 	r.log.DebugContext(ctx, "batch publish failed, publishing one by one", "events", len(cur), "acked", acked, "error", pr.err)
-	return len(cur), r.fallback(ctx, cur[:acked], cur[acked:])
+	return len(cur), r.fallback(ctx, cur[:acked], cur[acked:], until.Add(-r.cfg.PublishTimeout))
 }
 
 // flush marks acked events and releases claimed, unpublished ones (clean
@@ -567,14 +571,23 @@ type failure struct {
 }
 
 // fallback publishes evs one at a time after the batch failed; done are
-// the events of the batch the broker had accepted before the failure.
-func (r *Relay[TTx]) fallback(ctx context.Context, done, evs []Event) error {
+// the events of the batch the broker had accepted before the failure. It
+// starts no publish after stop, when a publish could outlast the batch's
+// claims (another relay could then take them over and publish the same
+// events beside this one): the events left are released.
+func (r *Relay[TTx]) fallback(ctx context.Context, done, evs []Event, stop time.Time) error {
 	var rest []Event
 	var failed []failure
 	blocked := map[string]bool{}
 	ok, transient, permanent := len(done), 0, 0
 	for i, e := range evs {
 		if ctx.Err() != nil || (ok == 0 && transient >= 2) {
+			rest = append(rest, evs[i:]...)
+			break
+		}
+		if !r.cfg.Now().Before(stop) {
+			r.log.WarnContext(ctx, "the batch's claims run out before it was published one by one; releasing the rest",
+				"published", ok, "released", len(evs)-i)
 			rest = append(rest, evs[i:]...)
 			break
 		}
@@ -620,11 +633,13 @@ func (r *Relay[TTx]) fallback(ctx context.Context, done, evs []Event) error {
 
 // claim claims the next batch, sorted by seq (marking nothing).
 func (r *Relay[TTx]) claim(ctx context.Context) ([]Event, error) {
-	return r.claimTx(ctx, nil)
+	evs, _, err := r.claimTx(ctx, nil)
+	return evs, err
 }
 
 // claimTx marks done (events acked by the broker) published and claims the
-// next batch, in one transaction; it returns the batch sorted by seq. On
+// next batch, in one transaction; it returns the batch sorted by seq and
+// when its claims run out. On
 // error nothing was marked: done must be marked later (or its claims
 // expire and the events are published again with the same ids).
 //
@@ -647,14 +662,15 @@ func (r *Relay[TTx]) claim(ctx context.Context) ([]Event, error) {
 // release those rows until ClaimTTL ran out, holding back their ordering
 // keys on every relay. Its events reach the pipe, and a shutdown releases
 // them. A claim is not started once ctx is done.
-func (r *Relay[TTx]) claimTx(ctx context.Context, done []Event) ([]Event, error) {
+func (r *Relay[TTx]) claimTx(ctx context.Context, done []Event) ([]Event, time.Time, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", err)
+		return nil, time.Time{}, fmt.Errorf("outbox: claim: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
 	defer cancel()
 	now := r.cfg.Now()
-	nowUS, until := store.Micros(now), store.Micros(now.Add(r.cfg.ClaimTTL))
+	expiry := now.Add(r.cfg.ClaimTTL)
+	nowUS, until := store.Micros(now), store.Micros(expiry)
 	var evs []Event
 	var stmts []store.Stmt
 	if r.q.LockClaim != "" {
@@ -695,10 +711,10 @@ func (r *Relay[TTx]) claimTx(ctx context.Context, done []Event) ([]Event, error)
 		})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", err)
+		return nil, time.Time{}, fmt.Errorf("outbox: claim: %w", err)
 	}
 	sortBySeq(evs)
-	return evs, nil
+	return evs, expiry, nil
 }
 
 // mark is the statement that records done as published at nowUS: the

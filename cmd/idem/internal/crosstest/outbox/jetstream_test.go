@@ -79,7 +79,7 @@ func testJetStreamCrashAfterAck[TTx any](t *testing.T, d store.Driver[TTx]) {
 	// publish timeout would send the batch one by one instead (no hook:
 	// r1 would never crash), so the timeout is generous.
 	cfg.ClaimTTL = 2 * time.Second
-	cfg.PublishTimeout = time.Second
+	cfg.PublishTimeout = 900 * time.Millisecond
 	// The "crash": the broker stores the batch but the relay never learns
 	// it (the PubAck is lost with the process), so nothing is marked; the
 	// relay stops there.
