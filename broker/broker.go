@@ -155,6 +155,17 @@ type Subscriber interface {
 	Close() error
 }
 
+// DeliveryLimiter is implemented by subscribers whose broker stops
+// redelivering a message after a number of deliveries (JetStream's
+// MaxDeliver). The consumer runtime refuses a limit below its MaxAttempts:
+// a message failing that many times would be neither processed nor
+// dead-lettered.
+type DeliveryLimiter interface {
+	// MaxDeliveries returns the deliveries after which the broker gives a
+	// message up; zero or negative means no limit.
+	MaxDeliveries() int
+}
+
 // Pauser is implemented by subscribers that can stop fetching from the
 // broker for a while (backpressure): Kafka pauses the fetches of its
 // topics' partitions (PauseFetchTopics), JetStream stops pulling, AMQP

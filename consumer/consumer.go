@@ -266,6 +266,11 @@ func New[TTx any](ib *inbox.Inbox[TTx], sub broker.Subscriber, cfg Config[TTx]) 
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = 5
 	}
+	if l, ok := sub.(broker.DeliveryLimiter); ok {
+		if n := l.MaxDeliveries(); n > 0 && n < cfg.MaxAttempts {
+			return nil, checks.Optionf("consumer: the subscriber's broker stops redelivering a message after %d deliveries, fewer than MaxAttempts %d: a message failing %d times would be neither processed nor dead-lettered; raise the broker's limit (JetStream MaxDeliver) or lower MaxAttempts", n, cfg.MaxAttempts, n)
+		}
+	}
 	if cfg.Backoff.Base == 0 {
 		cfg.Backoff.Base = time.Second
 	}

@@ -332,7 +332,9 @@ type SubscriberConfig struct {
 	// server redelivers it. Defaults to 30s.
 	AckWait time.Duration
 	// MaxDeliver stops redelivery after this many deliveries. Defaults to
-	// -1: unlimited (idem's consumer runtime dead-letters by itself).
+	// -1: unlimited (idem's consumer runtime dead-letters by itself). A
+	// consumer refuses a subscriber whose MaxDeliver is below its
+	// MaxAttempts (see [Subscriber.MaxDeliveries]).
 	MaxDeliver int
 	// MaxAckPending bounds the unacknowledged deliveries in flight.
 	// Defaults to 1000.
@@ -388,6 +390,12 @@ func NewSubscriber(ctx context.Context, js jetstream.JetStream, cfg SubscriberCo
 		return nil, fmt.Errorf("jetstream: consumer %q on %q: %w", cfg.Durable, cfg.Stream, classify(err))
 	}
 	return &Subscriber{js: js, stream: cfg.Stream, cons: cons, log: obs.Component(cfg.Logger, "broker/jetstream", "consumer", cfg.Durable)}, nil
+}
+
+// MaxDeliveries returns the durable consumer's MaxDeliver as the server
+// holds it (-1: unlimited). It implements [broker.DeliveryLimiter].
+func (s *Subscriber) MaxDeliveries() int {
+	return s.cons.CachedInfo().Config.MaxDeliver
 }
 
 // Fetch pulls up to max messages (max < 1 means 1), waiting at most

@@ -230,3 +230,23 @@ func TestNoStreamIsNotAnOutage(t *testing.T) {
 		t.Fatalf("publish with the server gone: %v; want a retryable error, not ErrNoRoute", err)
 	}
 }
+
+// MaxDeliveries reports the durable consumer's MaxDeliver as the server
+// holds it, so a consumer can refuse one below its MaxAttempts; the
+// default is unlimited.
+func TestMaxDeliveries(t *testing.T) {
+	srv := startEmbedded(t)
+	_, j := dial(t, srv.ClientURL())
+	stream, _ := newStream(t, j)
+	var _ broker.DeliveryLimiter = (*idemjetstream.Subscriber)(nil)
+	for _, c := range []struct{ set, want int }{{0, -1}, {3, 3}, {20, 20}} {
+		sub, err := idemjetstream.NewSubscriber(t.Context(), j, idemjetstream.SubscriberConfig{Stream: stream, Durable: "d" + unique(), MaxDeliver: c.set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sub.MaxDeliveries(); got != c.want {
+			t.Errorf("MaxDeliver %d: MaxDeliveries() = %d, want %d", c.set, got, c.want)
+		}
+		_ = sub.Close()
+	}
+}
