@@ -246,7 +246,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		if herr == nil {
 			herr = qu.err // a Flush of the handlers failed
 		}
-		if errors.Is(herr, store.ErrSerialization) {
+		if herr = in.txFailure(herr); errors.Is(herr, store.ErrSerialization) {
 			qu.closed = true
 			return nil, fmt.Errorf("inbox: batch: %w", herr)
 		}
@@ -324,7 +324,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 			if err != nil {
 				return nil, err
 			}
-			if errors.Is(herr, store.ErrSerialization) {
+			if herr = in.txFailure(herr); errors.Is(herr, store.ErrSerialization) {
 				return nil, fmt.Errorf("inbox: batch: %w", herr)
 			}
 			if herr != nil {
@@ -355,7 +355,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 			if err != nil {
 				return nil, err
 			}
-			if errors.Is(herr, store.ErrSerialization) {
+			if herr = in.txFailure(herr); errors.Is(herr, store.ErrSerialization) {
 				return nil, fmt.Errorf("inbox: batch: %w", herr)
 			}
 			out[i] = Outcome{Result: res, Err: herr}
@@ -393,4 +393,20 @@ func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []
 		return nil, err
 	}
 	return out, nil
+}
+
+// txFailure returns herr, a handler's error, as store.ErrSerialization when
+// it is a failure of the whole transaction (a deadlock, a serialization
+// failure) that the driver did not translate: a handler writing through the
+// raw transaction gets the database's own error.
+func (in *Inbox[TTx]) txFailure(herr error) error {
+	if herr == nil || errors.Is(herr, store.ErrSerialization) {
+		return herr
+	}
+	if t, ok := any(in.d).(store.ErrorTranslator); ok {
+		if e := t.TranslateError(herr); errors.Is(e, store.ErrSerialization) {
+			return e
+		}
+	}
+	return herr
 }

@@ -2,9 +2,12 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
@@ -94,5 +97,52 @@ func testBatchAbort[TTx any](t *testing.T, d store.Driver[TTx]) {
 				t.Errorf("%d business rows after the retry, want %d", n, len(msgs))
 			}
 		})
+	}
+}
+
+// A deadlock met by the handler's own statement on the raw transaction
+// (pgx.Tx, *sql.Tx: the database's error, which no idem Querier
+// translated) fails the batch's transaction too, as the driver's
+// store.ErrorTranslator classifies it. Before, only errors that already
+// matched store.ErrSerialization did; a raw 40P01 was rolled back to the
+// message's savepoint and the batch went on holding its locks. PostgreSQL
+// only: the statement raises its deadlock_detected.
+func TestBatchAbortsOnARawDeadlock(t *testing.T) {
+	t.Parallel()
+	for name, open := range map[string]func(t *testing.T) store.Driver[any]{
+		"pgx":          func(t *testing.T) store.Driver[any] { return testdb.Erase(testdb.Pgx(t)) },
+		"sql-postgres": func(t *testing.T) store.Driver[any] { return testdb.Erase(testdb.SQLPostgres(t)) },
+	} {
+		t.Run(name, func(t *testing.T) { testBatchAbortsOnARawDeadlock(t, open(t)) })
+	}
+}
+
+func testBatchAbortsOnARawDeadlock(t *testing.T, d store.Driver[any]) {
+	ib, err := inbox.New(d, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const raise = `DO $$ BEGIN RAISE EXCEPTION 'deadlock detected' USING ERRCODE = '40P01'; END $$`
+	ctx := context.Background()
+	msgs := []idem.Message{{ID: "raw-0", Payload: []byte(`{}`)}, {ID: "raw-1", Payload: []byte(`{}`)}}
+	out, err := ib.ProcessBatch(ctx, "raw", msgs, func(ctx context.Context, tx any, m idem.Message) error {
+		if m.ID != "raw-1" {
+			return nil
+		}
+		switch tx := tx.(type) {
+		case pgx.Tx:
+			_, err := tx.Exec(ctx, raise)
+			return err
+		case *sql.Tx:
+			_, err := tx.ExecContext(ctx, raise)
+			return err
+		}
+		return fmt.Errorf("unexpected transaction %T", tx)
+	})
+	if !errors.Is(err, store.ErrSerialization) {
+		t.Fatalf("ProcessBatch = %v, %v; want the batch to fail with store.ErrSerialization", out, err)
+	}
+	if n := testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("inbox")+` WHERE consumer = 'raw'`); n != 0 {
+		t.Errorf("%d inbox rows committed, want 0", n)
 	}
 }

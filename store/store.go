@@ -69,6 +69,16 @@ var (
 	ErrSerialization = errors.New("store: serialization failure")
 )
 
+// ErrorTranslator is implemented by drivers that map their database's
+// errors onto this package's sentinels ([ErrSerialization],
+// [ErrLockTimeout], [ErrUniqueViolation], [ErrNoRows]), keeping the
+// original in the chain. The drivers' Queriers translate what they return;
+// idem uses this for errors of a caller's own statements on the raw
+// transaction (a handler writing through its pgx.Tx or *sql.Tx).
+type ErrorTranslator interface {
+	TranslateError(err error) error
+}
+
 // Querier runs SQL. A Querier obtained from [Driver.Tx] runs inside the
 // caller's transaction; one from [Driver.Pool] runs each statement in its
 // own implicit transaction.

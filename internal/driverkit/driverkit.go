@@ -30,6 +30,14 @@ func (a erased[TTx]) SupportsPipeline() bool      { return a.d.SupportsPipeline(
 func (a erased[TTx]) SupportsListener() bool      { return a.d.SupportsListener() }
 func (a erased[TTx]) SupportsAdvisoryLocks() bool { return a.d.SupportsAdvisoryLocks() }
 
+// TranslateError forwards to the driver's store.ErrorTranslator, if any.
+func (a erased[TTx]) TranslateError(err error) error {
+	if t, ok := a.d.(store.ErrorTranslator); ok {
+		return t.TranslateError(err)
+	}
+	return err
+}
+
 func (a erased[TTx]) Begin(ctx context.Context) (any, error) {
 	tx, err := a.d.Begin(ctx)
 	if err != nil {

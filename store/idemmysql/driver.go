@@ -376,6 +376,9 @@ func (d *Driver) Tx(tx *sql.Tx) store.Querier {
 // runs in a READ COMMITTED transaction of its own.
 func (d *Driver) Pool() store.Querier { return querier{d: d, c: cached{d.stmts, nil}, pool: true} }
 
+// TranslateError is [Translate] (store.ErrorTranslator).
+func (d *Driver) TranslateError(err error) error { return Translate(err) }
+
 // Translate maps MySQL errors onto store's sentinels, keeping the original
 // in the chain: 1062 (ER_DUP_ENTRY) → store.ErrUniqueViolation, 1213
 // (ER_LOCK_DEADLOCK) → store.ErrSerialization, 1205

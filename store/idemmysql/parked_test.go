@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/idemmysql"
 	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
 )
 
@@ -53,3 +54,7 @@ func TestBlockedBehindSeqsOnlyParked(t *testing.T) {
 		t.Fatalf("blocked behind an event retried (pending again): %+v; want nothing", got)
 	}
 }
+
+// The driver classifies errors of a caller's own statements on its
+// transactions (store.ErrorTranslator), as idem's batches need.
+var _ store.ErrorTranslator = (*idemmysql.Driver)(nil)

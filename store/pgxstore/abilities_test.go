@@ -371,3 +371,7 @@ func TestListenerOnlyWaitsUnderOtherSettings(t *testing.T) {
 		pool.Close()
 	}
 }
+
+// The driver classifies errors of a caller's own statements on its
+// transactions (store.ErrorTranslator), as idem's batches need.
+var _ store.ErrorTranslator = (*pgxstore.Driver)(nil)

@@ -200,6 +200,10 @@ type pgxRow struct{ r pgx.Row }
 
 func (r pgxRow) Scan(dest ...any) error { return translate(r.r.Scan(dest...)) }
 
+// TranslateError maps PostgreSQL's errors onto store's sentinels
+// (store.ErrorTranslator).
+func (d *driver) TranslateError(err error) error { return translate(err) }
+
 func translate(err error) error {
 	if err == nil {
 		return nil

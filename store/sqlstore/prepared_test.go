@@ -113,3 +113,7 @@ func TestPreparedNeverWaitsForAConnectionInATransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The driver classifies errors of a caller's own statements on its
+// transactions (store.ErrorTranslator), as idem's batches need.
+var _ store.ErrorTranslator = (*sqlstore.Driver)(nil)
