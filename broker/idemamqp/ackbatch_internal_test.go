@@ -50,7 +50,7 @@ func (f *frames) take() []string {
 func testDeliveries(t *testing.T, n int) (*Subscriber, *frames, []broker.Delivery) {
 	t.Helper()
 	f := &frames{}
-	s := &Subscriber{cfg: SubscriberConfig{AckWait: time.Hour}, attempts: map[string]int{}}
+	s := &Subscriber{cfg: SubscriberConfig{AckWait: time.Hour}, attempts: map[string]attemptCount{}}
 	st := newSettler(f)
 	var ds []broker.Delivery
 	for i := 1; i <= n; i++ {
@@ -64,9 +64,7 @@ func handOut(t *testing.T, s *Subscriber, st *settler, tag uint64) *delivery {
 	t.Helper()
 	st.track(tag)
 	id := fmt.Sprintf("m-%d", tag)
-	s.mu.Lock()
-	s.attempts[id]++
-	s.mu.Unlock()
+	s.attempt(id, false, -1, time.Now())
 	d := &delivery{s: s, st: st, tag: tag, msg: idem.Message{ID: id}}
 	d.timer = time.AfterFunc(time.Hour, d.expire)
 	t.Cleanup(func() { d.timer.Stop() })
@@ -255,7 +253,7 @@ func TestAckBatchConcurrentSettlements(t *testing.T) {
 func TestAckBatchStopsBelowATagNotHandedOut(t *testing.T) {
 	ctx := context.Background()
 	f := &frames{}
-	s := &Subscriber{cfg: SubscriberConfig{AckWait: time.Hour}, attempts: map[string]int{}}
+	s := &Subscriber{cfg: SubscriberConfig{AckWait: time.Hour}, attempts: map[string]attemptCount{}}
 	st := newSettler(f)
 	var ds []broker.Delivery
 	for _, tag := range []uint64{1, 2, 3, 4, 6} { // 5 is still on its way
@@ -328,5 +326,36 @@ func TestAckBatchListedTwice(t *testing.T) {
 		if broker.BatchAcked(err, i) {
 			t.Errorf("entry %d reported acked after the failed ack (%v)", i, err)
 		}
+	}
+}
+
+// The subscriber's attempt counts of messages it never settles (another
+// subscriber of the queue acked them, or a connection dropped) do not grow
+// for ever: past sweepAbove counts, those not seen for forgetAttemptsAfter
+// are dropped, at most once per sweepEvery; recent ones are kept.
+func TestAttemptCountsAreSwept(t *testing.T) {
+	s := &Subscriber{cfg: SubscriberConfig{AckWait: time.Second}, attempts: map[string]attemptCount{}}
+	t0 := time.Now()
+	for i := range sweepAbove + 10 {
+		if n := s.attempt(fmt.Sprintf("old-%d", i), false, -1, t0); n != 1 {
+			t.Fatalf("first delivery: attempt %d, want 1", n)
+		}
+	}
+	if n := s.attempt("old-0", false, -1, t0.Add(time.Second)); n != 2 {
+		t.Fatalf("second delivery: attempt %d, want 2", n)
+	}
+	later := t0.Add(forgetAttemptsAfter + time.Minute)
+	if n := s.attempt("recent", false, -1, later.Add(-time.Minute)); n != 1 {
+		t.Fatalf("attempt %d, want 1", n)
+	}
+	s.attempt("new", false, -1, later) // sweeps
+	if got := len(s.attempts); got != 2 {
+		t.Fatalf("%d counts kept after the sweep, want 2 (recent, new)", got)
+	}
+	if n := s.attempt("old-0", true, -1, later); n != 2 {
+		t.Errorf("a forgotten message redelivered: attempt %d, want 2 (the redelivered flag)", n)
+	}
+	if n := s.attempt("recent", false, 4, later); n != 5 {
+		t.Errorf("x-delivery-count 4: attempt %d, want 5", n)
 	}
 }

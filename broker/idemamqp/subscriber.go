@@ -53,7 +53,8 @@ type Subscriber struct {
 	ch         *amqp.Channel
 	st         *settler // settles the deliveries of ch
 	deliveries <-chan amqp.Delivery
-	attempts   map[string]int
+	attempts   map[string]attemptCount
+	swept      time.Time // the last sweep of attempts (see attempt)
 	closed     bool
 	tag        string // the consumer tag of ch's consumer (see pause.go)
 	paused     bool   // Pause cancelled the consumer until Resume
@@ -69,7 +70,7 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	cfg.Prefetch = cmp.Or(cfg.Prefetch, 100)
 	cfg.AckWait = cmp.Or(cfg.AckWait, 30*time.Second)
-	s := &Subscriber{cfg: cfg, log: obs.Component(cfg.Logger, "broker/amqp", "queue", cfg.Queue), attempts: map[string]int{}}
+	s := &Subscriber{cfg: cfg, log: obs.Component(cfg.Logger, "broker/amqp", "queue", cfg.Queue), attempts: map[string]attemptCount{}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.connectLocked(); err != nil {
@@ -191,17 +192,7 @@ func (s *Subscriber) newDelivery(st *settler, d amqp.Delivery) *delivery {
 			m.Headers[k] = fmt.Sprint(v)
 		}
 	}
-	s.mu.Lock()
-	n := s.attempts[m.ID] + 1
-	if d.Redelivered && n < 2 {
-		n = 2
-	}
-	if xdc >= 0 {
-		n = max(n, xdc+1)
-	}
-	s.attempts[m.ID] = n
-	s.mu.Unlock()
-	m.Attempt = n
+	m.Attempt = s.attempt(m.ID, d.Redelivered, xdc, time.Now())
 	st.track(d.DeliveryTag)
 	dl := &delivery{s: s, st: st, tag: d.DeliveryTag, msg: m, exchange: d.Exchange}
 	dl.mu.Lock() // the timer's settle must see dl.timer
@@ -297,6 +288,50 @@ func (d *delivery) claim() (bool, error) {
 	d.timer.Stop()
 	d.forget()
 	return true, nil
+}
+
+// attemptCount is a message's deliveries counted by this subscriber.
+type attemptCount struct {
+	n    int
+	seen time.Time // its last delivery
+}
+
+// Sweeping the attempt counts: a message settled for good by another
+// subscriber of the queue (or lost with a connection) is never forgotten
+// by this one, so counts not seen for forgetAttemptsAfter (or four
+// AckWaits, if longer) are dropped, at most once per sweepEvery and only
+// past sweepAbove counts. A message delivered again after that counts
+// from 2 (the broker's redelivered flag) again.
+const (
+	sweepAbove          = 1024
+	sweepEvery          = time.Minute
+	forgetAttemptsAfter = time.Hour
+)
+
+// attempt counts a delivery of message id at now and returns its attempt:
+// one more than this subscriber counted, at least 2 when the broker flags
+// it redelivered, and at least x-delivery-count + 1 (xdc, -1 if absent).
+func (s *Subscriber) attempt(id string, redelivered bool, xdc int, now time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.attempts) > sweepAbove && now.Sub(s.swept) >= sweepEvery {
+		s.swept = now
+		stale := max(forgetAttemptsAfter, 4*s.cfg.AckWait)
+		for k, a := range s.attempts {
+			if now.Sub(a.seen) > stale {
+				delete(s.attempts, k)
+			}
+		}
+	}
+	n := s.attempts[id].n + 1
+	if redelivered && n < 2 {
+		n = 2
+	}
+	if xdc >= 0 {
+		n = max(n, xdc+1)
+	}
+	s.attempts[id] = attemptCount{n: n, seen: now}
+	return n
 }
 
 // forget drops the attempt count of a message settled for good.
