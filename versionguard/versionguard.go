@@ -139,23 +139,37 @@ func Apply(ctx context.Context, q store.Querier, stmts *sqlset.Set, spec Spec, v
 	if err != nil {
 		return Result{}, err
 	}
-	n, err := q.Exec(ctx, b.Write, b.writeArgs...)
-	if err != nil {
-		return Result{}, fmt.Errorf("versionguard: %s: %w", spec.Table, err)
+	// A write that changed nothing is read back: a row at this version or
+	// a newer one makes it stale, no row (without Upsert) missing. A row
+	// older than version means the row was created, or moved, between the
+	// write and the read (each statement of a READ COMMITTED transaction
+	// sees the latest commits): the write is tried again, so an event
+	// never counts as stale against a version older than its own.
+	for range staleReadTries {
+		n, err := q.Exec(ctx, b.Write, b.writeArgs...)
+		if err != nil {
+			return Result{}, fmt.Errorf("versionguard: %s: %w", spec.Table, err)
+		}
+		if n > 0 {
+			return Result{Applied: true}, nil
+		}
+		var cur int64
+		err = q.QueryRow(ctx, b.Current, b.keyArgs...).Scan(&cur)
+		switch {
+		case errors.Is(err, store.ErrNoRows):
+			return Result{Missing: true}, nil
+		case err != nil:
+			return Result{}, fmt.Errorf("versionguard: %s: read version: %w", spec.Table, err)
+		case cur >= version:
+			return Result{Stale: true, Current: cur}, nil
+		}
 	}
-	if n > 0 {
-		return Result{Applied: true}, nil
-	}
-	var cur int64
-	err = q.QueryRow(ctx, b.Current, b.keyArgs...).Scan(&cur)
-	switch {
-	case errors.Is(err, store.ErrNoRows):
-		return Result{Missing: true}, nil
-	case err != nil:
-		return Result{}, fmt.Errorf("versionguard: %s: read version: %w", spec.Table, err)
-	}
-	return Result{Stale: true, Current: cur}, nil
+	return Result{}, fmt.Errorf("versionguard: %s: the row stayed older than version %d but the write changed nothing: %w", spec.Table, version, store.ErrSerialization)
 }
+
+// staleReadTries bounds the writes of Apply whose read-back finds the row
+// older than the event's version.
+const staleReadTries = 3
 
 // ApplyTx is Apply inside the caller's transaction tx of driver d.
 func ApplyTx[TTx any](ctx context.Context, d store.Driver[TTx], tx TTx, spec Spec, version int64) (Result, error) {

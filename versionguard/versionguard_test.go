@@ -138,3 +138,60 @@ func TestInvalidIdentifiers(t *testing.T) {
 		}
 	}
 }
+
+// afterFirstWrite is a Querier that runs hook once, right after the first
+// Exec returned: another transaction's commit landing between the guarded
+// write and its read-back.
+type afterFirstWrite struct {
+	store.Querier
+	once sync.Once
+	hook func()
+}
+
+func (q *afterFirstWrite) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	n, err := q.Querier.Exec(ctx, sql, args...)
+	q.once.Do(q.hook)
+	return n, err
+}
+
+// An update whose row is created by another transaction between the write
+// (which found no row) and the read-back is applied, not reported stale
+// against the older version it read. Before, it returned Stale with
+// Current 1 for version 8: a projection consumer acked the event and
+// version 8 was never applied. PostgreSQL only: each statement of a READ
+// COMMITTED transaction sees the latest commits there, and SQLite's writer
+// would hold the other transaction off.
+func TestRowCreatedBetweenWriteAndRead(t *testing.T) {
+	t.Parallel()
+	for name, open := range map[string]func(t *testing.T) store.Driver[any]{
+		"pgx":          func(t *testing.T) store.Driver[any] { return testdb.Erase(testdb.Pgx(t)) },
+		"sql-postgres": func(t *testing.T) store.Driver[any] { return testdb.Erase(testdb.SQLPostgres(t)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := open(t)
+			ctx := context.Background()
+			testdb.Exec(t, d, `CREATE TABLE seats (show_id text PRIMARY KEY, seats_left integer NOT NULL, version bigint NOT NULL)`)
+			spec := versionguard.Spec{Table: "seats", KeyColumns: []string{"show_id"}, KeyValues: []any{"show-1"},
+				Set: map[string]any{"seats_left": 42}}
+			var r versionguard.Result
+			err := store.InTx(ctx, d, func(tx any) error {
+				q := &afterFirstWrite{Querier: d.Tx(tx), hook: func() {
+					testdb.Exec(t, d, `INSERT INTO seats (show_id, seats_left, version) VALUES ('show-1', 100, 1)`)
+				}}
+				var err error
+				r, err = versionguard.Apply(ctx, q, d.Statements(), spec, 8)
+				return err
+			})
+			if err != nil || !r.Applied {
+				t.Fatalf("Apply = %+v, %v; want applied", r, err)
+			}
+			var seats, version int64
+			if err := d.Pool().QueryRow(ctx, `SELECT seats_left, version FROM seats WHERE show_id = 'show-1'`).Scan(&seats, &version); err != nil {
+				t.Fatal(err)
+			}
+			if seats != 42 || version != 8 {
+				t.Fatalf("row = (seats %d, version %d), want (42, 8)", seats, version)
+			}
+		})
+	}
+}

@@ -55,7 +55,9 @@ func versionGuard(w sqlset.VersionedWrite) sqlset.VersionedSQL {
 		set[i] = quote(c)
 	}
 	v := ph(len(w.Keys) + len(w.Set) + 1)
-	out := sqlset.VersionedSQL{Current: `SELECT ` + vc + ` FROM ` + table + ` WHERE ` + strings.Join(where, " AND ")}
+	// The version is read with a locking read: the latest committed one, as
+	// the write saw it, even in a caller's REPEATABLE READ transaction.
+	out := sqlset.VersionedSQL{Current: `SELECT ` + vc + ` FROM ` + table + ` WHERE ` + strings.Join(where, " AND ") + ` LOCK IN SHARE MODE`}
 	if !w.Upsert {
 		assign := make([]string, 0, len(set)+1)
 		for i, c := range set {
@@ -76,7 +78,9 @@ func versionGuard(w sqlset.VersionedWrite) sqlset.VersionedSQL {
 	for i, c := range append(append([]string{}, set...), vc) {
 		cond := newer
 		if i == 0 {
-			cond = `(` + newer + ` := (` + vc + ` < VALUES(` + vc + `)))`
+			// COALESCE: a NULL stored version is not older (as the other
+			// dialects' ON CONFLICT … WHERE), and the flag stays 0/1.
+			cond = `(` + newer + ` := COALESCE(` + vc + ` < VALUES(` + vc + `), FALSE))`
 		}
 		assign = append(assign, c+` = IF(`+cond+`, VALUES(`+c+`), `+c+`)`)
 	}
