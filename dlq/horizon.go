@@ -172,6 +172,9 @@ func (s *Store[TTx]) checkHorizon(ctx context.Context, tx TTx, l Letter) error {
 	if err != nil {
 		return fmt.Errorf("dlq: redrive %d: %w", l.ID, err)
 	}
+	// A retention widened after the letter's message may have been
+	// recorded does not cover it: judge it by the shorter one.
+	rec.Retention = rec.RetentionFor(l.FirstFailedAt)
 	retention, err := s.judgeRetention(l.Consumer, rec, recorded)
 	if err != nil {
 		return err

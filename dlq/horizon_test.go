@@ -128,3 +128,95 @@ func testRedriveHorizon[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatalf("fresh letter %s", l.State)
 	}
 }
+
+// A consumer that raises its inbox retention does not widen the redrive
+// horizon of the letters whose messages it may have recorded under the
+// shorter one. The reviewer's scenario: retention 1 day; message M dead-
+// lettered, then processed by a redelivery (its record expires after a
+// day) and collected; the consumer restarts with 30 days; five days later
+// a redrive of M's letter must be refused, or M would be applied again.
+// Letters that first failed once the shorter retention has run its
+// course since the widening are judged by the longer one; a narrowing
+// applies at once.
+func TestRedriveHorizonAfterARetentionWidening(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testRetentionWidening(t, e.D) })
+}
+
+func testRetentionWidening[TTx any](t *testing.T, d store.Driver[TTx]) {
+	ctx := context.Background()
+	clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	const day = 24 * time.Hour
+	var ib *inbox.Inbox[TTx]
+	record := func(r time.Duration) { // the consumer (re)starts with retention r
+		t.Helper()
+		var err error
+		if ib, err = inbox.New(d, inbox.Config{Retention: r, Now: clock.Now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ib.RecordRetention(ctx, "billing"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := dlq.New(d, dlq.Config{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &recPublisher{}
+	park := func(id string) int64 {
+		t.Helper()
+		lid, err := s.Park(ctx, dlq.FromMessage("billing", idem.Message{ID: id, Subject: "orders", Payload: []byte(`{}`)}, errors.New("flaky")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lid
+	}
+	redrive := func(lid int64) error {
+		t.Helper()
+		_, err := s.Redrive(ctx, lid, "alice", pub)
+		return err
+	}
+
+	record(day)
+	m := park("M")
+	clock.Advance(time.Hour)
+	if _, err := ib.Process(ctx, "billing", idem.Message{ID: "M", Subject: "orders", Payload: []byte(`{}`)},
+		func(context.Context, TTx, idem.Message) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * day)
+	gc, err := retention.New(d, retention.Config{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := gc.RunOnce(ctx); err != nil || rep.Deleted["inbox"] != 1 {
+		t.Fatalf("gc: %+v, %v; want M's record collected", rep, err)
+	}
+	record(30 * day) // widened
+	clock.Advance(2 * day)
+	var re *dlq.RefusedError
+	if err := redrive(m); !errors.As(err, &re) || re.Reason != dlq.RefusedTooOld || re.Retention != day {
+		t.Fatalf("letter of a message recorded under 1 day, after a widening to 30: %v; want refused as older than 1 day", err)
+	}
+	record(30 * day) // a restart with the same retention keeps the shorter one in force
+	if err := redrive(m); !errors.Is(err, dlq.ErrRedriveRefused) {
+		t.Fatalf("after a restart: %v; want still refused", err)
+	}
+
+	// A letter that first failed once a day had passed since the widening
+	// is judged by 30 days: its message was recorded under them.
+	clock.Advance(day)
+	late := park("L")
+	clock.Advance(5 * day)
+	if err := redrive(late); err != nil {
+		t.Fatalf("letter after the widening, 5 days old: %v; want redriven", err)
+	}
+
+	// Narrowing applies at once.
+	record(2 * day)
+	narrow := park("N")
+	clock.Advance(3 * day)
+	if err := redrive(narrow); !errors.As(err, &re) || re.Retention != 2*day {
+		t.Fatalf("after narrowing to 2 days, a 3-day-old letter: %v; want refused against 2 days", err)
+	}
+}

@@ -86,6 +86,24 @@ func InboxRecordOf(ctx context.Context, d DB, consumer, messageID string) (r Inb
 type Recorded struct {
 	Retention  time.Duration
 	RecordedAt time.Time
+	// PriorRetention, when positive and shorter than Retention, is the
+	// shorter retention in force before Retention was recorded at
+	// WidenedAt (migration 0017_retention_widening): records written
+	// until then expire after it.
+	PriorRetention time.Duration
+	WidenedAt      time.Time
+}
+
+// RetentionFor returns the retention a letter whose message first failed
+// at firstFailed is judged by: PriorRetention when it is shorter and the
+// letter first failed before WidenedAt + PriorRetention (its message may
+// have been recorded under the shorter one, by this consumer or by an
+// instance still running the old configuration), else Retention.
+func (r Recorded) RetentionFor(firstFailed time.Time) time.Duration {
+	if r.PriorRetention > 0 && r.PriorRetention < r.Retention && firstFailed.Before(r.WidenedAt.Add(r.PriorRetention)) {
+		return r.PriorRetention
+	}
+	return r.Retention
 }
 
 // RecordedRetention returns the inbox retention consumer recorded last
@@ -93,13 +111,14 @@ type Recorded struct {
 // has not started since migration 0015_consumer_horizons). [InTx] reads
 // it in a transaction.
 func RecordedRetention(ctx context.Context, d DB, consumer string) (r Recorded, found bool, err error) {
-	var ret, at int64
-	err = d.Pool().QueryRow(ctx, d.Statements().Horizons.Get, consumer).Scan(&ret, &at)
+	var ret, at, prior, widened int64
+	err = d.Pool().QueryRow(ctx, d.Statements().Horizons.Get, consumer).Scan(&ret, &at, &prior, &widened)
 	if errors.Is(err, store.ErrNoRows) {
 		return Recorded{}, false, nil
 	}
 	if err != nil {
 		return Recorded{}, false, fmt.Errorf("inbox: recorded retention of consumer %q: %w", consumer, err)
 	}
-	return Recorded{Retention: time.Duration(ret) * time.Microsecond, RecordedAt: store.FromMicros(at)}, true, nil
+	return Recorded{Retention: time.Duration(ret) * time.Microsecond, RecordedAt: store.FromMicros(at),
+		PriorRetention: time.Duration(prior) * time.Microsecond, WidenedAt: store.FromMicros(widened)}, true, nil
 }

@@ -9,9 +9,12 @@ package sqlset
 // (microseconds).
 type Horizons struct {
 	// Record stores a consumer's inbox retention, replacing the one it
-	// recorded before. $1 consumer, $2 inbox_retention, $3 recorded_at.
+	// recorded before; a longer one than before keeps the shorter in
+	// prior_retention (the narrowest not yet superseded by a narrower one)
+	// and sets widened_at. $1 consumer, $2 inbox_retention, $3
+	// recorded_at.
 	Record string
-	// Get reads inbox_retention, recorded_at of one consumer (no row: it
-	// recorded none). $1 consumer.
+	// Get reads inbox_retention, recorded_at, prior_retention, widened_at
+	// of one consumer (no row: it recorded none). $1 consumer.
 	Get string
 }

@@ -3,11 +3,17 @@ package sqlite
 import "github.com/idemkit/idem/internal/sqlset"
 
 // horizons is the statements on the horizons consumers record (package
-// inbox).
+// inbox). Recording a longer retention than the one in force keeps the
+// shorter one (the narrowest not yet superseded) and when the longer one
+// was recorded (migration 0017_retention_widening): letters that first
+// failed before widened_at + prior_retention are judged by it.
 func horizons(t func(string) string) sqlset.Horizons {
 	return sqlset.Horizons{
 		Record: `INSERT INTO ` + t("consumer_horizons") + ` (consumer, inbox_retention, recorded_at) VALUES ($1, $2, $3)
- ON CONFLICT (consumer) DO UPDATE SET inbox_retention = excluded.inbox_retention, recorded_at = excluded.recorded_at`,
-		Get: `SELECT inbox_retention, recorded_at FROM ` + t("consumer_horizons") + ` WHERE consumer = $1`,
+ ON CONFLICT (consumer) DO UPDATE SET
+  widened_at = CASE WHEN excluded.inbox_retention > inbox_retention THEN excluded.recorded_at WHEN prior_retention > 0 AND prior_retention >= excluded.inbox_retention THEN 0 ELSE widened_at END,
+  prior_retention = CASE WHEN excluded.inbox_retention > inbox_retention THEN (CASE WHEN prior_retention > 0 THEN MIN(prior_retention, inbox_retention) ELSE inbox_retention END) WHEN prior_retention > 0 AND prior_retention >= excluded.inbox_retention THEN 0 ELSE prior_retention END,
+  inbox_retention = excluded.inbox_retention, recorded_at = excluded.recorded_at`,
+		Get: `SELECT inbox_retention, recorded_at, prior_retention, widened_at FROM ` + t("consumer_horizons") + ` WHERE consumer = $1`,
 	}
 }
