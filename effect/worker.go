@@ -164,7 +164,13 @@ type Worker[TTx any] struct {
 	mu      sync.Mutex // protects kinds and running
 	kinds   map[string]*kind
 	running bool
+
+	finalise time.Duration // bounds recording an effect's outcome (finaliseTimeout)
 }
+
+// finaliseTimeout bounds the statements that record a call's outcome,
+// counted from when the call returned.
+const finaliseTimeout = 10 * time.Second
 
 // NewWorker returns a Worker on the ledger; register Performers before Run.
 func NewWorker[TTx any](l *Ledger[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], error) {
@@ -191,7 +197,7 @@ func NewWorker[TTx any](l *Ledger[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], er
 	if cfg.TracerProvider != nil {
 		tr = obs.Tracer(cfg.TracerProvider)
 	}
-	return &Worker[TTx]{l: l, cfg: cfg, log: log, tr: tr, kinds: map[string]*kind{}}, nil
+	return &Worker[TTx]{l: l, cfg: cfg, log: log, tr: tr, kinds: map[string]*kind{}, finalise: finaliseTimeout}, nil
 }
 
 // Register sets the Performer of kind. Registering a kind twice, or after
@@ -219,8 +225,51 @@ func (w *Worker[TTx]) Register(kindName string, p Performer, opts ...KindOption)
 	if k.keyLifetime < 0 {
 		return checks.Optionf("effect: kind %q: negative key lifetime", kindName)
 	}
+	if k.breaker != nil {
+		k.breaker = safeBreaker{b: k.breaker, log: w.log, kind: kindName}
+	}
 	w.kinds[kindName] = k
 	return nil
+}
+
+// safeBreaker runs a kind's Breaker (user code) so that its panic cannot
+// stop the worker: a panicking Allow counts as an open breaker (no call),
+// a panicking Record is logged.
+type safeBreaker struct {
+	b    Breaker
+	log  *slog.Logger
+	kind string
+}
+
+func (s safeBreaker) Allow() (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("Breaker.Allow panicked; the kind is treated as open", "kind", s.kind, "panic", fmt.Sprint(p))
+			err = fmt.Errorf("effect: kind %q: Breaker.Allow panicked: %v", s.kind, p)
+		}
+	}()
+	return s.b.Allow()
+}
+
+func (s safeBreaker) Record(err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("Breaker.Record panicked", "kind", s.kind, "panic", fmt.Sprint(p))
+		}
+	}()
+	s.b.Record(err)
+}
+
+// backoff is WorkerConfig.Backoff (user code) for attempt; if it panics,
+// the default backoff's delay is used and the panic logged.
+func (w *Worker[TTx]) backoff(attempt int) (d time.Duration) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.log.Error("WorkerConfig.Backoff panicked; using the default backoff", "attempt", attempt, "panic", fmt.Sprint(p))
+			d = FullJitter(time.Second, 5*time.Minute)(attempt)
+		}
+	}()
+	return w.cfg.Backoff(attempt)
 }
 
 // Run claims and performs effects until ctx ends, then waits for the calls
@@ -415,9 +464,19 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 // is its lease_until); held effects are never claimed. Every claimed row
 // gets a new token, so the worker whose lease ran out writes nothing more
 // ([lease.Fence]).
+//
+// A claim once sent is seen through even if ctx ends meanwhile (bounded
+// like an outcome's recording): the server may commit it after a client
+// that gave up has gone, and its effects would wait out their lease.
+// perform hands them back uncalled instead.
 func (w *Worker[TTx]) claim(ctx context.Context, k *kind, n int) ([]Effect, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.finalise)
+	defer cancel()
 	now := w.l.now()
-	return w.l.list(ctx, w.l.q.Claim, store.Micros(now), n, store.Micros(now.Add(w.l.cfg.Lease)), k.name)
+	return w.l.list(cctx, w.l.q.Claim, store.Micros(now), n, store.Micros(now.Add(w.l.cfg.Lease)), k.name)
 }
 
 // perform runs one claimed effect and records its outcome under its token.
@@ -433,8 +492,20 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 	log := func() *slog.Logger {
 		return w.log.With("effect_key", e.Key, "kind", k.name, "attempt", e.Attempts, "token", e.Token)
 	}
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), w.finalise)
 	defer fcancel()
+	if ctx.Err() != nil {
+		// Claimed as the worker stopped: hand it back uncalled, the
+		// attempt not counted and its last error kept.
+		var last error
+		if e.LastError != "" {
+			last = errors.New(e.LastError)
+		}
+		if rerr := w.l.release(fctx, e.Key, e.Token, w.l.now(), last, true); rerr != nil {
+			w.logFinalise(fctx, log(), "release", rerr)
+		}
+		return
+	}
 	if e.Attempts > k.maxAttempts {
 		// Claimed again after the worker running it vanished too often.
 		w.failEffect(fctx, log(), k, e, fmt.Errorf("effect: %d attempts exceed the maximum %d (workers lost mid-call)", e.Attempts, k.maxAttempts))
@@ -455,10 +526,17 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 		return
 	}
 	sctx, span := startCall(obs.FromRow(ctx, e.TraceParent, e.TraceState), w.tr, e)
-	fctx = trace.ContextWithSpan(fctx, span)
 	cctx, cancel := context.WithTimeout(sctx, w.l.cfg.CallTimeout)
 	res, err := callSafely(sctx, w.log, e.Key, func() ([]byte, error) { return k.perform(cctx, e.Key, e.Payload) })
 	cancel()
+	// The outcome is recorded on a context started now: one started before
+	// the call ran out during any call longer than it (CallTimeout defaults
+	// to Lease/2), and the completion, failure or release was lost until
+	// the lease ended and the provider was called again.
+	fcancel()
+	octx, ocancel := context.WithTimeout(context.WithoutCancel(ctx), w.finalise)
+	defer ocancel()
+	octx = trace.ContextWithSpan(octx, span)
 	if k.breaker != nil {
 		k.breaker.Record(err)
 	}
@@ -466,24 +544,24 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 	case err == nil:
 		endCall(span, outcomeCompleted, nil)
 		handed = true
-		if cerr := c.complete(fctx, e.Key, e.Token, res, queued); cerr != nil {
-			w.logFinalise(fctx, log(), "complete", cerr)
+		if cerr := c.complete(octx, e.Key, e.Token, res, queued); cerr != nil {
+			w.logFinalise(octx, log(), "complete", cerr)
 		}
 	case ctx.Err() != nil && !idem.IsPermanent(err):
 		// The worker is stopping: hand the effect back, attempt not counted.
 		endCall(span, outcomeReleased, err)
-		if rerr := w.l.release(fctx, e.Key, e.Token, w.l.now(), err, true); rerr != nil {
-			w.logFinalise(fctx, log(), "release", rerr)
+		if rerr := w.l.release(octx, e.Key, e.Token, w.l.now(), err, true); rerr != nil {
+			w.logFinalise(octx, log(), "release", rerr)
 		}
 	case idem.IsPermanent(err) || e.Attempts >= k.maxAttempts:
 		endCall(span, outcomeFailed, err)
-		w.failEffect(fctx, log(), k, e, err)
+		w.failEffect(octx, log(), k, e, err)
 	default:
 		endCall(span, outcomeRetry, err)
-		next := w.l.now().Add(w.cfg.Backoff(e.Attempts))
-		log().DebugContext(fctx, "transient failure, retrying later", "error", err, "next", next)
-		if rerr := w.l.release(fctx, e.Key, e.Token, next, err, false); rerr != nil {
-			w.logFinalise(fctx, log(), "release", rerr)
+		next := w.l.now().Add(w.backoff(e.Attempts))
+		log().DebugContext(octx, "transient failure, retrying later", "error", err, "next", next)
+		if rerr := w.l.release(octx, e.Key, e.Token, next, err, false); rerr != nil {
+			w.logFinalise(octx, log(), "release", rerr)
 		}
 	}
 }
@@ -509,7 +587,7 @@ func (w *Worker[TTx]) failEffect(ctx context.Context, log *slog.Logger, k *kind,
 	}
 	// The hook or the store failed: keep the effect alive and try later.
 	log.ErrorContext(ctx, "cannot mark the effect failed; retrying later", "error", err, "cause", cause)
-	next := w.l.now().Add(w.cfg.Backoff(e.Attempts))
+	next := w.l.now().Add(w.backoff(e.Attempts))
 	if rerr := w.l.release(ctx, e.Key, e.Token, next, errors.Join(cause, err), false); rerr != nil {
 		w.logFinalise(ctx, log, "release", rerr)
 	}
