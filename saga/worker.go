@@ -49,9 +49,10 @@ type WorkerConfig[TTx any] struct {
 // Workers (in one or many processes) may run on one store: steps are claimed
 // through the ledger, and each advance is a compare-and-set on the saga row.
 type Worker[TTx any] struct {
-	s   *Sagas[TTx]
-	ew  *effect.Worker[TTx]
-	cfg WorkerConfig[TTx]
+	s     *Sagas[TTx]
+	ew    *effect.Worker[TTx]
+	cfg   WorkerConfig[TTx]
+	names string // the definitions' names, a JSON array (Due's $2)
 }
 
 // NewWorker returns a Worker for every definition of s.
@@ -82,7 +83,15 @@ func NewWorker[TTx any](s *Sagas[TTx], cfg WorkerConfig[TTx]) (*Worker[TTx], err
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker[TTx]{s: s, ew: ew, cfg: cfg}
+	var names []string
+	for name := range s.defs {
+		names = append(names, name)
+	}
+	nj, err := json.Marshal(names)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker[TTx]{s: s, ew: ew, cfg: cfg, names: string(nj)}
 	for _, df := range s.defs {
 		if err := ew.Register(kindOf(df.Name, Do), w.performer(df, Do)); err != nil {
 			return nil, err
@@ -104,11 +113,13 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		for ctx.Err() == nil {
-			n, err := w.AdvanceOnce(ctx)
+			n, moved, err := w.advanceOnce(ctx)
 			if err != nil && ctx.Err() == nil {
 				w.s.log.WarnContext(ctx, "advance failed", "error", err)
 			}
-			if n < w.cfg.Batch {
+			// Again at once only while full batches move: a batch whose
+			// sagas all fail to advance waits for the next tick.
+			if n < w.cfg.Batch || moved == 0 {
 				break
 			}
 		}
@@ -120,13 +131,22 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 	}
 }
 
-// AdvanceOnce moves on every saga (up to the batch size) whose awaited
-// effect settled or that was asked to abort, and returns how many it
-// looked at. [Worker.Run] calls it every PollInterval.
+// AdvanceOnce moves on every saga of w's definitions (up to the batch
+// size) whose awaited effect settled or that was asked to abort, and
+// returns how many it looked at. A saga that cannot advance (its OnDone
+// fails, its stored steps no longer fit its definition) is listed after
+// the others next time, so it does not hold them back. [Worker.Run] calls
+// it every PollInterval.
 func (w *Worker[TTx]) AdvanceOnce(ctx context.Context) (int, error) {
-	rows, err := w.s.d.Pool().Query(ctx, w.s.q.Due, w.cfg.Batch)
+	n, _, err := w.advanceOnce(ctx)
+	return n, err
+}
+
+// advanceOnce is AdvanceOnce, also returning how many sagas it moved.
+func (w *Worker[TTx]) advanceOnce(ctx context.Context) (looked, moved int, err error) {
+	rows, err := w.s.d.Pool().Query(ctx, w.s.q.Due, w.cfg.Batch, w.names)
 	if err != nil {
-		return 0, fmt.Errorf("saga: due: %w", err)
+		return 0, 0, fmt.Errorf("saga: due: %w", err)
 	}
 	type due struct {
 		sg           Saga
@@ -139,26 +159,34 @@ func (w *Worker[TTx]) AdvanceOnce(ctx context.Context) (int, error) {
 		sg, err := scanSaga(rows, &d.eState, &d.eResult, &d.eErr)
 		if err != nil {
 			rows.Close()
-			return 0, err
+			return 0, 0, err
 		}
 		d.sg = sg
 		list = append(list, d)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var errs []error
 	for _, d := range list {
 		df, ok := w.s.defs[d.sg.Name]
 		if !ok {
-			continue // another deployment's definition
+			continue // not listed by Due
 		}
 		if err := w.advance(ctx, df, d.sg, effect.State(d.eState), d.eResult, d.eErr); err != nil {
 			errs = append(errs, err)
+			if ctx.Err() == nil {
+				// To the back of the queue: the others are not held behind it.
+				if _, terr := w.s.d.Pool().Exec(ctx, w.s.q.Touch, d.sg.ID, d.sg.version, store.Micros(w.s.cfg.Now())); terr != nil {
+					errs = append(errs, fmt.Errorf("saga %q: %w", d.sg.ID, terr))
+				}
+			}
+			continue
 		}
+		moved++
 	}
-	return len(list), errors.Join(errs...)
+	return len(list), moved, errors.Join(errs...)
 }
 
 // advance moves sg one transition on, in one transaction: compare-and-set

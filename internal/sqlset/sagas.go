@@ -51,7 +51,12 @@ type Sagas struct {
 	// rows when another advancer moved first. $1 saga_id, $2 observed
 	// version, $3 state, $4 step, $5 current_key, $6 last_error, $7 now.
 	Advance string
-	// Due reads up to $1 sagas to move on, oldest update first: running or
+	// Touch sets a saga's updated_at without moving it, so that Due lists
+	// it after the others: one whose advance failed does not hold back
+	// the batch. $1 saga_id, $2 observed version, $3 now.
+	Touch string
+	// Due reads up to $1 sagas of the definitions named in $2 (a JSON array
+	// of names) to move on, oldest update first: running or
 	// compensating ones whose awaited effect is completed or failed,
 	// running ones asked to abort, held ones whose effect completed (the
 	// active-state predicate matches sagas_active_idx). It returns the saga

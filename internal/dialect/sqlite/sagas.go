@@ -37,7 +37,9 @@ func sagas(t func(string) string) sqlset.Sagas {
  (s.state IN ('running', 'compensating') AND e.state IN ('completed', 'failed'))
  OR (s.state = 'running' AND s.abort_requested = 1)
  OR (s.state = 'held' AND e.state = 'completed'))
+ AND s.name IN (SELECT value FROM json_each($2))
  ORDER BY s.updated_at LIMIT $1`,
+		Touch: `UPDATE ` + sg + ` SET updated_at = $3 WHERE saga_id = $1 AND version = $2`,
 		InsertBarrier: `INSERT INTO ` + st + ` (saga_id, step, op, step_name, origin, outcome, created_at, updated_at)
  VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
  ON CONFLICT (saga_id, step, op) DO NOTHING`,
