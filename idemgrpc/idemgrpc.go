@@ -141,7 +141,9 @@ const (
 
 // Config configures UnaryServerInterceptor. The zero value is usable:
 // transactional mode, one shared tenant, key required on every method
-// that does not declare itself NO_SIDE_EFFECTS or IDEMPOTENT.
+// that does not declare itself NO_SIDE_EFFECTS or IDEMPOTENT. The health
+// checking, reflection and channelz services (grpc.health.v1,
+// grpc.reflection.*, grpc.channelz.*) always pass through without a key.
 type Config struct {
 	// Tenant returns the tenant that scopes the key, typically the
 	// principal an authentication interceptor placed in the context. An
@@ -234,6 +236,9 @@ func (s *server) method(full string) protoreflect.MethodDescriptor {
 }
 
 func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if bridge.InfrastructureMethod(info.FullMethod) {
+		return handler(ctx, req) // health checks, reflection, channelz
+	}
 	md := s.method(info.FullMethod)
 	if !s.cfg.IncludeIdempotent && bridge.SafeMethod(md) {
 		return handler(ctx, req)

@@ -157,8 +157,8 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		spec := req.Spec()
-		if spec.IsClient {
-			return next(ctx, req)
+		if spec.IsClient || bridge.InfrastructureMethod(spec.Procedure) {
+			return next(ctx, req) // and health checks, reflection
 		}
 		if !i.cfg.IncludeIdempotent && (spec.IdempotencyLevel == connect.IdempotencyNoSideEffects || spec.IdempotencyLevel == connect.IdempotencyIdempotent) {
 			return next(ctx, req)

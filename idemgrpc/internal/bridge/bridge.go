@@ -185,6 +185,9 @@ type Call struct {
 
 	ran     bool
 	problem *idemhttp.Problem
+	// storedErr: the handler's last result was an error of a code that is
+	// stored (Engine.storeCode).
+	storedErr bool
 }
 
 // Outcome is what the middleware did with a call.
@@ -230,6 +233,15 @@ func (e *Engine) Do(ctx context.Context, c *Call) Outcome {
 	rec := &recorder{header: make(http.Header)}
 	e.h.ServeHTTP(rec, r)
 	switch {
+	case c.problem != nil && c.ran && c.storedErr && c.problem.Type == idemhttp.TypeStoreUnavailable:
+		// The handler answered with an error meant to be stored, and
+		// recording it failed: its transaction, if any, rolled back, so
+		// nothing took effect. The handler's own error is the answer,
+		// unstored, and a retry executes again. (On PostgreSQL a statement
+		// that failed in the handler, a unique violation behind an
+		// AlreadyExists say, aborts the transaction: storing its answer
+		// can never succeed, and Unavailable would be answered for ever.)
+		return Outcome{Executed: true}
 	case c.problem != nil:
 		return Outcome{Problem: c.problem, Executed: c.ran}
 	case rec.header.Get(idemhttp.HeaderReplayed) == "true":
@@ -255,6 +267,7 @@ func (e *Engine) inner(w http.ResponseWriter, r *http.Request) {
 	c := callFrom(r.Context())
 	c.ran = true
 	res := c.Run(r.Context())
+	c.storedErr = res.Err == nil && res.Status != nil && res.Status.Code != OK && e.storeCode(res.Status.Code)
 	switch {
 	case res.Err != nil:
 		w.WriteHeader(http.StatusInternalServerError)
@@ -425,6 +438,21 @@ func Method(files *protoregistry.Files, fullMethod string) protoreflect.MethodDe
 		return nil
 	}
 	return sd.Methods().ByName(protoreflect.Name(name))
+}
+
+// InfrastructureMethod reports whether fullMethod ("/pkg.Service/Method")
+// belongs to a service every gRPC server may carry that changes nothing:
+// health checking (grpc.health.v1), server reflection (grpc.reflection.*)
+// and channelz (grpc.channelz.*). They pass through without a key: probes
+// and tools never send one, and their descriptors declare no idempotency
+// level.
+func InfrastructureMethod(fullMethod string) bool {
+	for _, p := range []string{"/grpc.health.v1.", "/grpc.reflection.", "/grpc.channelz."} {
+		if strings.HasPrefix(fullMethod, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // SafeMethod reports whether md declares idempotency_level
