@@ -54,7 +54,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -208,6 +210,17 @@ func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			var md protoreflect.MethodDescriptor
 			if d, ok := spec.Schema.(protoreflect.MethodDescriptor); ok {
 				md = d
+			} else {
+				// A handler built without connect.WithSchema: the generated
+				// code registered the service's descriptor.
+				md = bridge.Method(protoregistry.GlobalFiles, spec.Procedure)
+			}
+			if md == nil && strings.Contains(req.Header().Get("Content-Type"), "json") {
+				// Unknown output type: the stored bytes would be replayed
+				// as unknown fields, which JSON drops ({} instead of the
+				// response). Refuse rather than answer something else.
+				return nil, connect.NewError(connect.CodeInternal, fmt.Errorf(
+					"idemconnect: %s: cannot replay the stored response as JSON: the output type is unknown (build the handler with connect.WithSchema)", spec.Procedure))
 			}
 			m := bridge.NewOutput(i.cfg.Types, md)
 			if err := proto.Unmarshal(out.Body, m); err != nil {

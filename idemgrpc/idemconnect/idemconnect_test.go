@@ -290,3 +290,33 @@ func TestClientKey(t *testing.T) {
 		}
 	})
 }
+
+// A handler built without connect.WithSchema replays its stored response
+// whole to a JSON client: the interceptor finds the output type in
+// protoregistry.GlobalFiles. Before, it replayed the bytes as unknown
+// fields of an empty message, which JSON drops: the client got {}.
+func TestReplayWithoutSchemaAsJSON(t *testing.T) {
+	d := testdb.Erase(testdb.SQLite(t))
+	testdb.Exec(t, d, testsvc.OrdersTable)
+	ic, err := idemconnect.NewInterceptor(d, idemconnect.Config{Tenant: tenantHeader})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &testsvc.App{D: d}
+	mux := http.NewServeMux()
+	path, h := testsvc.ConnectWithoutSchema(a, connect.WithInterceptors(ic))
+	mux.Handle(path, h)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	create, _ := testsvc.ConnectClients(srv.Client(), srv.URL, connect.WithProtoJSON())
+	first := call(t.Context(), create, "k-json", "acme", testsvc.NewCreate("pen", 3, nil))
+	second := call(t.Context(), create, "k-json", "acme", testsvc.NewCreate("pen", 3, nil))
+	if first.err != nil || second.err != nil || !second.replayed() {
+		t.Fatalf("calls: %v, %v, replayed %v", first.err, second.err, second.replayed())
+	}
+	if !proto.Equal(first.order(), second.order()) || testsvc.String(second.order(), "item") != "pen" {
+		t.Fatalf("replayed %v, want %v", second.order(), first.order())
+	}
+}

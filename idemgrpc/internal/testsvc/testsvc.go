@@ -210,6 +210,29 @@ func Connect(h Handler, opts ...connect.HandlerOption) map[string]*connect.Handl
 	}
 }
 
+// ConnectWithoutSchema is Connect's Create handler built without
+// connect.WithSchema, as code from an older protoc-gen-connect-go or a
+// hand-written handler is: the interceptor finds the method's descriptor
+// in protoregistry.GlobalFiles, where this service is registered.
+func ConnectWithoutSchema(h Handler, opts ...connect.HandlerOption) (string, *connect.Handler) {
+	// The request's type comes from the registered descriptor, as a
+	// generated handler's comes from its Go type.
+	init := func(_ connect.Spec, msg any) error {
+		if m, ok := msg.(*dynamicpb.Message); ok {
+			*m = *dynamicpb.NewMessage(CreateRPC.Input())
+		}
+		return nil
+	}
+	base := append([]connect.HandlerOption{connect.WithRequestInitializer(init)}, opts...)
+	return Create, connect.NewUnaryHandler(Create, func(ctx context.Context, req *connect.Request[dynamicpb.Message]) (*connect.Response[dynamicpb.Message], error) {
+		res, err := h.Create(ctx, req.Msg)
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(res.(*dynamicpb.Message)), nil
+	}, base...)
+}
+
 // ConnectClients returns connect-go clients of Create and Get at baseURL.
 func ConnectClients(hc connect.HTTPClient, baseURL string, opts ...connect.ClientOption) (create, get *connect.Client[dynamicpb.Message, dynamicpb.Message]) {
 	base := append([]connect.ClientOption{connect.WithResponseInitializer(initOutput)}, opts...)
