@@ -154,7 +154,12 @@ type Config[TTx any] struct {
 	// FetchWait bounds one Fetch's wait for messages. Defaults to 1s.
 	FetchWait time.Duration
 	// MaxAttempts parks a message whose delivery attempt reached it and
-	// still failed transiently. Defaults to 5.
+	// still failed transiently. Defaults to 5. It must not exceed a limit
+	// the broker puts on deliveries, or a message failing that often is
+	// given up by the broker, not dead-lettered here: New refuses a
+	// subscriber reporting a lower one (broker.DeliveryLimiter: JetStream's
+	// MaxDeliver). A RabbitMQ quorum queue's delivery-limit (20 by default
+	// since RabbitMQ 4) is not reported: keep MaxAttempts at or below it.
 	MaxAttempts int
 	// Backoff is the retry delay policy. Defaults to Base 1s, Max 1m.
 	Backoff Backoff

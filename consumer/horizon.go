@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem/horizon"
 	"github.com/idemkit/idem/internal/sqlmeta"
+	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/retention"
 	"github.com/idemkit/idem/store"
 )
@@ -109,6 +110,11 @@ func (c *Consumer[TTx]) recordRetention(ctx context.Context) (again bool, err er
 		return false, nil
 	case !tableExists(ctx, c.d, "consumer_horizons"):
 		return false, fmt.Errorf("consumer %q: %w (run 'idem migrate up': migration 0015_consumer_horizons)", c.cfg.Name, err)
+	}
+	if cerr := migrate.Check(ctx, c.d); errors.Is(cerr, migrate.ErrNotMigrated) {
+		// The table is there, but a later migration of it is not
+		// (0017_retention_widening's columns, say).
+		return false, fmt.Errorf("consumer %q: record the inbox retention: %w", c.cfg.Name, cerr)
 	}
 	c.log.WarnContext(ctx, "inbox retention not recorded yet; serving, and recording it in the background", "error", err)
 	return true, nil

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/operator"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/migrate"
 	"github.com/idemkit/idem/store"
 )
 
@@ -107,6 +109,40 @@ func TestRunWithoutHorizonsTableDoesNotStart(t *testing.T) {
 			t.Fatalf("Run without consumer_horizons: %v, want a refusal naming 'idem migrate up'", err)
 		}
 	})
+}
+
+// A consumer on a database whose consumer_horizons lacks migration 0017's
+// columns does not start either, and names the migration to run.
+func TestRunWithoutMigration0017DoesNotStart(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		if _, err := migrate.New(e.D).UpTo(context.Background(), 16); err != nil {
+			t.Fatal(err)
+		}
+		b, err := memory.New(memory.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		sub, err := b.Subscribe("orders", "billing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ib, err := inbox.New(e.D, inbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := consumer.New(ib, sub, consumer.Config[any]{Name: "billing",
+			Handler: func(context.Context, any, idem.Message) error { t.Error("a message was handled"); return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Run(ctx); !errors.Is(err, migrate.ErrNotMigrated) || !strings.Contains(err.Error(), "0017_retention_widening") {
+			t.Fatalf("Run at migration 16: %v, want a refusal naming 0017_retention_widening", err)
+		}
+	}, testdb.Unmigrated)
 }
 
 // On SQLite a long write transaction of another process holds the lock the

@@ -66,6 +66,34 @@ func (s *Store[TTx]) InboxRetention(ctx context.Context, consumer string) (time.
 	return s.judgeRetention(consumer, rec, found)
 }
 
+// LetterRetention returns the inbox retention letter l is checked against
+// on redrive: [Store.InboxRetention], or the shorter retention its
+// consumer had before widening it, when l first failed before that shorter
+// one ran its course since the widening (its message may have been
+// recorded, and collected, under it).
+func (s *Store[TTx]) LetterRetention(ctx context.Context, l Letter) (time.Duration, error) {
+	rec, found, err := operator.RecordedRetention(ctx, s.d, l.Consumer)
+	if err != nil {
+		return 0, fmt.Errorf("dlq: %w", err)
+	}
+	return s.letterRetention(l, rec, found)
+}
+
+// letterRetention is LetterRetention on what l's consumer recorded. An
+// operator's stated retention (Config.InboxRetention) is judged against the
+// retention the consumer records now; the shorter one of a widening caps
+// the result.
+func (s *Store[TTx]) letterRetention(l Letter, rec operator.Recorded, found bool) (time.Duration, error) {
+	r, err := s.judgeRetention(l.Consumer, rec, found)
+	if err != nil {
+		return 0, err
+	}
+	if p := rec.RetentionFor(l.FirstFailedAt); found && p < r {
+		r = p
+	}
+	return r, nil
+}
+
 // judgeRetention is InboxRetention on what consumer recorded.
 func (s *Store[TTx]) judgeRetention(consumer string, rec operator.Recorded, found bool) (time.Duration, error) {
 	own := rec.Retention
@@ -172,10 +200,7 @@ func (s *Store[TTx]) checkHorizon(ctx context.Context, tx TTx, l Letter) error {
 	if err != nil {
 		return fmt.Errorf("dlq: redrive %d: %w", l.ID, err)
 	}
-	// A retention widened after the letter's message may have been
-	// recorded does not cover it: judge it by the shorter one.
-	rec.Retention = rec.RetentionFor(l.FirstFailedAt)
-	retention, err := s.judgeRetention(l.Consumer, rec, recorded)
+	retention, err := s.letterRetention(l, rec, recorded)
 	if err != nil {
 		return err
 	}

@@ -202,6 +202,27 @@ func testRetentionWidening[TTx any](t *testing.T, d store.Driver[TTx]) {
 	if err := redrive(m); !errors.Is(err, dlq.ErrRedriveRefused) {
 		t.Fatalf("after a restart: %v; want still refused", err)
 	}
+	// An operator stating the retention the consumer records now (or a
+	// shorter one) is not contradicted by the shorter one of the widening:
+	// the letter is refused as too old, which --force can override, and
+	// the console shows the retention it is judged by.
+	for _, stated := range []time.Duration{30 * day, 10 * day} {
+		so, err := dlq.New(d, dlq.Config{Now: clock.Now, InboxRetention: func(string) time.Duration { return stated }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = so.Redrive(ctx, m, "alice", pub)
+		if !errors.As(err, &re) || re.Reason != dlq.RefusedTooOld || re.Retention != day {
+			t.Fatalf("stated retention %v: %v; want refused as older than 1 day", stated, err)
+		}
+		l, err := so.Get(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := so.LetterRetention(ctx, l); err != nil || r != day {
+			t.Fatalf("stated retention %v: LetterRetention = %v, %v; want 1 day", stated, r, err)
+		}
+	}
 
 	// A letter that first failed once a day had passed since the widening
 	// is judged by 30 days: its message was recorded under them.

@@ -466,14 +466,14 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 // ([lease.Fence]).
 //
 // A claim once sent is seen through even if ctx ends meanwhile (bounded
-// like an outcome's recording): the server may commit it after a client
-// that gave up has gone, and its effects would wait out their lease.
-// perform hands them back uncalled instead.
+// by CallTimeout, shorter than the lease it takes): the server may commit
+// it after a client that gave up has gone, and its effects would wait out
+// their lease. perform hands them back uncalled instead.
 func (w *Worker[TTx]) claim(ctx context.Context, k *kind, n int) ([]Effect, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.finalise)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.l.cfg.CallTimeout)
 	defer cancel()
 	now := w.l.now()
 	return w.l.list(cctx, w.l.q.Claim, store.Micros(now), n, store.Micros(now.Add(w.l.cfg.Lease)), k.name)

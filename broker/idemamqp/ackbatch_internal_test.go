@@ -358,4 +358,17 @@ func TestAttemptCountsAreSwept(t *testing.T) {
 	if n := s.attempt("recent", false, 4, later); n != 5 {
 		t.Errorf("x-delivery-count 4: attempt %d, want 5", n)
 	}
+
+	// A count whose delivery a Nak holds (for longer than the staleness)
+	// is kept until the delay ends: the message still reaches MaxAttempts.
+	s.holdAttempts("recent", later.Add(3*forgetAttemptsAfter))
+	for i := range sweepAbove + 1 { // past sweepAbove again, the last one sweeps
+		s.attempt(fmt.Sprintf("busy-%d", i), false, -1, later.Add(2*forgetAttemptsAfter))
+	}
+	if _, ok := s.attempts["new"]; ok {
+		t.Fatal("no sweep: the count of new, stale by now, is still there")
+	}
+	if n := s.attempt("recent", true, -1, later.Add(3*forgetAttemptsAfter)); n != 6 {
+		t.Errorf("after a long Nak: attempt %d, want 6 (its count kept)", n)
+	}
 }

@@ -334,6 +334,19 @@ func (s *Subscriber) attempt(id string, redelivered bool, xdc int, now time.Time
 	return n
 }
 
+// holdAttempts keeps the attempt count of message id from the sweep until
+// until (a Nak holding its delivery that long): a delay longer than the
+// sweep's staleness would otherwise reset the count, and a message that
+// keeps failing would never reach its consumer's MaxAttempts.
+func (s *Subscriber) holdAttempts(id string, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a, ok := s.attempts[id]; ok && a.seen.Before(until) {
+		a.seen = until
+		s.attempts[id] = a
+	}
+}
+
 // forget drops the attempt count of a message settled for good.
 func (d *delivery) forget() {
 	d.s.mu.Lock()
@@ -364,6 +377,7 @@ func (d *delivery) Nak(ctx context.Context, delay time.Duration) error {
 	d.timer.Stop()
 	d.timer = time.AfterFunc(delay, func() { _ = d.settle(true, true, false) })
 	d.mu.Unlock()
+	d.s.holdAttempts(d.msg.ID, time.Now().Add(delay))
 	return nil
 }
 

@@ -419,12 +419,12 @@ type sqlRow struct {
 
 func (r sqlRow) Scan(dest ...any) error { return r.tr(r.r.Scan(dest...)) }
 
-// Translate maps database/sql, SQLite and PostgreSQL errors onto store's
-// sentinels, keeping the original error in the chain.
 // TranslateError maps the database's errors onto store's sentinels
 // (store.ErrorTranslator).
 func (d *driver) TranslateError(err error) error { return translate(err) }
 
+// translate maps database/sql, SQLite and PostgreSQL errors onto store's
+// sentinels, keeping the original error in the chain.
 func translate(err error) error {
 	if err == nil {
 		return nil

@@ -204,8 +204,9 @@ func (c *Console[TTx]) dlqShow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The replay horizon a redrive is checked against: the retention the
-	// consumer recorded when it started.
-	retention, _ := c.dlq.InboxRetention(r.Context(), l.Consumer)
+	// consumer recorded when it started (the shorter one before a widening,
+	// for a letter that may have been recorded under it).
+	retention, _ := c.dlq.LetterRetention(r.Context(), l)
 	c.render(w, r, http.StatusOK, "letter", fmt.Sprintf("Dead letter %d", l.ID), map[string]any{
 		"L": l, "Edit": edit, "Editable": editOK, "Now": c.now(), "CanRedrive": c.cfg.Publisher != nil,
 		"Retention": retention, "PastHorizon": retention > 0 && c.now().Sub(l.FirstFailedAt) > retention,
