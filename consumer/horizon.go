@@ -111,9 +111,13 @@ func (c *Consumer[TTx]) recordRetention(ctx context.Context) (again bool, err er
 	case !tableExists(ctx, c.d, "consumer_horizons"):
 		return false, fmt.Errorf("consumer %q: %w (run 'idem migrate up': migration 0015_consumer_horizons)", c.cfg.Name, err)
 	}
-	if cerr := migrate.Check(ctx, c.d); errors.Is(cerr, migrate.ErrNotMigrated) {
-		// The table is there, but a later migration of it is not
-		// (0017_retention_widening's columns, say).
+	// The table is there, but a later migration of it may not be
+	// (0017_retention_widening's columns, say). Any missing migration
+	// refuses the start: this build's statements expect every one.
+	cctx, ccancel := context.WithTimeout(ctx, recordTimeout)
+	cerr := migrate.Check(cctx, c.d)
+	ccancel()
+	if errors.Is(cerr, migrate.ErrNotMigrated) {
 		return false, fmt.Errorf("consumer %q: record the inbox retention: %w", c.cfg.Name, cerr)
 	}
 	c.log.WarnContext(ctx, "inbox retention not recorded yet; serving, and recording it in the background", "error", err)

@@ -465,16 +465,19 @@ func (w *Worker[TTx]) Run(ctx context.Context) error {
 // gets a new token, so the worker whose lease ran out writes nothing more
 // ([lease.Fence]).
 //
-// A claim once sent is seen through even if ctx ends meanwhile (bounded
-// by CallTimeout, shorter than the lease it takes): the server may commit
-// it after a client that gave up has gone, and its effects would wait out
-// their lease. perform hands them back uncalled instead.
+// A claim once sent is seen through even if ctx ends meanwhile (for at
+// most CallTimeout after it ended): the server may commit it after a
+// client that gave up has gone, and its effects would wait out their
+// lease. perform hands them back uncalled instead. While ctx lives, the
+// claim has no deadline of its own, as before.
 func (w *Worker[TTx]) claim(ctx context.Context, k *kind, n int) ([]Effect, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.l.cfg.CallTimeout)
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(w.l.cfg.CallTimeout, cancel) })
+	defer stop()
 	now := w.l.now()
 	return w.l.list(cctx, w.l.q.Claim, store.Micros(now), n, store.Micros(now.Add(w.l.cfg.Lease)), k.name)
 }

@@ -362,7 +362,7 @@ func TestAttemptCountsAreSwept(t *testing.T) {
 	// A count whose delivery a Nak holds (for longer than the staleness)
 	// is kept until the delay ends: the message still reaches MaxAttempts.
 	s.holdAttempts("recent", later.Add(3*forgetAttemptsAfter))
-	for i := range sweepAbove + 1 { // past sweepAbove again, the last one sweeps
+	for i := range sweepAbove + 1 { // past sweepAbove again: one of them sweeps
 		s.attempt(fmt.Sprintf("busy-%d", i), false, -1, later.Add(2*forgetAttemptsAfter))
 	}
 	if _, ok := s.attempts["new"]; ok {
