@@ -279,12 +279,19 @@ func TestForeignTablesPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	// Closed by a cleanup, after the one dropping the database (cleanups
+	// run last in, first out): a deferred Close ran before the drop, which
+	// then failed on a closed pool and left a database behind every run.
+	t.Cleanup(func() { _ = admin.Close() })
 	name := fmt.Sprintf("boxoffice_foreign_%d", time.Now().UnixNano())
 	if _, err := admin.ExecContext(ctx, `CREATE DATABASE `+name); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`) })
+	t.Cleanup(func() {
+		if _, err := admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`); err != nil {
+			t.Errorf("drop the test's database %s: %v", name, err)
+		}
+	})
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)
