@@ -76,30 +76,39 @@ func testRunRecordsInboxRetention[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 }
 
+// billingThatMustNotStart returns a memory broker and a consumer
+// "billing" of its subject "orders" on d, whose handler fails the test if
+// it runs.
+func billingThatMustNotStart(t *testing.T, d store.Driver[any]) (*memory.Broker, *consumer.Consumer[any]) {
+	t.Helper()
+	b, err := memory.New(memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	sub, err := b.Subscribe("orders", "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := inbox.New(d, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := consumer.New(ib, sub, consumer.Config[any]{Name: "billing",
+		Handler: func(context.Context, any, idem.Message) error { t.Error("a message was handled"); return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, c
+}
+
 // A consumer that cannot record its retention (migration 0015 not
 // applied) does not start, and says what to run.
 func TestRunWithoutHorizonsTableDoesNotStart(t *testing.T) {
 	t.Parallel()
 	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
 		testdb.Exec(t, e.D, `DROP TABLE `+e.D.Table("consumer_horizons"))
-		b, err := memory.New(memory.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
-		sub, err := b.Subscribe("orders", "billing")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ib, err := inbox.New(e.D, inbox.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := consumer.New(ib, sub, consumer.Config[any]{Name: "billing",
-			Handler: func(context.Context, any, idem.Message) error { t.Error("a message was handled"); return nil }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, c := billingThatMustNotStart(t, e.D)
 		if err := b.Publisher().Publish(context.Background(), idem.Message{ID: "m", Subject: "orders", Payload: []byte(`{}`)}); err != nil {
 			t.Fatal(err)
 		}
@@ -119,24 +128,7 @@ func TestRunWithoutMigration0017DoesNotStart(t *testing.T) {
 		if _, err := migrate.New(e.D).UpTo(context.Background(), 16); err != nil {
 			t.Fatal(err)
 		}
-		b, err := memory.New(memory.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
-		sub, err := b.Subscribe("orders", "billing")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ib, err := inbox.New(e.D, inbox.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := consumer.New(ib, sub, consumer.Config[any]{Name: "billing",
-			Handler: func(context.Context, any, idem.Message) error { t.Error("a message was handled"); return nil }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, c := billingThatMustNotStart(t, e.D)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := c.Run(ctx); !errors.Is(err, migrate.ErrNotMigrated) || !strings.Contains(err.Error(), "0017_retention_widening") {

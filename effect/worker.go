@@ -241,35 +241,23 @@ type safeBreaker struct {
 	kind string
 }
 
-func (s safeBreaker) Allow() (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			s.log.Error("Breaker.Allow panicked; the kind is treated as open", "kind", s.kind, "panic", fmt.Sprint(p))
-			err = fmt.Errorf("effect: kind %q: Breaker.Allow panicked: %v", s.kind, p)
-		}
-	}()
-	return s.b.Allow()
+func (s safeBreaker) Allow() error {
+	return panics.Call(context.Background(), s.log, "Breaker.Allow panicked; the kind is treated as open", s.b.Allow, "kind", s.kind)
 }
 
 func (s safeBreaker) Record(err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			s.log.Error("Breaker.Record panicked", "kind", s.kind, "panic", fmt.Sprint(p))
-		}
-	}()
-	s.b.Record(err)
+	_ = panics.Call(context.Background(), s.log, "Breaker.Record panicked", func() error { s.b.Record(err); return nil }, "kind", s.kind)
 }
 
 // backoff is WorkerConfig.Backoff (user code) for attempt; if it panics,
 // the default backoff's delay is used and the panic logged.
-func (w *Worker[TTx]) backoff(attempt int) (d time.Duration) {
-	defer func() {
-		if p := recover(); p != nil {
-			w.log.Error("WorkerConfig.Backoff panicked; using the default backoff", "attempt", attempt, "panic", fmt.Sprint(p))
-			d = FullJitter(time.Second, 5*time.Minute)(attempt)
-		}
-	}()
-	return w.cfg.Backoff(attempt)
+func (w *Worker[TTx]) backoff(attempt int) time.Duration {
+	var d time.Duration
+	if panics.Call(context.Background(), w.log, "WorkerConfig.Backoff panicked; using the default backoff",
+		func() error { d = w.cfg.Backoff(attempt); return nil }, "attempt", attempt) != nil {
+		d = FullJitter(time.Second, 5*time.Minute)(attempt)
+	}
+	return d
 }
 
 // Run claims and performs effects until ctx ends, then waits for the calls
