@@ -328,9 +328,11 @@ func (e *Env) soak(ctx context.Context, storeName string, opt SoakOptions) (Soak
 }
 
 // soakTimeline reads the orders' stage times. When every order was
-// e-mailed and invoiced it waits (briefly) for the last completions to be
-// recorded too: the provider counts an e-mail when it receives the call,
-// the worker records the completion just after.
+// e-mailed and invoiced it waits (briefly) for every stage of every order
+// to be recorded too: the provider counts an e-mail when it receives the
+// call, the worker records the completion just after, and the relay marks
+// a batch published in the round trip after the broker's ack, by which
+// time the consumers may have e-mailed and invoiced its orders.
 func soakTimeline(ctx context.Context, sys *boxoffice.System[any], done bool) ([]boxoffice.OrderTimes, error) {
 	until := time.Now().Add(10 * time.Second)
 	for {
@@ -340,7 +342,7 @@ func soakTimeline(ctx context.Context, sys *boxoffice.System[any], done bool) ([
 		}
 		complete := true
 		for _, t := range tl {
-			if t.Sent == 0 || t.Invoiced == 0 {
+			if t.Accepted == 0 || t.Published == 0 || t.Notified == 0 || t.Scheduled == 0 || t.Sent == 0 || t.Invoiced == 0 {
 				complete = false
 				break
 			}
