@@ -483,11 +483,16 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 	log := func() *slog.Logger {
 		return w.log.With("effect_key", e.Key, "kind", k.name, "attempt", e.Attempts, "token", e.Token)
 	}
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), w.finalise)
-	defer fcancel()
+	// The exits before the call record on a context of their own, made
+	// only when one is taken: the call's outcome gets its own below.
+	finaliseCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), w.finalise)
+	}
 	if ctx.Err() != nil {
 		// Claimed as the worker stopped: hand it back uncalled, the
 		// attempt not counted and its last error kept.
+		fctx, fcancel := finaliseCtx()
+		defer fcancel()
 		var last error
 		if e.LastError != "" {
 			last = errors.New(e.LastError)
@@ -499,6 +504,8 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 	}
 	if e.Attempts > k.maxAttempts {
 		// Claimed again after the worker running it vanished too often.
+		fctx, fcancel := finaliseCtx()
+		defer fcancel()
 		w.failEffect(fctx, log(), k, e, fmt.Errorf("effect: %d attempts exceed the maximum %d (workers lost mid-call)", e.Attempts, k.maxAttempts))
 		return
 	}
@@ -506,6 +513,8 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 		// The key may have reached the provider on an earlier attempt and
 		// the provider may have forgotten it: a call now could perform the
 		// effect a second time. Hold it for an operator instead.
+		fctx, fcancel := finaliseCtx()
+		defer fcancel()
 		cause := fmt.Errorf("%w: key first sent %s ago, provider keeps keys %s; check the provider, then resolve or retry",
 			ErrKeyExpired, age.Round(time.Second), k.keyLifetime)
 		if err := w.l.hold(fctx, e.Key, e.Token, cause); err != nil {
@@ -524,8 +533,7 @@ func (w *Worker[TTx]) perform(ctx context.Context, c *completer[TTx], queued fun
 	// the call ran out during any call longer than it (CallTimeout defaults
 	// to Lease/2), and the completion, failure or release was lost until
 	// the lease ended and the provider was called again.
-	fcancel()
-	octx, ocancel := context.WithTimeout(context.WithoutCancel(ctx), w.finalise)
+	octx, ocancel := finaliseCtx()
 	defer ocancel()
 	octx = trace.ContextWithSpan(octx, span)
 	if k.breaker != nil {
