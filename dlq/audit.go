@@ -32,7 +32,13 @@ type DiscardOptions struct {
 
 // ReviseOptions tune [Store.ReviseWith].
 type ReviseOptions struct {
-	// Reason says why the letter is revised; recorded in the audit log.
+	// Force revises a letter the check of [Store.Revise] refuses (its
+	// original may have been applied). It needs a Reason.
+	Force bool
+	// Reason says why the letter is revised; recorded in the audit log. A
+	// forced revision needs one saying why it is safe (the operator
+	// checked that the original was never applied, or that applying the
+	// revision beside it is meant).
 	Reason string
 }
 
@@ -54,12 +60,20 @@ func (s *Store[TTx]) DiscardWith(ctx context.Context, id int64, by string, opt D
 func (s *Store[TTx]) ReviseWith(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher, opt ReviseOptions) (Letter, idem.Message, error) {
 	var l Letter
 	var rev idem.Message
-	err := s.audited(ctx, auditRevise, id, by, opt.Reason, fmt.Sprintf("edited payload %d bytes", len(payload)), func() (string, error) {
+	details := fmt.Sprintf("edited payload %d bytes", len(payload))
+	if opt.Force {
+		details += ", forced past the replay check"
+	}
+	err := s.audited(ctx, auditRevise, id, by, opt.Reason, details, func() (string, error) {
 		var err error
-		if l, rev, err = s.revise(ctx, id, by, payload, pub); err != nil {
+		if l, rev, err = s.revise(ctx, id, by, payload, pub, opt); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("original message=%q revision message=%q", l.MessageID, rev.ID), nil
+		d := fmt.Sprintf("original message=%q revision message=%q", l.MessageID, rev.ID)
+		if opt.Force {
+			d += " forced past the replay check"
+		}
+		return d, nil
 	})
 	return l, rev, err
 }

@@ -144,6 +144,11 @@ const (
 	// original's inbox record has expired or been collected: the redrive
 	// would be processed as a new message.
 	RefusedOriginalExpired = "mismatch_original_expired"
+	// RefusedOriginalProcessed: a revision ([Store.Revise]) of a letter
+	// whose message id its consumer's inbox holds as processed or in
+	// progress: the revision, a new id, would be applied beside the
+	// original.
+	RefusedOriginalProcessed = "original_processed"
 )
 
 // RefusedError is a redrive refused by the replay-horizon check. It
@@ -152,8 +157,14 @@ type RefusedError struct {
 	LetterID  int64
 	Consumer  string
 	MessageID string
-	// Reason is RefusedTooOld or RefusedOriginalExpired.
+	// Reason is RefusedTooOld, RefusedOriginalExpired or
+	// RefusedOriginalProcessed.
 	Reason string
+	// OriginalState is, for RefusedOriginalProcessed, the state of the
+	// inbox record found ("completed", "in_progress"; empty when the
+	// record was committed by a transaction the revision's snapshot does
+	// not show).
+	OriginalState string
 	// Age is the letter's age (since it was first parked); Retention the
 	// consumer's inbox retention.
 	Age, Retention time.Duration
@@ -165,6 +176,15 @@ type RefusedError struct {
 // Error implements error.
 func (e *RefusedError) Error() string {
 	switch e.Reason {
+	case RefusedOriginalProcessed:
+		state := ""
+		if e.OriginalState != "" {
+			state = " (" + e.OriginalState + ")"
+		}
+		return fmt.Sprintf("%v: dead letter %d (consumer %q, message %q): the consumer's inbox holds the message id%s, "+
+			"so its original (or another copy of the id) was applied or is being applied, and a revision, a new message, "+
+			"would be a second effect; check, then revise with force and a reason, or discard",
+			ErrRedriveRefused, e.LetterID, e.Consumer, e.MessageID, state)
 	case RefusedOriginalExpired:
 		why := "has been collected"
 		if !e.OriginalExpiredAt.IsZero() {

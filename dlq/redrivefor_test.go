@@ -18,7 +18,8 @@ import (
 // original message id as consumed in that consumer's inbox in the
 // transaction that resolves the letter (a failed publish records
 // nothing), so the original sent again is a duplicate there; an existing
-// record (a letter parked for a fingerprint mismatch) is left as it is;
+// record (a letter parked for a fingerprint mismatch) refuses the
+// revision unless forced, and is left as it is;
 // OfMessage lists the letters of one message id across consumers.
 func TestRedriveAndReviseForTheLettersConsumer(t *testing.T) {
 	t.Parallel()
@@ -94,13 +95,20 @@ func testRedriveFor[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatalf("original to billing: %v %v (ran %d), want processed", res, err, ran)
 	}
 
-	// A letter parked for a fingerprint mismatch: the record of the first
-	// payload stays.
+	// A letter parked for a fingerprint mismatch: the id was processed
+	// with the first payload, so a revision is refused unless forced; a
+	// forced one leaves the record of the first payload as it is.
 	if _, err := process("notification", "m-3", `{"n":"first"}`); err != nil {
 		t.Fatal(err)
 	}
 	mismatch := park("notification", "m-3", `{"n":"second"}`)
-	if _, _, err := s.Revise(ctx, mismatch, "op", []byte(`{"n":"third"}`), pub); err != nil {
+	var re *dlq.RefusedError
+	if _, _, err := s.Revise(ctx, mismatch, "op", []byte(`{"n":"third"}`), pub); !errors.As(err, &re) ||
+		re.Reason != dlq.RefusedOriginalProcessed {
+		t.Fatalf("revise of a mismatch letter: %v, want refusal %s", err, dlq.RefusedOriginalProcessed)
+	}
+	if _, _, err := s.ReviseWith(ctx, mismatch, "op", []byte(`{"n":"third"}`), pub,
+		dlq.ReviseOptions{Force: true, Reason: "the second payload is a correction, meant to apply"}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := process("notification", "m-3", `{"n":"first"}`); err != nil || res != inbox.Duplicate {

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idem/internal/operator"
 	"log/slog"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/idemkit/idem/internal/lease"
+	"github.com/idemkit/idem/internal/operator"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
@@ -27,11 +31,12 @@ const headerCloudEventsID = "ce-id"
 
 // Revise publishes an edited copy of letter id as a new revision and
 // resolves the original, so that the edited and the original copy are never
-// both processed: the revision is a new message (a fresh UUIDv7 id, also in
-// the ce-id header when the original had one) with the original's subject,
-// key and headers, payload replaced by payload, and header
-// [HeaderRevisionOf] naming the original message id. The original letter
-// is marked discarded by by (who) and can no longer be redriven.
+// both processed: the revision is a new message (its id derived from the
+// letter, the same for every revision of one letter, and also in the ce-id
+// header when the original had one) with the original's subject, key and
+// headers, payload replaced by payload, and header [HeaderRevisionOf]
+// naming the original message id. The original letter is marked discarded
+// by by (who) and can no longer be redriven.
 //
 // The revision is for the letter's consumer only: it carries
 // [broker.HeaderRedriveFor] with the letter's consumer name, so the other
@@ -46,31 +51,66 @@ const headerCloudEventsID = "ce-id"
 // (consumer.Config.MessageID) processes its own revision under the
 // revision's id.
 //
+// A revision is a new message id, which no inbox recognises, so Revise
+// refuses, with a [RefusedError] matching [ErrRedriveRefused], a letter
+// whose original its consumer may have applied: when that consumer's inbox
+// holds the message id as processed or in progress (a copy was processed
+// meanwhile, another letter of the id was revised, or the letter was parked
+// for a fingerprint mismatch: the id was processed with another payload;
+// [RefusedOriginalProcessed]), or when it holds no record and the letter is
+// older than the consumer's inbox retention (its record may have been
+// collected; [RefusedTooOld]). [Store.ReviseWith] with Force and a Reason
+// revises anyway.
+//
 // Like [Store.Redrive], the letter is claimed (parked → discarded) in a
 // transaction that commits only after pub accepted the revision: if
 // publishing fails the letter stays parked and nothing was published that
-// could be processed. A letter that is not parked is refused with
-// [ErrNotParked]. If the process dies after the broker accepted the
-// revision and before the commit, the letter stays parked although its
-// revision is out: an operator must then discard it (the revision's id is
-// in the log and in the returned message). The revision is recorded in the
-// audit log (see [Store.ReviseWith]).
+// could be processed. The commit does not follow ctx's cancellation once
+// the revision is out (a closed browser tab must not undo a published
+// revision). A letter that is not parked is refused with [ErrNotParked].
+// If the commit fails after the broker accepted the revision (the database
+// or the process is lost), the letter stays parked although its revision
+// is out: revising it again publishes the same revision id, which the
+// consumer's inbox recognises, but a plain redrive would publish the
+// original beside it, so discard it instead (the revision's id is in the
+// log and in the returned message). The revision is recorded in the audit
+// log (see [Store.ReviseWith]).
 func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher) (Letter, idem.Message, error) {
 	return s.ReviseWith(ctx, id, by, payload, pub, ReviseOptions{})
 }
 
-// revise is Revise without the audit log.
-func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher) (Letter, idem.Message, error) {
+// reviseCommitTimeout bounds a revision's transaction once it no longer
+// follows the caller's cancellation.
+const reviseCommitTimeout = time.Minute
+
+// revisionSpace is the UUID namespace of revision ids (revisionID).
+var revisionSpace = uuid.MustParse("5b0c0c9e-3f0e-5a8e-9d1a-7f7e2c6b4a10")
+
+// revisionID is the message id of every revision of letter l: a name-based
+// UUID (version 5) of the letter's consumer, message id, letter id and
+// first failure, so a revision published again (its first transaction's
+// commit failed) is a duplicate of the first one in the consumer's inbox.
+func revisionID(l Letter) string {
+	name := l.Consumer + "\x00" + l.MessageID + "\x00" + strconv.FormatInt(l.ID, 10) + "\x00" +
+		strconv.FormatInt(store.Micros(l.FirstFailedAt), 10)
+	return uuid.NewSHA1(revisionSpace, []byte(name)).String()
+}
+
+// revise is ReviseWith without the audit log.
+func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher, opt ReviseOptions) (Letter, idem.Message, error) {
+	if opt.Force && strings.TrimSpace(opt.Reason) == "" {
+		return Letter{}, idem.Message{}, checks.Optionf("dlq: a forced revision needs a reason")
+	}
 	if pub == nil {
 		return Letter{}, idem.Message{}, checks.Optionf("dlq: revise needs a publisher")
 	}
-	rid, err := uuid.NewV7()
-	if err != nil {
-		return Letter{}, idem.Message{}, err
-	}
 	var l Letter
 	var rev idem.Message
-	err = store.InTx(ctx, s.d, func(tx TTx) error {
+	// BEGIN and COMMIT run on txCtx, the statements and the publish on ctx:
+	// once pub accepted the revision, the commit no longer follows ctx.
+	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviseCommitTimeout)
+	defer cancel()
+	err := store.InTx(txCtx, s.d, func(tx TTx) error {
 		q := s.d.Tx(tx)
 		var err error
 		if l, err = scanLetter(q.QueryRow(ctx, s.q.Get, id)); errors.Is(err, store.ErrNoRows) {
@@ -85,10 +125,14 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 		if n == 0 {
 			return s.notParked(ctx, id)
 		}
-		if err := s.consumed(ctx, tx, l); err != nil {
-			return fmt.Errorf("dlq: revise %d: %w", id, err)
+		if err := s.reviseHorizon(ctx, tx, l); err != nil {
+			if !opt.Force || !errors.Is(err, ErrRedriveRefused) {
+				return err
+			}
+			s.log.WarnContext(ctx, "dead letter revised past its replay check", slog.Int64("letter", id),
+				slog.String("by", by), slog.String("reason", opt.Reason), slog.String("refusal", err.Error()))
 		}
-		rev = revision(l, rid.String(), payload)
+		rev = revision(l, revisionID(l), payload)
 		if err := pub.Publish(ctx, rev); err != nil {
 			return fmt.Errorf("dlq: revise %d: publish: %w", id, err)
 		}
@@ -100,6 +144,55 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 	s.log.InfoContext(ctx, "dead letter revised", slog.Int64("letter", id), slog.String("by", by),
 		slog.String("consumer", l.Consumer), slog.String("message_id", l.MessageID), slog.String("revision_id", rev.ID))
 	return l, rev, nil
+}
+
+// reviseHorizon records l's original message as consumed in the inbox of
+// l's consumer (consumed) and refuses the revision when that consumer may
+// have applied the original: the insert found a record (processed, in
+// progress, or processed with another payload; a record of a message whose
+// processing failed for good does not count) or, finding none, the letter
+// is older than the consumer's inbox retention. The decision is the
+// insert's, in tx: a copy the consumer commits meanwhile is seen by it.
+func (s *Store[TTx]) reviseHorizon(ctx context.Context, tx TTx, l Letter) error {
+	in := operator.InTx(s.d, s.d.Tx(tx))
+	rec, recorded, err := operator.RecordedRetention(ctx, in, l.Consumer)
+	if err != nil {
+		return fmt.Errorf("dlq: revise %d: %w", l.ID, err)
+	}
+	retention, err := s.letterRetention(l, rec, recorded)
+	if err != nil {
+		return err
+	}
+	keep := rec.Retention
+	if !recorded {
+		keep = DefaultInboxRetention
+	}
+	inserted, err := s.consumed(ctx, tx, l, keep)
+	if err != nil {
+		return fmt.Errorf("dlq: revise %d: %w", l.ID, err)
+	}
+	now := s.now()
+	ref := &RefusedError{LetterID: l.ID, Consumer: l.Consumer, MessageID: l.MessageID,
+		Age: now.Sub(l.FirstFailedAt), Retention: retention}
+	if !inserted {
+		original, found, err := operator.InboxRecordOf(ctx, in, l.Consumer, l.MessageID)
+		if err != nil {
+			return fmt.Errorf("dlq: revise %d: %w", l.ID, err)
+		}
+		if found && original.State == lease.Failed {
+			return nil // the original was never applied
+		}
+		// Found, or committed by a transaction this one's snapshot
+		// (MySQL's repeatable read) does not show: either way a record
+		// is there.
+		ref.Reason, ref.OriginalState = RefusedOriginalProcessed, original.State
+		return ref
+	}
+	if ref.Retention > 0 && ref.Age > ref.Retention {
+		ref.Reason = RefusedTooOld
+		return ref
+	}
+	return nil
 }
 
 // revision is l's message under the new id with the edited payload.
@@ -123,23 +216,16 @@ func revision(l Letter, id string, payload []byte) idem.Message {
 
 // consumed records l's original message as consumed in the inbox of l's
 // consumer, through the inbox's own insert in the caller's transaction tx,
-// kept for the inbox retention that consumer recorded (as its own rows
-// are): a record already there (the letter was parked for a fingerprint
-// mismatch, or a copy was processed meanwhile) is left as it is.
-func (s *Store[TTx]) consumed(ctx context.Context, tx TTx, l Letter) error {
-	rec, found, err := operator.RecordedRetention(ctx, operator.InTx(s.d, s.d.Tx(tx)), l.Consumer)
-	if err != nil {
-		return err
-	}
-	keep := rec.Retention
-	if !found {
-		keep = DefaultInboxRetention
-	}
+// kept for keep, the inbox retention that consumer recorded (as its own
+// rows are). inserted is false when a record of the id was there already:
+// it is left as it is.
+func (s *Store[TTx]) consumed(ctx context.Context, tx TTx, l Letter, keep time.Duration) (inserted bool, err error) {
 	now := s.now()
 	fp := fpmatch.Payload(l.Payload)
-	if _, err := s.d.Tx(tx).Exec(ctx, s.d.Statements().Inbox.Insert, l.Consumer, l.MessageID, fp[:], store.Micros(now),
-		store.Micros(now.Add(keep))); err != nil {
-		return fmt.Errorf("record %s/%s in the inbox: %w", l.Consumer, l.MessageID, err)
+	n, err := s.d.Tx(tx).Exec(ctx, s.d.Statements().Inbox.Insert, l.Consumer, l.MessageID, fp[:], store.Micros(now),
+		store.Micros(now.Add(keep)))
+	if err != nil {
+		return false, fmt.Errorf("record %s/%s in the inbox: %w", l.Consumer, l.MessageID, err)
 	}
-	return nil
+	return n > 0, nil
 }

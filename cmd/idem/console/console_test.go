@@ -702,3 +702,35 @@ func TestInstalled(t *testing.T) {
 		t.Fatalf("ListAudit without the table: %v, want ErrNoAuditTable", err)
 	}
 }
+
+// TestReviseRefusedUnlessForced: the second letter of a message id whose
+// first letter was revised cannot be revised too (a second revision would
+// be applied beside the first) unless forced, and forcing needs a reason.
+func TestReviseRefusedUnlessForced(t *testing.T) {
+	eachDB(t, console.Config{}, func(t *testing.T, h *harness) {
+		first := h.park(letter("billing", "orders", "m-r", `{"n":1}`))
+		second := h.park(letter("billing", "orders", "m-r", `{"n":2}`))
+		if first == second {
+			t.Fatal("two payloads of one id share a letter")
+		}
+		path := func(id int64) string { return fmt.Sprintf("/console/dlq/%d/revise", id) }
+		if r := h.post(path(first), url.Values{"payload": {`{"n":3}`}}); r.status != http.StatusSeeOther {
+			t.Fatalf("first revise: %d %s", r.status, r.body)
+		}
+		if r := h.post(path(second), url.Values{"payload": {`{"n":3}`}}); r.status != http.StatusConflict || !strings.Contains(r.body, "revise with force") {
+			t.Fatalf("second revise: %d %s, want 409 naming force", r.status, r.body)
+		}
+		if r := h.post(path(second), url.Values{"payload": {`{"n":3}`}, "force": {"1"}}); r.status != http.StatusBadRequest {
+			t.Fatalf("forced without a reason: %d, want 400", r.status)
+		}
+		if n := len(h.pub.published()); n != 1 {
+			t.Fatalf("%d published after the refusals, want 1", n)
+		}
+		if r := h.post(path(second), url.Values{"payload": {`{"n":3}`}, "force": {"1"}, "reason": {"both payloads are meant"}}); r.status != http.StatusSeeOther {
+			t.Fatalf("forced revise: %d %s", r.status, r.body)
+		}
+		if l := h.letter(second); l.State != dlq.Discarded || len(h.pub.published()) != 2 {
+			t.Fatalf("second letter %s, %d published", l.State, len(h.pub.published()))
+		}
+	})
+}

@@ -247,12 +247,20 @@ func (c *Console[TTx]) dlqOne(verb string) func(w http.ResponseWriter, r *http.R
 	}
 }
 
+// dlqRevise serves POST /dlq/{id}/revise: the edited payload published
+// as a new revision of the letter (dlq.Store.ReviseWith, which records it
+// in the audit log). A revision the store's replay check refuses needs
+// force and a reason.
 func (c *Console[TTx]) dlqRevise(w http.ResponseWriter, r *http.Request) error {
 	id, err := c.letterID(r)
 	if err != nil {
 		return err
 	}
-	why, _ := reason(r, false)
+	force := r.PostForm.Get("force") != ""
+	why, err := reason(r, force)
+	if err != nil {
+		return badForm("a revision past the replay check needs a reason: why is it safe (the original was never applied)?")
+	}
 	if c.cfg.Publisher == nil {
 		return errNoPublisher
 	}
@@ -266,7 +274,7 @@ func (c *Console[TTx]) dlqRevise(w http.ResponseWriter, r *http.Request) error {
 		return badForm("the original payload is JSON and the edited one is not: fix it before redriving")
 	}
 	// Recorded in the audit log by the dlq store.
-	_, rev, err := c.dlq.ReviseWith(ctx, id, who, payload, c.cfg.Publisher, dlq.ReviseOptions{Reason: why})
+	_, rev, err := c.dlq.ReviseWith(ctx, id, who, payload, c.cfg.Publisher, dlq.ReviseOptions{Force: force, Reason: why})
 	if err := c.logLetterAction(ctx, who, "dlq.revise", id, why, err); err != nil {
 		return err
 	}
