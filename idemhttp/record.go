@@ -135,25 +135,48 @@ func Lookup[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation
 	return rec, nil
 }
 
-// Forget deletes the record of (tenant, operation, key), whatever its
-// state: the next request with that key executes as new. It is the
-// operator's way to resolve a key held for reconciliation. Forgetting a
-// completed key lets a retry execute again — only do it when the effect is
-// known not to have happened. Returns an error wrapping idem.ErrNotFound
+// Forget deletes the record of (tenant, operation, key): the next request
+// with that key executes as new. It is the operator's way to resolve a key
+// held for reconciliation. Forgetting a completed key lets a retry execute
+// again — only do it when the effect is known not to have happened. A key
+// whose execution is in progress with a live lease is not forgotten: a
+// retry would run beside that execution. It returns an error wrapping
+// idem.ErrInProgress then (wait for the execution to finish, or for its
+// lease to run out and the key to be held), one wrapping idem.ErrNotFound
 // when there was no record, or idem.ErrInvalidInput as [Lookup] does.
 func Forget[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation, key string) error {
+	return forget(ctx, d, tenant, operation, key, time.Now())
+}
+
+// forget is Forget at now.
+func forget[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation, key string, now time.Time) error {
 	s := scope{tenant, operation, key}
 	if err := s.check(); err != nil {
 		return err
 	}
-	n, err := d.Pool().Exec(ctx, d.Statements().HTTPKeys.Forget, s.args()...)
-	if err != nil {
-		return err
+	var rec *Record
+	for range 3 { // the execution may end between the delete and the read
+		n, err := d.Pool().Exec(ctx, d.Statements().HTTPKeys.Forget, tenant, operation, key, store.Micros(now))
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		r, found, err := load(ctx, d.Pool(), &d.Statements().HTTPKeys, s)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("%w: idempotency key %s", idem.ErrNotFound, s)
+		}
+		if rec = r; rec.State == StateInProgress && rec.LockedUntil.After(now) {
+			break
+		}
 	}
-	if n == 0 {
-		return fmt.Errorf("%w: idempotency key %s", idem.ErrNotFound, s)
-	}
-	return nil
+	return fmt.Errorf("%w: idempotency key %s is being executed (lease until %s): forgetting it would let a retry run beside it; "+
+		"wait for it to finish, or for its lease to run out and the key to be held", idem.ErrInProgress, s,
+		rec.LockedUntil.UTC().Format(time.RFC3339))
 }
 
 // Limits of the scope of a key, in bytes. With [idem.MaxKeyLen] they keep

@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -103,6 +104,10 @@ func zombie(t *testing.T, e *env, cfg idemhttp.Config) (h http.Handler, a *app, 
 func TestTwoPhaseLeaseRecovery(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, e *env) {
 		h, a, release, zombieResult := zombie(t, e, idemhttp.Config{})
+		held, err := e.lookup("acme", op, "z")
+		if err != nil {
+			t.Fatal(err)
+		}
 		// Before the lease ends the key is in flight.
 		e.clock.Add(59 * time.Minute)
 		wantProblem(t, do(h, req{tenant: "acme", key: "z", body: `{"qty":1}`}), 409, idemhttp.TypeInFlight)
@@ -113,7 +118,7 @@ func TestTwoPhaseLeaseRecovery(t *testing.T) {
 		taken := do(h, req{tenant: "acme", key: "z", body: `{"qty":1}`})
 		wantStatus(t, taken, 201)
 		rec, err := e.lookup("acme", op, "z")
-		if err != nil || rec.Token != 2 || rec.State != idemhttp.StateCompleted {
+		if err != nil || rec.Token != held.Token+1 || rec.State != idemhttp.StateCompleted {
 			t.Fatalf("after takeover: %+v %v", rec, err)
 		}
 		// The zombie wakes up and tries to finalise: rejected, nothing overwritten.
@@ -169,5 +174,69 @@ func TestTwoPhaseWaitForInFlight(t *testing.T) {
 		if a.execs.Load() != 1 {
 			t.Fatalf("%d executions, want 1", a.execs.Load())
 		}
+	})
+}
+
+// TestForgetRefusesAKeyInFlight: Forget does not delete the record of an
+// execution in progress with a live lease (a retry would then run beside
+// it); the key still answers 409 and the execution finishes and is
+// recorded. A finished key is forgotten.
+func TestForgetRefusesAKeyInFlight(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, e *env) {
+		h, a, release, result := zombie(t, e, idemhttp.Config{})
+		if err := e.forget("acme", op, "z"); !errors.Is(err, idem.ErrInProgress) {
+			close(release)
+			t.Fatalf("forget of a key in flight: %v, want ErrInProgress", err)
+		}
+		wantProblem(t, do(h, req{tenant: "acme", key: "z", body: `{"qty":1}`}), 409, idemhttp.TypeInFlight)
+		close(release)
+		done := <-result
+		wantStatus(t, done, 201)
+		wantReplay(t, do(h, req{tenant: "acme", key: "z", body: `{"qty":1}`}), done)
+		if a.execs.Load() != 1 {
+			t.Fatalf("%d executions, want 1", a.execs.Load())
+		}
+		if err := e.forget("acme", op, "z"); err != nil {
+			t.Fatalf("forget of a completed key: %v", err)
+		}
+	})
+}
+
+// TestAForgottenKeyDoesNotHandItsTokenBack: an execution whose key was held
+// and then forgotten, still running, must not finish the record of the
+// execution that started after the forget: a record's first token is its
+// creation time, so the new record's token is not the old one's.
+func TestAForgottenKeyDoesNotHandItsTokenBack(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, e *env) {
+		entered := make(chan struct{}, 2)
+		releases := []chan struct{}{make(chan struct{}), make(chan struct{})}
+		var n atomic.Int64
+		a := &app{hook: func(r *http.Request) int {
+			if i := n.Add(1) - 1; i < 2 {
+				entered <- struct{}{}
+				<-releases[i]
+			}
+			return 0
+		}}
+		h := e.handler(t, idemhttp.Config{Mode: idemhttp.TwoPhase, Lease: time.Hour, ExpiredPolicy: idem.Hold}, a)
+		send := func() chan *httptest.ResponseRecorder {
+			c := make(chan *httptest.ResponseRecorder, 1)
+			go func() { c <- do(h, req{tenant: "acme", key: "z", body: `{"qty":1}`}) }()
+			<-entered
+			return c
+		}
+		first := send()
+		e.clock.Add(61 * time.Minute) // its lease runs out: the key is held
+		wantProblem(t, do(h, req{tenant: "acme", key: "z", body: `{"qty":1}`}), 409, idemhttp.TypeNeedsReconciliation)
+		if err := e.forget("acme", op, "z"); err != nil {
+			t.Fatal(err)
+		}
+		second := send()
+		close(releases[0])
+		wantProblem(t, <-first, 409, idemhttp.TypeLeaseLost)
+		close(releases[1])
+		done := <-second
+		wantStatus(t, done, 201)
+		wantReplay(t, do(h, req{tenant: "acme", key: "z", body: `{"qty":1}`}), done)
 	})
 }

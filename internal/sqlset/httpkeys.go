@@ -7,12 +7,15 @@ package sqlset
 // the key: the record's primary key. Every statement that starts or takes
 // over an execution is fenced: the insert goes through the primary key (ON
 // CONFLICT DO NOTHING), and every later write names the fencing token it
-// read. Records read by Load and ListHeld have the columns, in order:
+// read. A record's first token is its created_at (microseconds), not a
+// constant: a record deleted (Forget, ReleaseHeld, Release) and created
+// again must not give a late writer of the old one its token back. Records
+// read by Load and ListHeld have the columns, in order:
 // fingerprint, state, token, status, headers, body, body_omitted,
 // resource_type, resource_id, created_at, locked_until, completed_at,
 // expires_at.
 type HTTPKeys struct {
-	// Insert creates an in_progress record with token 1: $4 fingerprint,
+	// Insert creates an in_progress record with token $5: $4 fingerprint,
 	// $5 created_at, $6 locked_until, $7 expires_at. Returns (token, text)
 	// or no row on conflict.
 	Insert string
@@ -51,7 +54,7 @@ type HTTPKeys struct {
 	// primary key decides. $4 fingerprint, $5 status, $6 headers (JSON
 	// text), $7 body, $8 body_omitted (0/1), $9 resource_type, $10
 	// resource_id, $11 created_at, $12 completed_at, $13 expires_at;
-	// token 1, locked_until 0.
+	// token $11, locked_until 0.
 	InsertCompleted string
 	// TakeOver re-arms, as in_progress with token+1 and no stored
 	// response, a record past its retention or — when $10 = 1 — an
@@ -78,7 +81,8 @@ type HTTPKeys struct {
 	// Release deletes the in_progress record of the execution holding the
 	// token (its response is not stored): $4 token.
 	Release string
-	// Forget deletes a record whatever its state (operator action).
+	// Forget deletes a record (operator action) unless it is in progress
+	// with a live lease: $4 now.
 	Forget string
 	// ListHeld lists up to $1 records held for reconciliation (state
 	// failed), oldest first: tenant, operation, key and then the columns

@@ -223,7 +223,7 @@ func statusOf(err error) int {
 	case errors.Is(err, idem.ErrInvalidInput), errors.Is(err, errBadForm), errors.Is(err, dlq.ErrRetentionOverstated):
 		return http.StatusBadRequest
 	case errors.Is(err, dlq.ErrNotParked), errors.Is(err, dlq.ErrRedriveRefused), errors.Is(err, effect.ErrNotRetryable), errors.Is(err, outbox.ErrNotParkedEvent),
-		errors.Is(err, errNotHeld), errors.Is(err, errSagaNotHeld):
+		errors.Is(err, errNotHeld), errors.Is(err, errSagaNotHeld), errors.Is(err, idem.ErrInProgress):
 		return http.StatusConflict
 	case errors.Is(err, errNoPublisher), errors.Is(err, dlq.ErrDroppedAsDuplicate):
 		return http.StatusServiceUnavailable

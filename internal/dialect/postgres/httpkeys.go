@@ -20,7 +20,7 @@ func httpKeys(t func(string) string) sqlset.HTTPKeys {
 `
 	)
 	lockedInsert := lockedWith + `INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, created_at, locked_until, expires_at)
-SELECT $1::text, $2::text, $3::text, $4::bytea, 'in_progress', 1, $5::bigint, $6::bigint, $7::bigint FROM lt
+SELECT $1::text, $2::text, $3::text, $4::bytea, 'in_progress', $5::bigint, $5::bigint, $6::bigint, $7::bigint FROM lt
 `
 	takeOver := `UPDATE ` + k + ` SET fingerprint = $5, state = 'in_progress', token = token + 1, status = 0,
 headers = '{}', body = ''::bytea, body_omitted = 0, resource_type = '', resource_id = '',
@@ -29,7 +29,7 @@ WHERE ` + pk + ` AND token = $4 AND (expires_at <= $9 OR (state = 'in_progress' 
 RETURNING token`
 	return sqlset.HTTPKeys{
 		Insert: `INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, created_at, locked_until, expires_at)
-VALUES ($1, $2, $3, $4, 'in_progress', 1, $5, $6, $7)
+VALUES ($1, $2, $3, $4, 'in_progress', $5, $5, $6, $7)
 ON CONFLICT (tenant, operation, idem_key) DO NOTHING
 RETURNING token, ''`,
 		InsertLocked: lockedInsert + `ON CONFLICT (tenant, operation, idem_key) DO NOTHING
@@ -45,7 +45,7 @@ RETURNING token` + restore,
 		Unlock:  `SELECT pg_advisory_unlock($1::bigint)`,
 		InsertCompleted: `INSERT INTO ` + k + ` (tenant, operation, idem_key, fingerprint, state, token, status, headers, body,
 body_omitted, resource_type, resource_id, created_at, locked_until, completed_at, expires_at)
-VALUES ($1, $2, $3, $4, 'completed', 1, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13)`,
+VALUES ($1, $2, $3, $4, 'completed', $11, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13)`,
 		TakeOver:       takeOver + `, ''`,
 		TakeOverLocked: takeOver + restore,
 		Hold: `UPDATE ` + k + ` SET state = 'failed', token = token + 1, locked_until = 0
@@ -54,7 +54,7 @@ WHERE ` + pk + ` AND token = $4 AND state = 'in_progress' AND locked_until <= $5
 resource_type = $9, resource_id = $10, locked_until = 0, completed_at = $11
 WHERE ` + pk + ` AND token = $4 AND state = 'in_progress'`,
 		Release: `DELETE FROM ` + k + ` WHERE ` + pk + ` AND token = $4 AND state = 'in_progress'`,
-		Forget:  `DELETE FROM ` + k + ` WHERE ` + pk,
+		Forget:  `DELETE FROM ` + k + ` WHERE ` + pk + ` AND NOT (state = 'in_progress' AND locked_until > $4)`,
 		ListHeld: `SELECT tenant, operation, idem_key, ` + cols + ` FROM ` + k + ` WHERE state = 'failed'
 ORDER BY created_at, tenant, operation, idem_key LIMIT $1`,
 		ResolveHeld: `UPDATE ` + k + ` SET state = 'completed', token = token + 1, status = $4, headers = $5, body = $6,
