@@ -48,7 +48,10 @@ type SubscriberConfig struct {
 //
 // Records of a partition stay in memory from their fetch until the
 // committed offset passes them. Attempt counts deliveries by this
-// subscriber only: after a restart or rebalance it starts again at 1.
+// subscriber only: after a restart or rebalance it starts again at 1. A
+// rebalance waits for a Fetch to register the records it polled, not for
+// their processing; acks of records of a partition revoked since fail
+// with [ErrRevoked].
 type Subscriber struct {
 	cl      *kgo.Client
 	ackWait time.Duration
@@ -61,6 +64,10 @@ type Subscriber struct {
 	parts  map[tp]*partState
 	closed bool
 	token  uint64
+
+	// afterPoll, set by tests only, runs between PollRecords and the
+	// registration of the records it returned.
+	afterPoll func(records int)
 }
 
 type tp struct {
@@ -98,6 +105,11 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 		log:     obs.Component(cfg.Logger, "broker/kafka", "group", cfg.Group),
 		parts:   map[tp]*partState{},
 	}
+	// drop forgets the revoked or lost partitions: their deliveries' acks
+	// fail with ErrRevoked, and the group delivers their records again
+	// from the committed offset. BlockRebalanceOnPoll keeps it from
+	// running between a PollRecords and the registration of its records
+	// (see poll).
 	drop := func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -114,6 +126,7 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsRevoked(drop),
 		kgo.OnPartitionsLost(drop),
 	}, cfg.Opts...)
@@ -216,6 +229,20 @@ func (s *Subscriber) poll(ctx context.Context, max int, wait time.Duration) ([]b
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	fs := s.cl.PollRecords(pctx, max)
+	// BlockRebalanceOnPoll: no revoke or loss (drop) runs until
+	// AllowRebalance, so the records are registered in the state of a
+	// partition this member still owns. Without it a drop could run first,
+	// and the records would start a fresh state without the partition's
+	// earlier records still in processing: acking them would commit past
+	// those, which the partition's new owner then never consumes. Only the
+	// registration blocks a rebalance, not the processing (after Fetch
+	// returns): a later drop fails the acks with ErrRevoked. The deferred
+	// AllowRebalance runs after s.mu is released and before pollMu is, so
+	// it never ends the block of another poll.
+	defer s.cl.AllowRebalance()
+	if s.afterPoll != nil {
+		s.afterPoll(len(fs.Records()))
+	}
 	if fs.IsClientClosed() {
 		return nil, broker.ErrClosed
 	}
@@ -283,6 +310,9 @@ func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp
 	upto := map[tp]int64{}
 	s.mu.Lock()
 	for k, ps := range parts {
+		// A state dropped by a revoke or loss is never committed. (A state
+		// is only created for records polled while the partition was
+		// owned: see poll.)
 		if s.parts[k] != ps {
 			errs[k] = fmt.Errorf("kafka: commit %s partition %d: %w", k.topic, k.part, ErrRevoked)
 			continue
