@@ -84,7 +84,21 @@ func (s *Subscriber) connectLocked() (<-chan amqp.Delivery, error) {
 		return nil, broker.ErrClosed
 	}
 	if s.ch != nil && !s.ch.IsClosed() {
-		return s.deliveries, nil
+		if s.deliveries != nil || s.paused {
+			return s.deliveries, nil
+		}
+		// The broker cancelled the consumer (see consumerLost): consume
+		// again on the same channel, so that the deliveries handed out on
+		// it can still be settled.
+		ds, err := s.consumeLocked(s.ch)
+		if err != nil {
+			// A missing queue closed the channel; the next call redials.
+			_ = s.conn.Close()
+			s.conn, s.ch, s.st, s.deliveries = nil, nil, nil, nil
+			return nil, fmt.Errorf("amqp: consume %q: %w", s.cfg.Queue, errors.Join(err, broker.ErrUnavailable))
+		}
+		s.deliveries = ds
+		return ds, nil
 	}
 	if s.conn != nil {
 		_ = s.conn.Close()
@@ -113,7 +127,10 @@ func (s *Subscriber) connectLocked() (<-chan amqp.Delivery, error) {
 // Fetch returns up to max deliveries (max < 1 means 1), waiting until one
 // arrives, maxWait passes (none, nil error) or ctx is done (ctx's error).
 // After a lost connection it reconnects; deliveries of the old connection
-// are requeued by the broker.
+// are requeued by the broker. After the broker cancelled the consumer
+// (the queue was deleted, or its node failed) it returns
+// [broker.ErrUnavailable] once, then consumes the queue again (failing
+// while the queue is missing).
 func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) ([]broker.Delivery, error) {
 	max = cmp.Or(max, 1)
 	if max < 1 {
@@ -137,6 +154,7 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 			if s.cancelled(ds) {
 				return waitPaused(ctx, timer)
 			}
+			s.consumerLost(ds)
 			return nil, fmt.Errorf("amqp: consumer of %q closed: %w", s.cfg.Queue, broker.ErrUnavailable)
 		}
 		out = append(out, s.newDelivery(st, d))
@@ -157,6 +175,20 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 		}
 	}
 	return out, nil
+}
+
+// consumerLost forgets ds, the deliveries of a consumer the broker
+// cancelled (basic.cancel: its queue was deleted or its node failed),
+// unless Pause or Resume replaced it meanwhile. amqp091 closes ds but
+// leaves the channel open, so without this every later Fetch would get
+// the same closed ds, and never consume again; with it the next Fetch
+// consumes the queue again (an error while the queue is missing).
+func (s *Subscriber) consumerLost(ds <-chan amqp.Delivery) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ds == s.deliveries && !s.paused {
+		s.deliveries, s.tag = nil, ""
+	}
 }
 
 func (s *Subscriber) newDelivery(st *settler, d amqp.Delivery) *delivery {
