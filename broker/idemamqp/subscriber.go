@@ -41,7 +41,9 @@ type SubscriberConfig struct {
 //
 // Attempt is x-delivery-count + 1 on quorum queues; on classic queues it
 // is counted by this subscriber (per message id) and is at least 2 for a
-// message the broker flags as redelivered.
+// message the broker flags as redelivered. A message without a message id
+// is not counted: its Attempt is what the broker tells (1, 2 if
+// redelivered, x-delivery-count + 1).
 type Subscriber struct {
 	cfg SubscriberConfig
 	log *slog.Logger
@@ -343,7 +345,16 @@ const (
 // attempt counts a delivery of message id at now and returns its attempt:
 // one more than this subscriber counted, at least 2 when the broker flags
 // it redelivered, and at least x-delivery-count + 1 (xdc, -1 if absent).
+// Messages without an id are not counted (they would share one count, and
+// any Ack of one would reset it): their attempt is the broker's alone.
 func (s *Subscriber) attempt(id string, redelivered bool, xdc int, now time.Time) int {
+	if id == "" {
+		n := 1
+		if redelivered {
+			n = 2
+		}
+		return max(n, xdc+1)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.attempts) > sweepAbove && now.Sub(s.swept) >= sweepEvery {
@@ -381,6 +392,9 @@ func (s *Subscriber) holdAttempts(id string, until time.Time) {
 
 // forget drops the attempt count of a message settled for good.
 func (d *delivery) forget() {
+	if d.msg.ID == "" {
+		return // not counted (see attempt)
+	}
 	d.s.mu.Lock()
 	delete(d.s.attempts, d.msg.ID)
 	d.s.mu.Unlock()
