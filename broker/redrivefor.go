@@ -10,8 +10,10 @@ import "github.com/idemkit/idem"
 // without writing an inbox row (they processed the original already, or
 // hold their own letter for it). Messages without the header, or with it
 // empty, are for every consumer. The consumer runtime (package consumer)
-// does this; code that feeds package inbox itself must skip such messages
-// with [ForOtherConsumer] before processing them.
+// acknowledges such deliveries before it reaches the inbox; package inbox
+// itself (Process, ProcessTx, the batch variants and Claim) also reports
+// them as duplicates, with no row written and the handler not run, so code
+// that feeds it directly need not check [ForOtherConsumer] first.
 const HeaderRedriveFor = "Idem-Redrive-For"
 
 // ForOtherConsumer reports whether m was republished for a consumer other

@@ -40,7 +40,9 @@ type Outcome struct {
 //
 // The returned slice has one Outcome per message, in order. A message id
 // repeated within the batch is processed once; its later copies are
-// Duplicate (or a fingerprint mismatch). A handler's panic is recovered,
+// Duplicate (or a fingerprint mismatch). A dead-letter redrive or revision
+// for another consumer (its broker.HeaderRedriveFor names another than
+// consumer) is Duplicate: not recorded, its handler not run. A handler's panic is recovered,
 // logged with its stack, and is its message's failure: that Outcome.Err is
 // an *idem.PanicError (errors.Is idem.ErrPanic, class "panic"). The error
 // return is for failures of the transaction itself; then the caller must roll tx back and retry the
@@ -93,8 +95,13 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 	out := make([]Outcome, len(msgs))
 	fps := make([]idem.Fingerprint, len(msgs))
 	first := make(map[string]int, len(msgs)) // message id → index of its first copy
+	skip := make([]bool, len(msgs))          // a redrive for another consumer
 	var ids []string
 	for i, m := range msgs {
+		if in.forOther(ctx, consumer, m) {
+			skip[i], out[i].Result = true, Duplicate
+			continue
+		}
 		if err := validate(consumer, m); err != nil {
 			out[i].Err = err
 			continue
@@ -216,7 +223,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 	fast := true
 	var toRun []int
 	for i, m := range msgs {
-		if out[i].Err == nil && first[m.ID] == i && inserted[m.ID] {
+		if !skip[i] && out[i].Err == nil && first[m.ID] == i && inserted[m.ID] {
 			toRun = append(toRun, i)
 		}
 	}
@@ -304,7 +311,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, tx TTx, consumer string,
 		return herr, nil
 	}
 	for i, m := range msgs {
-		if out[i].Err != nil {
+		if skip[i] || out[i].Err != nil {
 			continue
 		}
 		if f := first[m.ID]; f != i {

@@ -38,6 +38,9 @@
 //     new statement. On SQLite writers are serialised by BEGIN IMMEDIATE.
 //   - Same id with a different payload fails loudly with
 //     idem.ErrFingerprintMismatch; nothing is written.
+//   - A dead-letter redrive or revision (package dlq) addressed to another
+//     consumer (header broker.HeaderRedriveFor) is reported as [Duplicate]
+//     before anything is written: handler not run, ack it.
 //
 // For operations too long for one transaction, [Inbox.Claim] records the
 // message in_progress under a lease, and [Inbox.CompleteTx] finalises it
@@ -53,6 +56,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/internal/checks"
 	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/lease"
@@ -157,14 +161,36 @@ func (in *Inbox[TTx]) retention(consumer string) time.Duration {
 	return in.cfg.Retention
 }
 
-func validate(consumer string, msg idem.Message) error {
+func validConsumer(consumer string) error {
 	if err := checks.ID(consumer); err != nil {
 		return fmt.Errorf("inbox: consumer: %w", err)
+	}
+	return nil
+}
+
+func validate(consumer string, msg idem.Message) error {
+	if err := validConsumer(consumer); err != nil {
+		return err
 	}
 	if err := checks.ID(msg.ID); err != nil {
 		return fmt.Errorf("inbox: message id: %w", err)
 	}
 	return nil
+}
+
+// forOther reports whether msg is a dead-letter redrive or revision
+// addressed to another consumer than consumer ([broker.ForOtherConsumer]),
+// which consumer must acknowledge without processing: it applied the
+// original already, or holds its own letter for it. A revision carries a
+// new message id, so the inbox row alone would not stop it. It is logged
+// at debug.
+func (in *Inbox[TTx]) forOther(ctx context.Context, consumer string, msg idem.Message) bool {
+	if !broker.ForOtherConsumer(msg, consumer) {
+		return false
+	}
+	in.log.DebugContext(ctx, "redrive for another consumer skipped: not recorded, handler not run",
+		"consumer", consumer, "message_id", msg.ID, "for", msg.Headers[broker.HeaderRedriveFor])
+	return true
 }
 
 // ProcessTx records msg for consumer inside the caller's transaction tx and,
@@ -174,6 +200,9 @@ func validate(consumer string, msg idem.Message) error {
 //   - New message: returns (Processed, nil) after h succeeded.
 //   - Duplicate with the same payload: returns (Duplicate, nil); h did not
 //     run and nothing was written.
+//   - A dead-letter redrive or revision for another consumer (its
+//     broker.HeaderRedriveFor names another than consumer): returns
+//     (Duplicate, nil); h did not run and nothing was written.
 //   - Duplicate with another payload: returns an error matching
 //     idem.ErrFingerprintMismatch; h did not run and nothing was written.
 //   - A record held by a live Claim: idem.ErrInProgress; a record marked
@@ -188,11 +217,17 @@ func validate(consumer string, msg idem.Message) error {
 // READ or SERIALIZABLE a concurrent duplicate surfaces as a serialization
 // error (store.ErrSerialization) that the caller retries.
 func (in *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, msg idem.Message, h Handler[TTx]) (Result, error) {
-	if err := validate(consumer, msg); err != nil {
+	if err := validConsumer(consumer); err != nil {
 		return 0, err
 	}
 	if h == nil {
 		return 0, checks.Optionf("inbox: nil handler")
+	}
+	if in.forOther(ctx, consumer, msg) {
+		return Duplicate, nil
+	}
+	if err := validate(consumer, msg); err != nil {
+		return 0, err
 	}
 	h = in.recovering(consumer, h)
 	q := in.d.Tx(tx)
@@ -233,18 +268,25 @@ func (in *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, ms
 
 // Process runs ProcessTx in a transaction of its own and commits it. A
 // duplicate or an error rolls the transaction back. After Process returns
-// (Processed or Duplicate, nil), acknowledge the delivery.
+// (Processed or Duplicate, nil), acknowledge the delivery. A redrive for
+// another consumer is a Duplicate without a transaction (see ProcessTx).
 //
 // With the pgx driver, a first delivery (msg.Attempt ≤ 1) begins the
 // transaction and inserts the inbox row in one round trip; a unique
 // violation there (a racing duplicate) falls back to the ordinary path.
 func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg idem.Message, h Handler[TTx]) (Result, error) {
+	if err := validConsumer(consumer); err != nil {
+		return 0, err
+	}
+	if h == nil {
+		return 0, checks.Optionf("inbox: nil handler")
+	}
+	if in.forOther(ctx, consumer, msg) {
+		return Duplicate, nil
+	}
 	if in.d.SupportsPipeline() && msg.Attempt <= 1 && !in.cfg.DisablePipelining {
 		if err := validate(consumer, msg); err != nil {
 			return 0, err
-		}
-		if h == nil {
-			return 0, checks.Optionf("inbox: nil handler")
 		}
 		fp := msg.Fingerprint()
 		now := in.cfg.Now()

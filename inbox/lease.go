@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/internal/fpmatch"
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/store"
@@ -40,7 +41,16 @@ type Lease struct {
 //     over; the others get idem.ErrInProgress.
 //   - Record marked failed by Fail: idem.ErrNeedsReconciliation.
 //   - Different payload: idem.ErrFingerprintMismatch.
+//   - A dead-letter redrive or revision for another consumer (its
+//     broker.HeaderRedriveFor names another than consumer):
+//     idem.ErrDuplicate, with nothing recorded.
 func (in *Inbox[TTx]) Claim(ctx context.Context, consumer string, msg idem.Message, d time.Duration) (*Lease, error) {
+	if err := validConsumer(consumer); err != nil {
+		return nil, err
+	}
+	if in.forOther(ctx, consumer, msg) {
+		return nil, fmt.Errorf("inbox: %s/%s: redrive for consumer %q: %w", consumer, msg.ID, msg.Headers[broker.HeaderRedriveFor], idem.ErrDuplicate)
+	}
 	if err := validate(consumer, msg); err != nil {
 		return nil, err
 	}
