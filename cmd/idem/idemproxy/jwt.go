@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,7 +38,9 @@ type JWTConfig struct {
 	// any other header holds the bare token).
 	Header string
 	// Claim names the claim holding the tenant; defaults to "sub". A
-	// string claim is used as is, a number in its decimal form.
+	// string claim is used as is, an integer in its exact decimal form
+	// (1e3 is "1000"; integers above 2^53 keep every digit). A number that
+	// is not an integer is refused like a missing claim.
 	Claim string
 	// HS256Secret verifies HS256 tokens.
 	HS256Secret []byte
@@ -93,7 +96,10 @@ func (c *JWTConfig) verifier() (*jwtVerifier, error) {
 		}
 		algs = c.Algorithms
 	}
-	opts := []jwt.ParserOption{jwt.WithValidMethods(algs), jwt.WithLeeway(c.Leeway), jwt.WithExpirationRequired()}
+	// Numbers decode as json.Number, not float64: numeric tenants above
+	// 2^53 would otherwise round onto their neighbours' and share their
+	// stored responses.
+	opts := []jwt.ParserOption{jwt.WithValidMethods(algs), jwt.WithLeeway(c.Leeway), jwt.WithExpirationRequired(), jwt.WithJSONNumber()}
 	if c.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(c.Issuer))
 	}
@@ -243,10 +249,41 @@ func (v *jwtVerifier) tenant(r *http.Request) (string, error) {
 		if c != "" {
 			return c, nil
 		}
-	case float64:
-		return big.NewFloat(c).Text('f', -1), nil
+	case json.Number:
+		t, err := integerText(c)
+		if err != nil {
+			return "", fmt.Errorf("%w: %q is %s", errTenantClaim, v.cfg.Claim, err)
+		}
+		return t, nil
 	}
-	return "", fmt.Errorf("token has no %q claim", v.cfg.Claim)
+	return "", fmt.Errorf("%w: token has no %q claim", errTenantClaim, v.cfg.Claim)
+}
+
+// errTenantClaim marks a verified token whose tenant claim is missing or
+// unusable.
+var errTenantClaim = errors.New("jwt: tenant claim")
+
+// maxTenantExponent bounds the exponent of a numeric tenant written with
+// one (1e3), so that converting it stays cheap.
+const maxTenantExponent = 64
+
+// integerText returns n, a JSON number, as the exact decimal form of the
+// integer it is, or an error when it is not an integer.
+func integerText(n json.Number) (string, error) {
+	s := string(n)
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		if e, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+")); err != nil || e > maxTenantExponent || e < -maxTenantExponent {
+			return "", fmt.Errorf("the number %s, whose exponent is beyond ±%d", s, maxTenantExponent)
+		}
+	}
+	r, ok := new(big.Rat).SetString(s)
+	if !ok {
+		return "", fmt.Errorf("the malformed number %s", s)
+	}
+	if !r.IsInt() {
+		return "", fmt.Errorf("the number %s, not an integer", s)
+	}
+	return r.Num().String(), nil
 }
 
 type verifiedTenantKey struct{}
@@ -260,10 +297,16 @@ func (v *jwtVerifier) require(log *slog.Logger, h http.Handler) http.Handler {
 		tenant, err := v.tenant(r)
 		if err != nil {
 			log.DebugContext(r.Context(), "token rejected", "error", err, "method", r.Method, "path", r.URL.Path)
+			detail := "this route needs a valid bearer token in the " + v.cfg.Header + " header"
+			if errors.Is(err, errTenantClaim) {
+				// The token verified: naming the claim it lacks tells its
+				// holder nothing a forger could use.
+				detail = fmt.Sprintf("this route needs a bearer token whose %q claim is a non-empty string or an integer", v.cfg.Claim)
+			}
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			problem.Write(w, http.StatusUnauthorized, &idemhttp.Problem{Type: idemhttp.TypeUnauthorized,
 				Title: "Request is not authorised", Status: http.StatusUnauthorized,
-				Detail: "this route needs a valid bearer token in the " + v.cfg.Header + " header"}, 0)
+				Detail: detail}, 0)
 			return
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verifiedTenantKey{}, tenant)))

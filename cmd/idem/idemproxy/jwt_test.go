@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,5 +119,64 @@ routes:
 	wantStatus(t, send(t, p.URL, call{path: "/orders/asym", key: "k4", body: `{}`, headers: bearer(sign(t, jwt.SigningMethodHS256, []byte(secret), "", jwt.MapClaims{"tenant": "acme", "exp": exp}))}), 401)
 	if c := executions(t, up); c.Executions != 2 {
 		t.Fatalf("%d executions of POST /orders, want 2 (one per tenant)", c.Executions)
+	}
+}
+
+// Numeric tenant claims are compared exactly: 9007199254740993 and
+// 9007199254740992 round to one float64, and would share a key space, the
+// second tenant replaying the first's stored response. A number that is
+// not an integer names no tenant: 401 problem+json, never the upstream.
+func TestProxyJWTNumericTenantsAreExact(t *testing.T) {
+	up := nodeUpstream(t, 0)
+	secret := "0123456789abcdef0123456789abcdef-secret"
+	cfgFile := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(cfgFile, []byte(`
+routes:
+  - route: POST /orders
+    operation: orders.create
+    tenant:
+      jwt: {hs256_secret_env: TEST_JWT_SECRET}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, routes, err := idemproxy.LoadConfig(cfgFile, func(k string) string {
+		if k == "TEST_JWT_SECRET" {
+			return secret
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, testdb.SQLite(t), up.URL, idemproxy.Config{Routes: routes})
+	exp := time.Now().Add(time.Hour).Unix()
+	bearer := func(sub json.Number) map[string]string {
+		return map[string]string{"Authorization": "Bearer " + sign(t, jwt.SigningMethodHS256, []byte(secret), "", jwt.MapClaims{"sub": sub, "exp": exp})}
+	}
+
+	first := send(t, p.URL, call{key: "k", body: `{}`, headers: bearer("9007199254740993")})
+	wantStatus(t, first, 201)
+	second := send(t, p.URL, call{key: "k", body: `{}`, headers: bearer("9007199254740992")})
+	wantStatus(t, second, 201)
+	if second.header.Get("Idempotent-Replayed") != "" || second.body == first.body {
+		t.Fatal("tenant 9007199254740992 got the stored response of tenant 9007199254740993")
+	}
+	again := send(t, p.URL, call{key: "k", body: `{}`, headers: bearer("9007199254740993")})
+	if again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("the first tenant's retry was not replayed")
+	}
+	// 1e3 is the integer 1000, written as before.
+	wantStatus(t, send(t, p.URL, call{key: "k", body: `{}`, headers: bearer("1e3")}), 201)
+	if r := send(t, p.URL, call{key: "k", body: `{}`, headers: bearer("1000")}); r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("tenant 1000 did not replay the response stored for the claim 1e3")
+	}
+
+	bad := send(t, p.URL, call{key: "k", body: `{}`, headers: bearer("1.5")})
+	wantStatus(t, bad, 401)
+	if ct := bad.header.Get("Content-Type"); ct != "application/problem+json" || !strings.Contains(bad.body, `\"sub\" claim`) {
+		t.Fatalf("non-integer tenant: %s %s, want problem+json naming the claim", ct, bad.body)
+	}
+	if c := executions(t, up); c.Executions != 3 {
+		t.Fatalf("%d executions, want 3 (one per tenant)", c.Executions)
 	}
 }
