@@ -94,7 +94,9 @@ type Hooks struct {
 	// its Ack: concurrently for the messages of a batch, or one after the
 	// other before the batch's single AckBatch when the subscriber is a
 	// broker.BatchAcker. Returning an error skips the Ack, as if the process crashed
-	// there: the broker redelivers the message after its ack wait.
+	// there: the broker redelivers the message after its ack wait. A panic
+	// is recovered and logged with its stack, and the delivery is acked as
+	// when the hook returns nil: the message is committed.
 	AfterCommit func(msg idem.Message) error
 }
 
@@ -174,7 +176,8 @@ type Config[TTx any] struct {
 	Validate func(payload []byte) error
 	// Observer, if set, receives processed / duplicate / conflict / failure
 	// / retry / dead-letter counts, in-flight and handler duration; pass
-	// an *idemmetrics.Metrics.
+	// an *idemmetrics.Metrics. A panic of one of its methods is recovered
+	// and logged with its stack; the delivery is settled as without it.
 	Observer idem.Observer
 	// Logger receives warnings (retries, dead letters, failed acks) and
 	// errors (a message without a usable id, a dead letter that could not
@@ -206,7 +209,8 @@ type Config[TTx any] struct {
 	// broker's redelivery (non-blocking retries): consumer/retrytopic
 	// publishes each to the next retry topic or to the dead-letter topic,
 	// and the delivery is acked only after that publish was durably
-	// accepted. See [Rerouter].
+	// accepted. See [Rerouter]. A panic of Reroute is recovered, logged
+	// with its stack, and handled as an error of Reroute.
 	Reroute Rerouter
 	// RetryInPlace (blocking retries) retries a transient failure in place,
 	// waiting Backoff between attempts, up to MaxAttempts, while the
@@ -299,6 +303,14 @@ func New[TTx any](ib *inbox.Inbox[TTx], sub broker.Subscriber, cfg Config[TTx]) 
 	}
 	c := &Consumer[TTx]{d: d, ib: ib, sub: sub, cfg: cfg, log: obs.Component(cfg.Logger, "consumer", "consumer", cfg.Name),
 		tr: obs.Tracer(cfg.TracerProvider)}
+	// User code called from the worker goroutines, where a panic would
+	// kill the process.
+	if _, nop := cfg.Observer.(obs.NopObserver); !nop {
+		c.cfg.Observer = safeObserver{Observer: cfg.Observer, log: c.log}
+	}
+	if cfg.Reroute != nil {
+		c.cfg.Reroute = safeRerouter{Rerouter: cfg.Reroute, name: cfg.Name, log: c.log}
+	}
 	c.pause.p, _ = sub.(broker.Pauser)
 	return c, nil
 }
@@ -680,12 +692,81 @@ func (c *Consumer[TTx]) accepted(ctx context.Context, msg idem.Message, res inbo
 		c.cfg.Observer.Processed(c.cfg.Name)
 	}
 	if h := c.cfg.Hooks.AfterCommit; h != nil && res == inbox.Processed {
-		if err := h(msg); err != nil {
-			c.log.DebugContext(ctx, "AfterCommit hook: skipping the ack", append(attrs(c.cfg.Name, msg), "error", err)...)
+		// A panic is logged and the delivery acked: the message committed,
+		// and AfterCommit runs on a worker goroutine, where an unrecovered
+		// panic would kill the process.
+		var herr error
+		_ = panics.Call(ctx, c.log, "AfterCommit hook panicked; the message is committed and acknowledged", func() error {
+			herr = h(msg)
+			return nil
+		}, attrs(c.cfg.Name, msg)...)
+		if herr != nil {
+			c.log.DebugContext(ctx, "AfterCommit hook: skipping the ack", append(attrs(c.cfg.Name, msg), "error", herr)...)
 			return decision, false
 		}
 	}
 	return decision, true
+}
+
+// safeObserver forwards the consumer's counts to Config.Observer (user
+// code, called on the worker goroutines), recovering its panics: each is
+// logged with its stack and otherwise ignored, so a broken metrics sink
+// neither kills the process nor changes how a delivery is settled.
+type safeObserver struct {
+	idem.Observer
+	log *slog.Logger
+}
+
+func (o safeObserver) call(ctx context.Context, method string, fn func()) {
+	_ = panics.Call(ctx, o.log, "Observer."+method+" panicked; ignored", func() error { fn(); return nil })
+}
+
+func (o safeObserver) Start(consumer string) func() {
+	done := func() {}
+	o.call(context.Background(), "Start", func() { done = o.Observer.Start(consumer) })
+	return func() { o.call(context.Background(), "Start's done", done) }
+}
+
+func (o safeObserver) Processed(consumer string) {
+	o.call(context.Background(), "Processed", func() { o.Observer.Processed(consumer) })
+}
+
+func (o safeObserver) DuplicateContext(ctx context.Context, component, consumer string) {
+	o.call(ctx, "DuplicateContext", func() { o.Observer.DuplicateContext(ctx, component, consumer) })
+}
+
+func (o safeObserver) FingerprintConflict(component, consumer string) {
+	o.call(context.Background(), "FingerprintConflict", func() { o.Observer.FingerprintConflict(component, consumer) })
+}
+
+func (o safeObserver) Failed(consumer, class string) {
+	o.call(context.Background(), "Failed", func() { o.Observer.Failed(consumer, class) })
+}
+
+func (o safeObserver) Retry(consumer string) {
+	o.call(context.Background(), "Retry", func() { o.Observer.Retry(consumer) })
+}
+
+func (o safeObserver) DeadLetteredContext(ctx context.Context, consumer, class string) {
+	o.call(ctx, "DeadLetteredContext", func() { o.Observer.DeadLetteredContext(ctx, consumer, class) })
+}
+
+func (o safeObserver) Unidentified(consumer string) {
+	o.call(context.Background(), "Unidentified", func() { o.Observer.Unidentified(consumer) })
+}
+
+// safeRerouter recovers the panics of Config.Reroute (user code, called on
+// the worker goroutines): logged with its stack, a panic is an error of
+// Reroute, so the delivery is sent back for redelivery.
+type safeRerouter struct {
+	Rerouter
+	name string // the consumer's
+	log  *slog.Logger
+}
+
+func (r safeRerouter) Reroute(ctx context.Context, msg idem.Message, err error) error {
+	return panics.Call(ctx, r.log, "Reroute panicked; the delivery is sent back for redelivery",
+		func() error { return r.Rerouter.Reroute(ctx, msg, err) }, attrs(r.name, msg)...)
 }
 
 // fail settles a delivery whose processing failed: dead letter + Term for
