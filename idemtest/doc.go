@@ -28,9 +28,10 @@
 // (duplicates, redelivery after a failed commit or a failure after the
 // handler's writes, out-of-order and concurrent deliveries, two messages
 // with one payload), its invariant seeing the messages applied. [Effect]
-// runs an external call guarded by the effect ledger against the fake
-// provider: a crash between the provider call and the record, a lease
-// that expires mid-run; the provider's own count is the invariant.
+// runs an external call guarded by the effect ledger against a fake
+// provider (its client and API in package idemtest/fakeprovider): a crash
+// between the provider call and the record, a lease that expires mid-run;
+// the provider's own count is the invariant.
 //
 // A failure tells a story: the scenario, each attempt and its answer, how
 // many times the handler ran, what the invariant saw, and what to change

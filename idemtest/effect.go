@@ -13,7 +13,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
-	"github.com/idemkit/idem/internal/fakeprovider"
+	"github.com/idemkit/idem/idemtest/fakeprovider"
+	internalprovider "github.com/idemkit/idem/internal/fakeprovider"
 )
 
 // EffectCall is the user's external call under test.
@@ -23,8 +24,11 @@ type EffectCall struct {
 	Backend Backend
 	// Call builds the call that effect.Ledger.Do runs, on a client of the
 	// fake provider (an API that honours Idempotency-Key the way Stripe's
-	// does, and counts the effects it performs). The call receives the
-	// effect key and must hand it to the provider as its idempotency key.
+	// does, and counts the effects it performs; see package
+	// github.com/idemkit/idem/idemtest/fakeprovider). The call receives
+	// the effect key and must hand it to the provider as its idempotency
+	// key: through the client's Send, Charge or Refund, or through an
+	// HTTP client of the team's own pointed at the client's BaseURL.
 	// Required.
 	Call func(provider *fakeprovider.Client) effect.CallFunc
 }
@@ -42,6 +46,10 @@ const effectLease = 30 * time.Second
 // call runs, another caller taking the key over (one effect, the late
 // caller's result is refused). The invariant is the provider's own: one
 // effect per key, however many calls.
+//
+// The call is written against the provider's client and API in package
+// github.com/idemkit/idem/idemtest/fakeprovider, which any module can
+// import.
 func Effect(t testing.TB, c EffectCall) {
 	t.Helper()
 	if c.Call == nil {
@@ -53,7 +61,7 @@ func Effect(t testing.TB, c EffectCall) {
 		t.Fatalf("idemtest.Effect: open the store: %v", err)
 		return
 	}
-	p := fakeprovider.New(fakeprovider.Config{})
+	p := internalprovider.New(internalprovider.Config{})
 	srv := httptest.NewServer(p.Handler())
 	t.Cleanup(srv.Close)
 	in := &injector{}
@@ -63,7 +71,7 @@ func Effect(t testing.TB, c EffectCall) {
 		t.Fatalf("idemtest.Effect: %v", err)
 		return
 	}
-	r.call = c.Call(fakeprovider.NewClient(srv.URL))
+	r.call = c.Call(&fakeprovider.Client{BaseURL: srv.URL, HTTPClient: srv.Client()})
 	if r.call == nil {
 		t.Fatalf("idemtest.Effect: EffectCall.Call returned nil")
 		return
@@ -78,7 +86,7 @@ func Effect(t testing.TB, c EffectCall) {
 // effectRun is one Effect run: the ledger on a clock idemtest moves.
 type effectRun struct {
 	t      testing.TB
-	p      *fakeprovider.Provider
+	p      *internalprovider.Provider
 	in     *injector
 	ledger *effect.Ledger[*sql.Tx]
 	call   effect.CallFunc

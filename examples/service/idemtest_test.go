@@ -13,8 +13,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/idemtest/fakeprovider"
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/fakeprovider"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 )
