@@ -49,9 +49,12 @@ type ConsumerEnv struct {
 // order; each twice (the second is a duplicate); the first delivery
 // failing at COMMIT or crashing after the handler, then redelivered; in
 // reverse order; Concurrency copies of one message at once (one is
-// processed); and two messages with distinct ids and the same payload
-// (both are processed: the envelope id is the identity, not the payload).
-// The invariant runs after every delivery.
+// processed, every other ends as a duplicate: a copy that fails with a
+// retryable error, such as a busy database, is redelivered as a broker
+// would, up to three times, until it does; an error that persists or is
+// permanent fails the check); and two messages with distinct ids and the
+// same payload (both are processed: the envelope id is the identity, not
+// the payload). The invariant runs after every delivery.
 func Inbox(t testing.TB, c Consumer, msgs ...idem.Message) {
 	t.Helper()
 	if c.Handler == nil || c.Invariant == nil {
@@ -120,6 +123,11 @@ const (
 		"effect on msg.ID (the envelope), not on an id read from the payload"
 	hintInboxDuplicate = "a duplicate delivery does not run the handler: an effect that happened again comes from code " +
 		"that runs before the inbox records the message"
+	hintInboxRacing = "a copy of a message delivered while another copy is processed must end as a duplicate once " +
+		"that copy committed (inbox.Process waits for it, or fails with a retryable error that its redelivery resolves). " +
+		"An error that persists or is permanent comes from the store under concurrent writers: check the Backend's " +
+		"store (SQLite's busy timeout, PostgreSQL's lock and statement timeouts, an isolation level above READ COMMITTED, " +
+		"whose serialization failures must stay retryable) and the error classification of a driver of your own"
 )
 
 // scenario starts the story of one scenario over fresh copies of msgs.
@@ -264,6 +272,11 @@ func (r *inboxRun) outOfOrder(msgs []idem.Message) bool {
 	return true
 }
 
+// racingRedeliveries is how many times the concurrent scenario redelivers
+// one racing delivery that failed with a retryable error, as a broker
+// would, before it reports that the delivery never ended as a duplicate.
+const racingRedeliveries = 3
+
 func (r *inboxRun) concurrent(msgs []idem.Message) bool {
 	s, ms := r.scenario("concurrent deliveries", msgs[:1])
 	m := ms[0]
@@ -285,21 +298,52 @@ func (r *inboxRun) concurrent(msgs []idem.Message) bool {
 	}
 	close(start)
 	wg.Wait()
-	processed := 0
 	for n, g := range gots {
 		s.step("racing delivery %d of %s: %s", n+1, m.ID, result(g.res, g.err))
+	}
+	// A racing delivery that failed with a retryable error (a busy
+	// database, a lock or serialization failure) is not acknowledged: the
+	// broker redelivers it, and each redelivery must end as a duplicate.
+	attempt := Concurrency
+	for n := range gots {
+		for k := 0; k < racingRedeliveries && idem.IsRetryable(gots[n].err); k++ {
+			attempt++
+			mm := m
+			mm.Attempt = attempt
+			res, err := r.deliver(context.Background(), mm, noFault)
+			gots[n] = got{res, err}
+			s.step("redelivery %d of racing delivery %d of %s (attempt %d): %s", k+1, n+1, m.ID, attempt, result(res, err))
+		}
+	}
+	processed := 0
+	for _, g := range gots {
 		if g.err == nil && g.res == inbox.Processed {
 			processed++
 		}
 	}
 	if processed != 1 {
-		s.fail(fmt.Sprintf("%d of %d racing deliveries were processed, want exactly 1", processed, Concurrency), hintHandlerError)
+		s.fail(fmt.Sprintf("%d of %d racing deliveries were processed (their redeliveries included), want exactly 1", processed, Concurrency), hintHandlerError)
+		return false
+	}
+	for n, g := range gots {
+		switch {
+		case g.err == nil:
+			continue // the one processed, or a duplicate
+		case idem.IsRetryable(g.err):
+			s.fail(fmt.Sprintf("racing delivery %d of %s still failed after %d redeliveries (%v), want it to end as %v: "+
+				"the message it carries was processed, yet it is redelivered until the broker dead-letters it",
+				n+1, m.ID, racingRedeliveries, g.err, inbox.Duplicate), hintInboxRacing)
+		default:
+			s.fail(fmt.Sprintf("racing delivery %d of %s failed with an error that is not retried (%v), want %v: "+
+				"a broker dead-letters it although the message it carries was processed",
+				n+1, m.ID, g.err, inbox.Duplicate), hintInboxRacing)
+		}
 		return false
 	}
 	if !s.invariant(hintInboxOutside) {
 		return false
 	}
-	m.Attempt = Concurrency + 1
+	m.Attempt = attempt + 1
 	return r.expect(s, "redelivery of", m, inbox.Duplicate, hintInboxDuplicate)
 }
 
