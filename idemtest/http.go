@@ -115,8 +115,11 @@ func (c Case) wantStatus() string {
 // a crash after the handler, the record, COMMIT), then its retry (a fresh
 // execution); the same key with another body (422); a client that hangs up
 // as the handler returns, then retries (a replay or a fresh execution,
-// whichever the race left). The invariant runs after each step. A failure tells the step, the attempt, the answers,
-// what the invariant saw and what to change.
+// whichever the race left). The invariant runs after each step, and the
+// handler's executions behind env.Idempotent are counted per request key:
+// a replay, a 422 and a failed BEGIN must not run it, a fresh execution
+// runs it once. A failure tells the step, the attempt, the answers, what
+// the invariant saw and what to change.
 func HTTP(t testing.TB, svc Service, cases ...Case) {
 	t.Helper()
 	if svc.Handler == nil || svc.Invariant == nil {
@@ -152,7 +155,7 @@ type harness struct {
 	seq int // scenarios run, for fresh keys
 
 	mu   sync.Mutex
-	runs map[string]int // executions of the handler per key
+	runs map[string]int // executions of the handler per request key (see observe)
 }
 
 func newHarness(t testing.TB, svc Service) (*harness, error) {
@@ -187,10 +190,16 @@ func newHarness(t testing.TB, svc Service) (*harness, error) {
 }
 
 // observe counts the handler's executions per key and crashes after the
-// handler when faultAfterHandler is armed.
+// handler when faultAfterHandler is armed. The key is the one idemtest sent
+// the request with (carried in its context), so that code in front of
+// env.Idempotent that runs the request again under another key is counted
+// against the request that caused it; idemhttp's key is the fallback.
 func (h *harness) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := idemhttp.Key(r.Context())
+		key, ok := r.Context().Value(requestKey{}).(string)
+		if !ok {
+			key = idemhttp.Key(r.Context())
+		}
 		h.mu.Lock()
 		h.runs[key]++
 		h.mu.Unlock()
@@ -209,6 +218,10 @@ func (h *harness) executions(key string) int {
 	defer h.mu.Unlock()
 	return h.runs[key]
 }
+
+// requestKey carries, in a request's context, the Idempotency-Key idemtest
+// sent it with.
+type requestKey struct{}
 
 // answer is one response as the client saw it.
 type answer struct {
@@ -245,7 +258,7 @@ func (h *harness) send(ctx context.Context, c Case, key string, body *string) (a
 	if body != nil {
 		b = *body
 	}
-	r := httptest.NewRequestWithContext(ctx, c.method(), c.Path, strings.NewReader(b))
+	r := httptest.NewRequestWithContext(context.WithValue(ctx, requestKey{}, key), c.method(), c.Path, strings.NewReader(b))
 	for k, vs := range c.Header {
 		r.Header[k] = append([]string(nil), vs...)
 	}
@@ -308,6 +321,12 @@ const (
 		"write through idemhttp.SQLTx"
 	hintReplay = "a retry with the same key and body must get the stored answer: mount the route behind env.Idempotent, " +
 		"and answer with a status that idemhttp stores (Config.StoreStatus)"
+	hintNotBehind = "the answers did not come from the handler run behind env.Idempotent: a route mounted without it, " +
+		"or an idempotency layer or replay cache of the service's own, whose writes do not commit with the key's record. " +
+		"Mount the handler behind env.Idempotent and write on the request transaction (idemhttp.SQLTx)"
+	hintRanAgain = "the handler ran more often than the answers say: code in front of env.Idempotent sends the request " +
+		"through it again (a retry or shadow middleware, a fan-out under a derived key, the route mounted twice), and " +
+		"each run under another key is one more effect. Send each request through env.Idempotent once, under its own key"
 )
 
 func (h *harness) run(i int, c Case) {
@@ -333,8 +352,9 @@ func (s *httpStory) first(ctx context.Context, label string) (answer, bool) {
 	return a, s.invariant(hintFirst)
 }
 
-// replays sends the request again and checks it replays prev.
-func (s *httpStory) replays(ctx context.Context, label string, prev answer, prevLabel string) bool {
+// replays sends the request again and checks it replays prev without
+// running the handler: runs is how many times it ran for the key so far.
+func (s *httpStory) replays(ctx context.Context, label string, prev answer, prevLabel string, runs int) bool {
 	s.h.t.Helper()
 	b := s.h.send(ctx, s.c, s.key, nil)
 	s.step("%s: %s", label, b)
@@ -342,12 +362,32 @@ func (s *httpStory) replays(ctx context.Context, label string, prev answer, prev
 		s.fail(fmt.Sprintf("%s answered %s, want a replay of %s (same status and body, %s: true)", label, b, prevLabel, idemhttp.HeaderReplayed), hintReplay)
 		return false
 	}
+	if !s.executed(runs, fmt.Sprintf("the executions before %s, which replays %s without running it", label, prevLabel)) {
+		return false
+	}
 	return s.invariant(hintBeforeClaim)
 }
 
-// isReplayOf reports whether b is a replay of a.
+// isReplayOf reports whether b is a replay of a: status and body byte
+// for byte.
 func isReplayOf(b, a answer) bool {
 	return b.replayed && b.status == a.status && b.body == a.body
+}
+
+// executed checks that the handler ran want times behind env.Idempotent
+// for the scenario's key so far; why is what the scenario's answers claim.
+func (s *httpStory) executed(want int, why string) bool {
+	s.h.t.Helper()
+	got := s.h.executions(s.key)
+	if got == want {
+		return true
+	}
+	hint := hintRanAgain
+	if got < want {
+		hint = hintNotBehind
+	}
+	s.fail(fmt.Sprintf("the handler ran %d time(s) behind env.Idempotent for this key, want %d (%s)", got, want, why), hint)
+	return false
 }
 
 func (h *harness) sequential(i int, c Case) bool {
@@ -358,7 +398,7 @@ func (h *harness) sequential(i int, c Case) bool {
 	if !ok {
 		return false
 	}
-	return s.replays(ctx, "attempt 2, same key and body", a, "attempt 1")
+	return s.replays(ctx, "attempt 2, same key and body", a, "attempt 1", 1)
 }
 
 func (h *harness) concurrent(i int, c Case) bool {
@@ -396,6 +436,9 @@ func (h *harness) concurrent(i int, c Case) bool {
 			return false
 		}
 	}
+	if !s.executed(1, "one racing attempt executed it, the others were replays or refused (409)") {
+		return false
+	}
 	return s.invariant(hintOutside)
 }
 
@@ -416,6 +459,9 @@ func (h *harness) lostResponse(i int, c Case) bool {
 		s.fail(fmt.Sprintf("the retry answered %s, want a replay with status %s of the execution the client did not hear", b, c.wantStatus()), hintReplay)
 		return false
 	}
+	if !s.executed(1, "attempt 1 executed it, and the retry is a replay") {
+		return false
+	}
 	return s.invariant(hintOutside)
 }
 
@@ -431,6 +477,9 @@ func (h *harness) clientGivesUp(i int, c Case) bool {
 	a := h.send(context.WithValue(ctx, giveUpKey{}, cancel), c, s.key, nil)
 	a.lost = true
 	s.step("attempt 1, the client hung up as the handler returned: %s", a)
+	if !s.executed(1, "attempt 1 ran it once, the client hanging up as it returned") {
+		return false
+	}
 	if !s.invariant(hintOutside) {
 		return false
 	}
@@ -440,10 +489,17 @@ func (h *harness) clientGivesUp(i int, c Case) bool {
 		s.fail(fmt.Sprintf("the retry answered %s, want status %s (a replay, or a fresh execution if attempt 1 recorded nothing)", b, c.wantStatus()), hintStatus)
 		return false
 	}
+	runs, why := 2, "attempt 1 recorded nothing, and the retry is a fresh execution"
+	if b.replayed {
+		runs, why = 1, "attempt 1 was recorded, and the retry is a replay of it"
+	}
+	if !s.executed(runs, why) {
+		return false
+	}
 	if !s.invariant(hintOutside) {
 		return false
 	}
-	return s.replays(context.Background(), "attempt 3", b, "attempt 2")
+	return s.replays(context.Background(), "attempt 3", b, "attempt 2", runs)
 }
 
 // giveUpKey carries, in a request's context, the client's cancel that
@@ -468,9 +524,12 @@ func (h *harness) faulted(f fault) func(int, Case) bool {
 			s.fail(fmt.Sprintf("attempt 1 answered %s, want a 5xx (nothing recorded)", a), "")
 			return false
 		}
-		hint := hintOutside
+		hint, runs, why := hintOutside, 1, "attempt 1 ran it once before it failed"
 		if f == faultBeforeHandler {
-			hint = hintBeforeClaim
+			hint, runs, why = hintBeforeClaim, 0, "BEGIN failed, so the key was not claimed and the handler must not run"
+		}
+		if !s.executed(runs, why) {
+			return false
 		}
 		if !s.invariant(hint) {
 			return false
@@ -481,10 +540,14 @@ func (h *harness) faulted(f fault) func(int, Case) bool {
 			s.fail(fmt.Sprintf("the retry answered %s, want a fresh execution with status %s (attempt 1 recorded nothing)", b, c.wantStatus()), hintStatus)
 			return false
 		}
+		runs++
+		if !s.executed(runs, "the retry is a fresh execution, which runs it once") {
+			return false
+		}
 		if !s.invariant(hint) {
 			return false
 		}
-		return s.replays(ctx, "attempt 3", b, "attempt 2")
+		return s.replays(ctx, "attempt 3", b, "attempt 2", runs)
 	}
 }
 
@@ -518,8 +581,11 @@ func (h *harness) mismatch(i int, c Case) bool {
 		s.fail(fmt.Sprintf("attempt 2 answered %s, want 422 (the key was used for another request)", b), "")
 		return false
 	}
+	if !s.executed(1, "attempt 2, another body under the key, is refused and must not run it") {
+		return false
+	}
 	if !s.invariant(hintBeforeClaim) {
 		return false
 	}
-	return s.replays(ctx, "attempt 3 with the original body", a, "attempt 1")
+	return s.replays(ctx, "attempt 3 with the original body", a, "attempt 1", 1)
 }

@@ -1,8 +1,13 @@
 package idemtest_test
 
 import (
+	"bytes"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/idemkit/idem/idemhttp"
@@ -76,4 +81,85 @@ func TestHTTPRejectsIncompleteService(t *testing.T) {
 			rec.MustFailWith(t, "idemtest.HTTP: ")
 		})
 	}
+}
+
+// A route with an idempotency layer of its own (a replay cache in memory,
+// the payment committed in a transaction of its own, outside any key's)
+// answers like idemhttp; the handler never runs behind env.Idempotent, and
+// the first scenario now says so by the run count. (Before, it was caught
+// later and indirectly, by a fault that was never reached.)
+func TestHTTPCatchesIdempotencyOfItsOwn(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b idemtest.Backend) {
+		var p idemtestcase.Payments
+		rec := idemtestcase.NewRecorder(t)
+		idemtest.HTTP(rec, p.Service(b, func(env idemtest.Env) http.Handler {
+			var mu sync.Mutex
+			answers := map[string][]byte{}
+			return idemtestcase.Mux("POST /payments", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				ctx := r.Context()
+				key := r.Header.Get(idemhttp.HeaderKey)
+				mu.Lock()
+				defer mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				if body, ok := answers[key]; ok {
+					w.Header().Set(idemhttp.HeaderReplayed, "true")
+					w.WriteHeader(http.StatusCreated)
+					_, _ = w.Write(body)
+					return
+				}
+				err := func() error { // the bug: a transaction of its own, not the key's
+					tx, err := env.DB.BeginTx(ctx, nil)
+					if err != nil {
+						return err
+					}
+					defer func() { _ = tx.Rollback() }()
+					for _, q := range []string{`INSERT INTO payments (idem_key, amount) VALUES ($1, 1)`, `INSERT INTO mails (idem_key) VALUES ($1)`} {
+						if _, err := tx.ExecContext(ctx, idemtestcase.Q(env.DB.Dialect, q), key); err != nil {
+							return err
+						}
+					}
+					return tx.Commit()
+				}()
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				body := fmt.Appendf(nil, `{"payment":%q,"amount":1}`+"\n", key)
+				answers[key] = body
+				w.WriteHeader(http.StatusCreated)
+				_, _ = w.Write(body)
+			}))
+		}), idemtestcase.PayCase)
+		rec.MustFailWith(t, `scenario "sequential retry"`, "the handler ran 0 time(s) behind env.Idempotent for this key, want 1",
+			"replay cache of the service's own")
+	})
+}
+
+// A shadow middleware in front of env.Idempotent sends every request again,
+// once answered, under a derived key: each request runs the handler twice
+// (two payments for one), under keys the invariant sees as distinct. The
+// run count, kept per request, catches it; before, every scenario passed.
+func TestHTTPCatchesHandlerRunTwicePerRequest(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b idemtest.Backend) {
+		var p idemtestcase.Payments
+		rec := idemtestcase.NewRecorder(t)
+		idemtest.HTTP(rec, p.Service(b, func(env idemtest.Env) http.Handler {
+			pay := env.Idempotent(idemtestcase.Pay(env))
+			return idemtestcase.Mux("POST /payments", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, err := io.ReadAll(r.Body)
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				shadow := r.Clone(r.Context()) // the bug: the shadow copy runs the handler again
+				shadow.Header.Set(idemhttp.HeaderKey, r.Header.Get(idemhttp.HeaderKey)+"-shadow")
+				shadow.Body = io.NopCloser(bytes.NewReader(body))
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				pay.ServeHTTP(w, r)
+				pay.ServeHTTP(httptest.NewRecorder(), shadow)
+			}))
+		}), idemtestcase.PayCase)
+		rec.MustFailWith(t, `scenario "sequential retry"`, "the handler ran 2 time(s) behind env.Idempotent for this key, want 1",
+			"shadow middleware")
+	})
 }
