@@ -15,14 +15,16 @@
 // fresh, migrated SQLite file by default (the test binary links the
 // driver: import _ "modernc.org/sqlite"; PostgreSQL or MySQL/MariaDB with
 // [Backend]), and sends for each case: the request and its retry (a
-// replay), concurrent duplicates (one execution), a lost response and its
-// retry, the request failed at each step of the middleware's transaction
-// (BEGIN, a crash after the handler's writes, the record, COMMIT) and
-// retried, the same key with another body (422), and a client that hangs
-// up as the handler returns and retries. After every step it
-// runs the user's invariant, such as "one payment row per key" or "as many
-// receipts as payments". Faults are injected by a wrapper of the store
-// driver: idemhttp itself is unchanged.
+// replay), concurrent duplicates (one execution), a response lost as the
+// server writes it and the retry (a replay of it, byte for byte), the
+// request failed at each step of the middleware's transaction (BEGIN, a
+// crash after the handler's writes, the record, COMMIT) and retried, the
+// same key with another body (422), and a client that hangs up as the
+// handler returns and retries. After every step it runs the user's
+// invariant, such as "one payment row per key" or "as many receipts as
+// payments", and counts the handler's executions: a replay, a 422 or a
+// failed BEGIN must not run it. Faults are injected by a wrapper of the
+// store driver: idemhttp itself is unchanged.
 //
 // [Inbox] does the same for a consumer handler run through the inbox
 // (duplicates, redelivery after a failed commit or a failure after the

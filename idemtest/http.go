@@ -110,16 +110,18 @@ func (c Case) wantStatus() string {
 // sends: the request and the same key again (expects a replay: same status
 // and body, Idempotent-Replayed: true); Concurrency racing requests with one
 // key (exactly one execution; the others replay or get 409); a request
-// whose answer is lost on its way back, then its retry (a replay); a
-// request failed at each step of the middleware's transaction (BEGIN,
-// a crash after the handler, the record, COMMIT), then its retry (a fresh
-// execution); the same key with another body (422); a client that hangs up
-// as the handler returns, then retries (a replay or a fresh execution,
-// whichever the race left). The invariant runs after each step, and the
-// handler's executions behind env.Idempotent are counted per request key:
-// a replay, a 422 and a failed BEGIN must not run it, a fresh execution
-// runs it once. A failure tells the step, the attempt, the answers, what
-// the invariant saw and what to change.
+// whose answer is lost on its way back (the connection closes as the
+// server writes it, so the client never reads it), then its retry (a
+// replay of that answer, status and body byte for byte); a request failed
+// at each step of the middleware's transaction (BEGIN, a crash after the
+// handler, the record, COMMIT), then its retry (a fresh execution); the
+// same key with another body (422); a client that hangs up as the handler
+// returns, then retries (a replay or a fresh execution, whichever the race
+// left). The invariant runs after each step, and the handler's executions
+// behind env.Idempotent are counted per request key: a replay, a 422 and a
+// failed BEGIN must not run it, a fresh execution runs it once. A failure
+// tells the step, the attempt, the answers, what the invariant saw and
+// what to change.
 func HTTP(t testing.TB, svc Service, cases ...Case) {
 	t.Helper()
 	if svc.Handler == nil || svc.Invariant == nil {
@@ -223,21 +225,23 @@ func (h *harness) executions(key string) int {
 // sent it with.
 type requestKey struct{}
 
-// answer is one response as the client saw it.
+// answer is one response as the server wrote it.
 type answer struct {
 	status   int
 	body     string
 	replayed bool
 	crashed  bool // the process crashed: no answer
-	lost     bool // the client gave up: the answer was never read
+	lost     bool // the client never read the answer
 }
 
 func (a answer) String() string {
 	switch {
 	case a.crashed:
 		return "no answer (process crashed)"
-	case a.lost:
+	case a.lost && a.status == 0:
 		return "no answer read (client gave up)"
+	case a.lost:
+		return "answer written but never read by the client: " + answer{status: a.status, body: a.body, replayed: a.replayed}.String()
 	}
 	s := fmt.Sprint(a.status)
 	if a.replayed {
@@ -253,7 +257,89 @@ func (a answer) String() string {
 }
 
 // send sends c with key (and body instead of c.Body when body is not nil).
-func (h *harness) send(ctx context.Context, c Case, key string, body *string) (a answer) {
+func (h *harness) send(ctx context.Context, c Case, key string, body *string) answer {
+	w := httptest.NewRecorder()
+	if h.serve(w, h.request(ctx, c, key, body)) {
+		return answer{crashed: true}
+	}
+	return answer{status: w.Code, body: w.Body.String(), replayed: w.Header().Get(idemhttp.HeaderReplayed) == "true"}
+}
+
+// sendLost sends c with key on a connection that closes as the server
+// answers: the answer goes nowhere and the client never reads it. It
+// returns the answer the server wrote, marked lost.
+func (h *harness) sendLost(c Case, key string) answer {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &lostWriter{header: http.Header{}, closed: cancel}
+	if h.serve(w, h.request(ctx, c, key, nil)) {
+		return answer{crashed: true}
+	}
+	return answer{status: w.status(), body: w.body.String(), replayed: w.sent.Get(idemhttp.HeaderReplayed) == "true", lost: true}
+}
+
+// lostWriter is the server's end of a connection that the client closed
+// before reading its answer: what the server writes is kept, to compare
+// the retry with, but reaches no one, and the request's context ends
+// (closed) as the server starts to answer, as when net/http sees the
+// connection gone. Writes succeed, as writes into a socket buffer do.
+type lostWriter struct {
+	header http.Header
+	sent   http.Header // header as of WriteHeader
+	code   int
+	body   bytes.Buffer
+	closed context.CancelFunc
+}
+
+// Header implements http.ResponseWriter.
+func (w *lostWriter) Header() http.Header { return w.header }
+
+// WriteHeader implements http.ResponseWriter; 1xx answers are dropped.
+func (w *lostWriter) WriteHeader(code int) {
+	if w.code != 0 || code < 200 {
+		return
+	}
+	w.code, w.sent = code, w.header.Clone()
+	w.closed()
+}
+
+// Write implements http.ResponseWriter.
+func (w *lostWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.body.Write(p)
+}
+
+// Flush implements http.Flusher: nothing reaches the client anyway.
+func (w *lostWriter) Flush() {}
+
+// status is the status the server answered: 200 when it wrote nothing.
+func (w *lostWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// serve runs r through the user's handler into w and reports whether the
+// process crashed (faultAfterHandler).
+func (h *harness) serve(w http.ResponseWriter, r *http.Request) (crashed bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			if _, ok := p.(crash); !ok {
+				panic(p)
+			}
+			crashed = true
+		}
+	}()
+	h.top.ServeHTTP(w, r)
+	return false
+}
+
+// request builds c's request with key (and body instead of c.Body when
+// body is not nil).
+func (h *harness) request(ctx context.Context, c Case, key string, body *string) *http.Request {
 	b := c.Body
 	if body != nil {
 		b = *body
@@ -270,17 +356,7 @@ func (h *harness) send(ctx context.Context, c Case, key string, body *string) (a
 		}
 	}
 	r.Header.Set(idemhttp.HeaderKey, key)
-	w := httptest.NewRecorder()
-	defer func() {
-		if p := recover(); p != nil {
-			if _, ok := p.(crash); !ok {
-				panic(p)
-			}
-			a = answer{crashed: true}
-		}
-	}()
-	h.top.ServeHTTP(w, r)
-	return answer{status: w.Code, body: w.Body.String(), replayed: w.Header().Get(idemhttp.HeaderReplayed) == "true"}
+	return r
 }
 
 // httpStory is the story of one case's scenario on one key.
@@ -321,6 +397,11 @@ const (
 		"write through idemhttp.SQLTx"
 	hintReplay = "a retry with the same key and body must get the stored answer: mount the route behind env.Idempotent, " +
 		"and answer with a status that idemhttp stores (Config.StoreStatus)"
+	hintLost = "the handler's work must be done, on the request transaction, when the middleware answers, whether or not " +
+		"the client reads the answer: an effect done once the answer is written (an after-response hook, code around " +
+		"env.Idempotent that acts only while the client is still connected, or skips replays) is lost with the answer, " +
+		"and the retry, a replay, does not do it. Do it in the handler, on the request transaction (idemhttp.SQLTx): " +
+		"an outbox row for a message or an e-mail"
 	hintNotBehind = "the answers did not come from the handler run behind env.Idempotent: a route mounted without it, " +
 		"or an idempotency layer or replay cache of the service's own, whose writes do not commit with the key's record. " +
 		"Mount the handler behind env.Idempotent and write on the request transaction (idemhttp.SQLTx)"
@@ -445,24 +526,28 @@ func (h *harness) concurrent(i int, c Case) bool {
 func (h *harness) lostResponse(i int, c Case) bool {
 	h.t.Helper()
 	s := h.story(i, c, "lost response")
-	// The answer is lost on its way back: the client never reads it and
-	// retries.
-	a := h.send(context.Background(), c, s.key, nil)
-	a.lost = true
-	s.step("attempt 1: %s", a)
-	if !s.invariant(hintFirst) {
+	// The answer is lost on its way back: the connection closes as the
+	// server writes it, the client never reads it, and retries.
+	a := h.sendLost(c, s.key)
+	s.step("attempt 1, its connection closed as the server answered: %s", a)
+	if a.crashed || a.replayed || !c.statusOK(a.status) {
+		s.fail(fmt.Sprintf("attempt 1 answered %s, want a fresh execution with status %s", a, c.wantStatus()), hintStatus)
+		return false
+	}
+	if !s.invariant(hintLost) {
 		return false
 	}
 	b := h.send(context.Background(), c, s.key, nil)
 	s.step("attempt 2, the client's retry: %s", b)
-	if !b.replayed || !c.statusOK(b.status) {
-		s.fail(fmt.Sprintf("the retry answered %s, want a replay with status %s of the execution the client did not hear", b, c.wantStatus()), hintReplay)
+	if !isReplayOf(b, a) {
+		s.fail(fmt.Sprintf("the retry answered %s, want a replay of the answer the client did not read (status %d and the same body, "+
+			"byte for byte, %s: true)", b, a.status, idemhttp.HeaderReplayed), hintReplay)
 		return false
 	}
-	if !s.executed(1, "attempt 1 executed it, and the retry is a replay") {
+	if !s.executed(1, "attempt 1 executed it, and the retry is a replay of its answer") {
 		return false
 	}
-	return s.invariant(hintOutside)
+	return s.invariant(hintBeforeClaim)
 }
 
 // clientGivesUp: the client's context ends as the handler returns (its

@@ -83,6 +83,62 @@ func TestHTTPRejectsIncompleteService(t *testing.T) {
 	}
 }
 
+// statusWriter records the status written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// An after-response hook sends the receipt once the client has its answer
+// (still connected, a fresh 2xx), not for a replay: when the answer is
+// lost, the payment is recorded, and the retry, a replay, sends nothing.
+// The lost-response scenario now drops attempt 1's answer, so it catches
+// this every time; before, it read the answer like any other and passed,
+// and only the client-gives-up scenario could see it, when its race let
+// the middleware commit.
+func TestHTTPCatchesEffectAfterTheAnswer(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b idemtest.Backend) {
+		var p idemtestcase.Payments
+		rec := idemtestcase.NewRecorder(t)
+		idemtest.HTTP(rec, p.Service(b, func(env idemtest.Env) http.Handler {
+			pay := env.Idempotent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				ctx := r.Context()
+				tx, _ := idemhttp.SQLTx(ctx)
+				key := idemhttp.Key(ctx)
+				if _, err := tx.ExecContext(ctx, idemtestcase.Q(env.DB.Dialect, `INSERT INTO payments (idem_key, amount) VALUES ($1, 1)`), key); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				idemtestcase.Created(w, key, 1)
+			}))
+			return idemtestcase.Mux("POST /payments", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				sw := &statusWriter{ResponseWriter: w}
+				pay.ServeHTTP(sw, r)
+				// the bug: the receipt depends on the client reading the answer
+				if sw.status/100 == 2 && w.Header().Get(idemhttp.HeaderReplayed) == "" && r.Context().Err() == nil {
+					p.Mailer.Add(1)
+				}
+			}))
+		}), idemtestcase.PayCase)
+		rec.MustFailWith(t, `scenario "lost response"`, "answer written but never read by the client: 201",
+			"receipt e-mails sent for", "after-response hook")
+	})
+}
+
 // A route with an idempotency layer of its own (a replay cache in memory,
 // the payment committed in a transaction of its own, outside any key's)
 // answers like idemhttp; the handler never runs behind env.Idempotent, and
