@@ -83,10 +83,11 @@ func (s *Store[TTx]) audited(ctx context.Context, action string, id int64, by, r
 	return audit.Run(ctx, s.d, s.now, by, action, fmt.Sprintf("letter %d", id), reason, details, act)
 }
 
-// redriveDetails is the audit entry's details of a redrive of l.
-func redriveDetails(l Letter, opt RedriveOptions) string {
+// redriveDetails is the audit entry's details of a redrive of l; forced
+// when RedriveOptions.Force overrode a refusal of the horizon check.
+func redriveDetails(l Letter, forced bool) string {
 	d := fmt.Sprintf("consumer=%q message=%q", l.Consumer, l.MessageID)
-	if opt.Force {
+	if forced {
 		d += " forced past the replay horizon check"
 	}
 	return d

@@ -367,25 +367,27 @@ func (s *Store[TTx]) RedriveWith(ctx context.Context, id int64, by string, pub b
 	var l Letter
 	err := s.audited(ctx, auditRedrive, id, by, opt.Reason, "", func() (string, error) {
 		var err error
-		if l, err = s.redrive(ctx, id, by, pub, opt); err != nil {
+		var forced bool
+		if l, forced, err = s.redrive(ctx, id, by, pub, opt); err != nil {
 			return "", err
 		}
-		return redriveDetails(l, opt), nil
+		return redriveDetails(l, forced), nil
 	})
 	return l, err
 }
 
-// redrive is RedriveWith without the audit log.
-func (s *Store[TTx]) redrive(ctx context.Context, id int64, by string, pub broker.Publisher, opt RedriveOptions) (Letter, error) {
+// redrive is RedriveWith without the audit log. forced reports whether
+// opt.Force overrode a refusal of the replay-horizon check.
+func (s *Store[TTx]) redrive(ctx context.Context, id int64, by string, pub broker.Publisher, opt RedriveOptions) (l Letter, forced bool, err error) {
 	if opt.Force && strings.TrimSpace(opt.Reason) == "" {
-		return Letter{}, checks.Optionf("dlq: a forced redrive needs a reason")
+		return Letter{}, false, checks.Optionf("dlq: a forced redrive needs a reason")
 	}
 	if pub == nil {
-		return Letter{}, checks.Optionf("dlq: redrive needs a publisher")
+		return Letter{}, false, checks.Optionf("dlq: redrive needs a publisher")
 	}
-	var l Letter
-	err := store.InTx(ctx, s.d, func(tx TTx) error {
+	err = store.InTx(ctx, s.d, func(tx TTx) error {
 		var err error
+		forced = false // a retried transaction decides again
 		reason := ""
 		if opt.Force {
 			reason = storable(opt.Reason)
@@ -401,6 +403,7 @@ func (s *Store[TTx]) redrive(ctx context.Context, id int64, by string, pub broke
 			if !opt.Force || !errors.Is(err, ErrRedriveRefused) {
 				return err
 			}
+			forced = true
 			s.log.WarnContext(ctx, "dead letter redriven past its replay horizon", slog.Int64("letter", id),
 				slog.String("by", by), slog.String("reason", opt.Reason), slog.String("refusal", err.Error()))
 		}
@@ -421,11 +424,11 @@ func (s *Store[TTx]) redrive(ctx context.Context, id int64, by string, pub broke
 		return nil
 	})
 	if err != nil {
-		return Letter{}, err
+		return Letter{}, false, err
 	}
 	s.log.InfoContext(ctx, "dead letter redriven", slog.Int64("letter", id), slog.String("by", by),
 		slog.String("consumer", l.Consumer), slog.String("message_id", l.MessageID))
-	return l, nil
+	return l, forced, nil
 }
 
 // redriveMessage is the letter's message marked as a deliberate republish.

@@ -241,3 +241,43 @@ func testRetentionWidening[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatalf("after narrowing to 2 days, a 3-day-old letter: %v; want refused against 2 days", err)
 	}
 }
+
+// TestForcedRedriveAuditSaysWhetherItWasForced: the audit entry of a
+// redrive with Force says "forced past the replay horizon" only when the
+// horizon check refused the letter (a bulk --all --force redrives young
+// letters too).
+func TestForcedRedriveAuditSaysWhetherItWasForced(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
+		ctx := context.Background()
+		clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		s, err := dlq.New(e.D, dlq.Config{Now: clock.Now, InboxRetention: func(string) time.Duration { return time.Hour }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		park := func(id string) int64 {
+			l, err := s.Park(ctx, dlq.FromMessage("billing", idem.Message{ID: id, Subject: "orders", Payload: []byte(`{}`)}, errors.New("bad")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		old := park("old")
+		clock.Advance(2 * time.Hour)
+		young := park("young")
+		opt := dlq.RedriveOptions{Force: true, Reason: "bulk redrive after the fix"}
+		pub := &recPublisher{}
+		for _, id := range []int64{old, young} {
+			if _, err := s.RedriveWith(ctx, id, "alice", pub, opt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		forced := func(message string) int {
+			return testdb.Count(t, e.D, `SELECT count(*) FROM `+e.D.Table("audit_log")+` WHERE action = 'dlq.redrive' AND outcome = 'ok'
+AND details LIKE '%message="`+message+`"%forced past the replay horizon%'`)
+		}
+		if forced("old") != 1 || forced("young") != 0 {
+			t.Fatalf("audit: old forced %d, young forced %d; want 1 and 0", forced("old"), forced("young"))
+		}
+	})
+}
