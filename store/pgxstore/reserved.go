@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -124,15 +126,21 @@ func (d *driver) BeginReserved(ctx context.Context, stmts []store.Stmt) (pgx.Tx,
 // connection is closed instead, which ends the transaction and every
 // session state on the server. The errors wrap pgx.ErrTxCommitRollback
 // or pgx.ErrTxClosed where pgx has one; database errors are translated.
+//
+// Once EndReserved has been called, the transaction, its savepoints and
+// its large objects report pgx.ErrTxClosed: none of them reaches the
+// connection, which may be running another transaction by then. (Large
+// objects are pgx's own, bound to pgx's transaction: when they were taken,
+// that transaction is ended by pgx's Commit or Rollback, a round trip of
+// its own.)
 func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before, after []store.Stmt) error {
 	t, ok := tx.(*reservedTx)
 	if !ok || t.d != d {
 		return fmt.Errorf("pgxstore: EndReserved of a transaction BeginReserved did not start: %w", pgx.ErrTxClosed)
 	}
-	if t.gone {
+	if !t.gone.CompareAndSwap(false, true) {
 		return fmt.Errorf("pgxstore: EndReserved called twice: %w", pgx.ErrTxClosed)
 	}
-	t.gone = true
 	conn := t.c.Conn()
 	discard := func(err error) error {
 		_ = conn.Close(context.WithoutCancel(ctx))
@@ -160,6 +168,29 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 	case commit && open && conn.PgConn().TxStatus() != 'T':
 		return discard(fmt.Errorf("pgxstore: the transaction was aborted by an earlier failed statement, rolled back: %w", pgx.ErrTxCommitRollback))
 	}
+	if t.lo && open {
+		// pgx's LargeObjects reach pgx's transaction itself, which
+		// knows it is over only when its own Commit or Rollback ends
+		// it: end it that way (a round trip more, for before, on this
+		// rare path), so that large objects kept past EndReserved
+		// report pgx.ErrTxClosed instead of running in whatever
+		// transaction the pooled connection is in next.
+		var err error
+		if commit {
+			if len(before) > 0 {
+				_, err = d.sendList(ctx, conn, before, -1)
+			}
+			if err == nil {
+				err = t.tx.Commit(ctx)
+			}
+		} else if err = t.tx.Rollback(ctx); errors.Is(err, pgx.ErrTxClosed) {
+			err = nil // BEGIN never ran: nothing to roll back
+		}
+		if err != nil {
+			return discard(translate(err))
+		}
+		open, before = false, nil
+	}
 	// The whole list, in the order it is sent: [BEGIN,] before, COMMIT |
 	// ROLLBACK, after.
 	var room [maxPreparedList]store.Stmt
@@ -181,21 +212,7 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 		t.c.Release()
 		return nil
 	}
-	if err := d.prepareStmts(ctx, conn, list); err != nil {
-		return discard(translate(err))
-	}
-	sent, tag, err := d.sendPrepared(ctx, conn, list, commitAt, nil)
-	if !sent && err == nil {
-		b := &pgx.Batch{}
-		for i := range list {
-			if i == commitAt {
-				b.Queue(commitSQL).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-				continue
-			}
-			queueStmts(b, list[i:i+1], nil)
-		}
-		err = conn.SendBatch(ctx, b).Close()
-	}
+	tag, err := d.sendList(ctx, conn, list, commitAt)
 	if err == nil && committing && tag.String() != "COMMIT" {
 		err = fmt.Errorf("pgxstore: COMMIT answered %q: %w", tag.String(), pgx.ErrTxCommitRollback)
 	}
@@ -209,18 +226,49 @@ func (d *driver) EndReserved(ctx context.Context, tx pgx.Tx, commit bool, before
 	return nil
 }
 
+// sendList prepares list on conn and runs it in one round trip, a pgconn
+// batch of prepared statements or a pgx.Batch, and returns the command tag
+// of list[commitAt] (commitAt < 0: none), which must be commitSQL.
+func (d *driver) sendList(ctx context.Context, conn *pgx.Conn, list []store.Stmt, commitAt int) (pgconn.CommandTag, error) {
+	if err := d.prepareStmts(ctx, conn, list); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	sent, tag, err := d.sendPrepared(ctx, conn, list, commitAt, nil)
+	if !sent && err == nil {
+		b := &pgx.Batch{}
+		for i := range list {
+			if i == commitAt {
+				b.Queue(commitSQL).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+				continue
+			}
+			queueStmts(b, list[i:i+1], nil)
+		}
+		err = conn.SendBatch(ctx, b).Close()
+	}
+	return tag, err
+}
+
 // reservedTx is the transaction of BeginReserved on its reserved
 // connection: nothing is sent until its first statement, which carries
 // BEGIN with it. pgx's own transaction (from pgx.Batch.BeginTx, or adopted
 // by adoptTx after execFirst or queryFirst) runs every statement after
-// that. Like any pgx.Tx it is not for concurrent use.
+// that. pgx's transaction does not know when EndReserved ends it, so it is
+// handed out only inside its LargeObjects (which make EndReserved end it
+// through pgx): savepoints are reservedSavepoints, checked against gone,
+// so that nothing of the transaction keeps working on the connection after
+// EndReserved returned it to the pool. Like any pgx.Tx it is not for
+// concurrent use.
 type reservedTx struct {
 	d     *driver
 	c     *pgxpool.Conn
 	tx    pgx.Tx // nil until begun, or until needed after a first statement
 	begun bool   // execFirst or queryFirst sent BEGIN; tx is adopted when needed
 	ended bool   // ended by its own Commit or Rollback
-	gone  bool   // EndReserved ran: the connection is no longer ours
+	// gone: EndReserved ran, the connection is no longer ours. Atomic,
+	// for a savepoint a goroutine kept past EndReserved.
+	gone atomic.Bool
+	lo   bool  // LargeObjects handed out: they reach tx directly, so EndReserved ends it through pgx
+	sp   int64 // savepoints begun, for their names
 	// stale: the handler's statement prepared by execFirst or queryFirst
 	// no longer matches the schema; EndReserved closes the connection so
 	// that the next one prepares it afresh.
@@ -247,7 +295,7 @@ func lazyArgs(args []any) bool {
 // has yet.
 func (t *reservedTx) live(ctx context.Context) (pgx.Tx, error) {
 	switch {
-	case t.gone:
+	case t.gone.Load():
 		return closedTx, nil
 	case t.tx != nil:
 		return t.tx, nil
@@ -273,7 +321,7 @@ func (t *reservedTx) live(ctx context.Context) (pgx.Tx, error) {
 // first reports whether the next statement, with args, begins the
 // transaction in its own batch.
 func (t *reservedTx) first(args []any) bool {
-	return t.tx == nil && !t.begun && !t.ended && !t.gone && lazyArgs(args)
+	return !t.gone.Load() && t.tx == nil && !t.begun && !t.ended && lazyArgs(args)
 }
 
 // execFirst runs sql with BEGIN in one round trip through sendPrepared
@@ -533,7 +581,7 @@ func (t *reservedTx) Commit(ctx context.Context) error { return t.end(ctx, true)
 func (t *reservedTx) Rollback(ctx context.Context) error { return t.end(ctx, false) }
 
 func (t *reservedTx) end(ctx context.Context, commit bool) error {
-	if t.gone || t.ended {
+	if t.gone.Load() || t.ended {
 		return pgx.ErrTxClosed
 	}
 	if t.tx == nil && t.begun {
@@ -549,14 +597,22 @@ func (t *reservedTx) end(ctx context.Context, commit bool) error {
 	return t.tx.Rollback(ctx)
 }
 
-// Begin starts a pseudo nested transaction (a savepoint), beginning the
-// transaction first if needed.
+// Begin starts a pseudo nested transaction on a savepoint, as pgx does,
+// beginning the transaction first if needed. Unlike pgx's, the savepoint
+// runs its statements through t, so it reports pgx.ErrTxClosed once
+// EndReserved has returned the connection to the pool.
 func (t *reservedTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	tx, err := t.live(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return tx.Begin(ctx)
+	t.sp++
+	n := t.sp
+	// The name is made of idem's own counter, never of a value.
+	if _, err := tx.Exec(ctx, "savepoint sp_"+strconv.FormatInt(n, 10)); err != nil {
+		return nil, err
+	}
+	return &reservedSavepoint{Tx: t, root: t, n: n}, nil
 }
 
 func (t *reservedTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
@@ -576,12 +632,16 @@ func (t *reservedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResul
 }
 
 // LargeObjects begins the transaction (without a context: it has none)
-// and returns pgx's LargeObjects of it.
+// and returns pgx's LargeObjects of it. pgx offers no way to build them on
+// another Tx, so they use pgx's transaction directly; taking them makes
+// EndReserved end that transaction through pgx's own Commit or Rollback,
+// so that they stop working with it.
 func (t *reservedTx) LargeObjects() pgx.LargeObjects {
 	tx, err := t.live(context.Background())
-	if err != nil {
+	if err != nil || tx == closedTx {
 		return closedTx.LargeObjects()
 	}
+	t.lo = true
 	return tx.LargeObjects()
 }
 
@@ -599,6 +659,41 @@ func (t *reservedTx) Conn() *pgx.Conn {
 	_, _ = t.live(context.Background())
 	return t.c.Conn()
 }
+
+// reservedSavepoint is a pseudo nested transaction of a reservedTx, with
+// pgx's semantics: Commit releases the savepoint, Rollback rolls back to
+// it, and either ends it; everything else runs on the reserved transaction
+// (the embedded Tx) while both are open, and reports pgx.ErrTxClosed after,
+// also once EndReserved has ended the reserved transaction.
+type reservedSavepoint struct {
+	pgx.Tx // the outer reservedTx, closedTx once the savepoint has ended
+	root   *reservedTx
+	n      int64
+}
+
+var _ pgx.Tx = (*reservedSavepoint)(nil)
+
+// Commit releases the savepoint.
+func (s *reservedSavepoint) Commit(ctx context.Context) error {
+	return s.end(ctx, "release savepoint sp_")
+}
+
+// Rollback rolls back to the savepoint.
+func (s *reservedSavepoint) Rollback(ctx context.Context) error {
+	return s.end(ctx, "rollback to savepoint sp_")
+}
+
+func (s *reservedSavepoint) end(ctx context.Context, stmt string) error {
+	if s.Tx == closedTx {
+		return pgx.ErrTxClosed
+	}
+	s.Tx = closedTx
+	_, err := s.root.Exec(ctx, stmt+strconv.FormatInt(s.n, 10))
+	return err
+}
+
+// Conn returns the connection, also after the end (as pgx does).
+func (s *reservedSavepoint) Conn() *pgx.Conn { return s.root.c.Conn() }
 
 // firstRows are the rows of a statement sent with BEGIN: the batch is
 // closed (its Sync read) once the rows are: a pgx.Batch's results
