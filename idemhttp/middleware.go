@@ -106,9 +106,12 @@
 // record. The lock only serialises: the record's INSERT has no ON
 // CONFLICT, so the primary key still decides against any writer that
 // does not take the lock (the request is then answered from that writer's
-// record and the handler's work rolls back). Other drivers take the
-// ordinary path below: the replay read, BEGIN, the claim INSERT, the
-// handler, the completion UPDATE, COMMIT.
+// record and the handler's work rolls back). A record past its retention
+// goes from there to the ordinary path, which on pgx holds the same lock
+// for its transaction (BEGIN and the lock in one round trip), so that the
+// two paths never run one key at once. Other drivers take the ordinary
+// path below: the replay read, BEGIN, the claim INSERT, the handler, the
+// completion UPDATE, COMMIT.
 //
 // Records live in the idempotency_keys table for Config.Retention (24 h by
 // default, per operation with Config.OperationRetention), counted from the
@@ -683,14 +686,29 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 	if m.q.InsertLocked != "" {
 		cs = claimStmts{m.q.InsertLocked, m.q.TakeOverLocked, []any{m.lockTO}}
 	}
-	// Fast path (pgx): BEGIN and the key INSERT in one round trip. A key
-	// that exists already surfaces as a unique violation there, and the
-	// ordinary path below decides what it means.
-	tx, token, began, err := m.beginInsert(txCtx, req, cs.extra)
+	var (
+		tx            TTx
+		token         int64
+		began, locked bool
+		err           error
+	)
+	if m.reserved() {
+		// The reserved path decides this key under its lock: take it
+		// too, with BEGIN, before the claim (beginLocked). A duplicate
+		// holding it makes this wait, at most LockTimeout (then 409),
+		// and the claim below then finds its record.
+		tx, locked, err = m.beginLocked(txCtx, req)
+	}
+	if !locked && err == nil {
+		// Fast path (pgx): BEGIN and the key INSERT in one round trip.
+		// A key that exists already surfaces as a unique violation
+		// there, and the ordinary path below decides what it means.
+		tx, token, began, err = m.beginInsert(txCtx, req, cs.extra)
+	}
 	if err != nil {
 		return errOutcome(err), nil, err
 	}
-	if !began {
+	if !began && !locked {
 		if tx, err = m.d.Begin(txCtx); err != nil {
 			return errOutcome(err), nil, err
 		}

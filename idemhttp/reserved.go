@@ -38,10 +38,50 @@ import (
 // lock. Records this path does not decide (expired ones, abandoned
 // two-phase leases) go to the ordinary path, where claim takes them over
 // fenced by their token.
+//
+// The ordinary path must take the key's lock too while this path is in
+// use (beginLocked): its claim is an INSERT or a takeover that stays
+// uncommitted while its handler runs, which LockKey's read cannot see. A
+// record read as expired here may be gone (idem gc, Forget) by the time
+// the ordinary path inserts, and a duplicate whose LockKey then found no
+// record would take the free lock and run the handler a second time. With
+// the ordinary path holding the lock for its transaction, that duplicate
+// waits for its commit and replays, as it would behind this path; and a
+// request that reaches the ordinary path while this one holds the key
+// waits for its record instead of inserting its own.
 
 // reserved reports whether the pipelined transactional path applies.
 func (m *Middleware[TTx]) reserved() bool {
 	return m.cfg.Mode == Transactional && m.q.LockKey != "" && m.d.SupportsPipeline()
+}
+
+// lockXactSQL takes the advisory lock $1 (lockKey) for the rest of the
+// transaction, the one LockKey takes for the session: the two exclude each
+// other. The wait, only when another session holds the lock, is bounded by
+// $2 (lock_timeout, Config.LockTimeout: 55P03, store.ErrLockTimeout, when
+// it runs out); the transaction's own lock_timeout is back once the lock is
+// granted, for the statements after it. The CTEs run in order: lk reads
+// lt (the timeout set), and the restore reads lk (the lock granted).
+const lockXactSQL = `WITH lt AS (
+  SELECT current_setting('lock_timeout') AS prev, set_config('lock_timeout', $2::text, true) AS cur
+), lk AS (
+  SELECT pg_advisory_xact_lock($1::bigint) AS granted FROM lt
+)
+SELECT set_config('lock_timeout', lt.prev, true) FROM lt, lk`
+
+// beginLocked begins the ordinary path's transaction with the key's lock
+// (lockXactSQL) while the reserved path is in use, BEGIN and the lock in
+// one round trip (store.Driver.BeginInsert runs any one statement after
+// BEGIN; this one inserts nothing). locked=false (nil error) means the
+// driver declined: it does so where it declines BeginReserved too (pgx's
+// simple protocol), so the reserved path holds no lock to exclude there.
+// The lock is released by the transaction's COMMIT or ROLLBACK.
+func (m *Middleware[TTx]) beginLocked(ctx context.Context, req *request) (tx TTx, locked bool, err error) {
+	tx, ran, ok, err := m.d.BeginInsert(ctx, lockXactSQL, lockKey(req.scope), m.lockTO)
+	if err != nil || !ok || !ran {
+		return tx, false, err
+	}
+	return tx, true, nil
 }
 
 // lockKey is the advisory lock of a scope: FNV-1a (64 bits) of the tenant,
