@@ -184,6 +184,11 @@ func TestOrdinaryPathKeyLockTimesOutPgx(t *testing.T) {
 		m.Handler(h).ServeHTTP(wb, newReq())
 	}()
 	<-started
+	// As serve does: the reserved path, which asks the pool's isolation
+	// first, and then the ordinary one.
+	if !short.readCommitted(context.Background()) {
+		t.Fatal("the pool's sessions are read committed, the middleware says not")
+	}
 	ra, reqA := prepareRequest(short, newReq(), key)
 	out, _, err := short.attemptTx(httptest.NewRecorder(), ra, h, reqA)
 	close(release)

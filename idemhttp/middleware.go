@@ -109,9 +109,14 @@
 // record and the handler's work rolls back). A record past its retention
 // goes from there to the ordinary path, which on pgx holds the same lock
 // for its transaction (BEGIN and the lock in one round trip), so that the
-// two paths never run one key at once. Other drivers take the ordinary
-// path below: the replay read, BEGIN, the claim INSERT, the handler, the
-// completion UPDATE, COMMIT.
+// two paths never run one key at once. The pipelined path needs sessions
+// whose transactions default to READ COMMITTED (PostgreSQL's default): the
+// duplicate's read after its wait must see what the first request
+// committed. Under another default_transaction_isolation (for the role,
+// the database or the pool's connections), asked once per Middleware by
+// its first request and logged at Warn, requests take the ordinary path.
+// Other drivers take the ordinary path below: the replay read, BEGIN, the
+// claim INSERT, the handler, the completion UPDATE, COMMIT.
 //
 // Records live in the idempotency_keys table for Config.Retention (24 h by
 // default, per operation with Config.OperationRetention), counted from the
@@ -146,6 +151,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -171,6 +177,10 @@ type Middleware[TTx any] struct {
 	log    *slog.Logger
 	tr     trace.Tracer
 	lockTO string // lockTimeout(cfg.LockTimeout), rendered once
+	// iso is what the reserved path knows of the isolation level the
+	// pool's sessions begin transactions with (readCommitted): isoUnknown
+	// until the first request on that path asked.
+	iso atomic.Int32
 	// replayNames is cfg.ReplayHeaders sorted, without duplicates.
 	replayNames []string
 	// maxTenant, maxOperation and maxKey are the longest scope the store
@@ -692,7 +702,7 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 		began, locked bool
 		err           error
 	)
-	if m.reserved() {
+	if m.reservedInUse() {
 		// The reserved path decides this key under its lock: take it
 		// too, with BEGIN, before the claim (beginLocked). A duplicate
 		// holding it makes this wait, at most LockTimeout (then 409),

@@ -28,7 +28,9 @@ import (
 // The lock serialises executions of one key: a concurrent duplicate waits
 // in its step 1 (at most Config.LockTimeout, then 409) and its read, a
 // query whose snapshot is taken after the lock is granted, sees the
-// committed record and replays it. The lock is not what decides: the primary key
+// committed record and replays it. That holds under READ COMMITTED only
+// (a new snapshot per query), so the path is used only where the pool's
+// sessions begin transactions so (readCommitted). The lock is not what decides: the primary key
 // is. InsertCompleted has no ON CONFLICT, so a record written meanwhile by
 // a writer that does not take the lock (a two-phase middleware on the same
 // keys, an older version of idem, an operator) makes it fail with a unique
@@ -53,6 +55,60 @@ import (
 // reserved reports whether the pipelined transactional path applies.
 func (m *Middleware[TTx]) reserved() bool {
 	return m.cfg.Mode == Transactional && m.q.LockKey != "" && m.d.SupportsPipeline()
+}
+
+// What Middleware.iso knows of the pool's default transaction isolation.
+const (
+	isoUnknown       int32 = iota // not asked yet, or the question failed
+	isoReadCommitted              // read committed: the reserved path is used
+	isoOther                      // repeatable read or serializable: it is not
+)
+
+// defaultIsolationSQL reads the isolation level the session begins its
+// transactions with (and its implicit ones: LockKey's).
+const defaultIsolationSQL = `SELECT current_setting('default_transaction_isolation')`
+
+// reservedInUse reports whether requests take the reserved path: it
+// applies, and readCommitted said yes.
+func (m *Middleware[TTx]) reservedInUse() bool {
+	return m.reserved() && m.iso.Load() == isoReadCommitted
+}
+
+// readCommitted reports whether the pool's sessions begin transactions
+// READ COMMITTED (or READ UNCOMMITTED, which PostgreSQL runs as READ
+// COMMITTED), which LockKey relies on: after waiting for the key's lock it
+// reads the record again in a query of its own, and only under READ
+// COMMITTED does that query take a new snapshot and see the record the
+// previous holder committed. Under REPEATABLE READ or SERIALIZABLE (a
+// default_transaction_isolation set for the role, the database or the
+// pool's connections) it would read the snapshot of the statement's start,
+// find no record, and run the handler a second time; the ordinary path,
+// whose claim waits on the primary key, is used instead.
+//
+// The pool is asked once, on one of its connections, by the first request
+// that would take the reserved path (a round trip for that request alone);
+// when the question fails, that request takes the ordinary path and the
+// next one asks again.
+func (m *Middleware[TTx]) readCommitted(ctx context.Context) bool {
+	switch m.iso.Load() {
+	case isoReadCommitted:
+		return true
+	case isoOther:
+		return false
+	}
+	var level string
+	if err := m.d.Pool().QueryRow(ctx, defaultIsolationSQL).Scan(&level); err != nil {
+		return false
+	}
+	if level == "read committed" || level == "read uncommitted" {
+		m.iso.Store(isoReadCommitted)
+		return true
+	}
+	if m.iso.CompareAndSwap(isoUnknown, isoOther) {
+		m.log.WarnContext(ctx, "the pool's transactions are not read committed: idempotent requests take the ordinary transactional path, not the pipelined one",
+			"default_transaction_isolation", level)
+	}
+	return false
 }
 
 // lockXactSQL takes the advisory lock $1 (lockKey) for the rest of the
@@ -102,10 +158,13 @@ func lockKey(s scope) int64 {
 }
 
 // attemptReserved is one attempt on the pipelined transactional path.
-// outExecute means it did not decide (no such ability, or a record the
-// ordinary path must take over).
+// outExecute means it did not decide (no such ability, sessions that are
+// not read committed, or a record the ordinary path must take over).
 func (m *Middleware[TTx]) attemptReserved(w http.ResponseWriter, r *http.Request, h http.Handler, req *request) (outcome, *Record, error) {
 	ctx := r.Context()
+	if !m.readCommitted(ctx) {
+		return outExecute, nil, nil
+	}
 	bg := context.WithoutCancel(ctx)
 	lk := lockKey(req.scope)
 	var rec *Record
