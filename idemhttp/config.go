@@ -125,6 +125,24 @@ type Config struct {
 	// database's busy timeout instead.
 	LockTimeout time.Duration
 
+	// NoSessionLock turns off the pipelined path of the pgx driver, which
+	// holds a session-level advisory lock on the key across the handler's
+	// transaction (see the package documentation): requests take the
+	// ordinary transactional path instead, whose claim waits on the
+	// primary key (a new key costs one round trip more; a replay is one
+	// round trip either way). Set it when the pool reaches PostgreSQL through a
+	// transaction-pooling proxy (PgBouncer pool_mode=transaction, AWS RDS
+	// Proxy, Supavisor in transaction mode, …): such a proxy may run the
+	// lock, the handler's transaction and the unlock on different server
+	// connections, so the lock would neither exclude a concurrent
+	// duplicate nor be released, and the key would answer 409 until that
+	// server connection closed. Set it on every instance that shares the
+	// database. Direct connections and session pooling need nothing; nor
+	// does a pool in pgx's simple protocol
+	// (pgx.QueryExecModeSimpleProtocol), where the pipelined path is off
+	// already. Defaults to false.
+	NoSessionLock bool
+
 	// Lease is how long a two-phase in_progress record belongs to its owner.
 	// The handler's context is cancelled when the lease ends; after it, a
 	// retry recovers the record by ExpiredPolicy. Set it above the

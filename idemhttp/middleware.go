@@ -115,8 +115,13 @@
 // committed. Under another default_transaction_isolation (for the role,
 // the database or the pool's connections), asked once per Middleware by
 // its first request and logged at Warn, requests take the ordinary path.
-// Other drivers take the ordinary path below: the replay read, BEGIN, the
-// claim INSERT, the handler, the completion UPDATE, COMMIT.
+// The session lock also assumes that the pgx connection is one server
+// session from the lock to the unlock: behind a transaction-pooling proxy
+// (PgBouncer pool_mode=transaction, AWS RDS Proxy, …) it is not, and
+// Config.NoSessionLock must be set, on every instance, to take the
+// ordinary path. Other drivers take the ordinary path below: the replay
+// read, BEGIN, the claim INSERT, the handler, the completion UPDATE,
+// COMMIT.
 //
 // Records live in the idempotency_keys table for Config.Retention (24 h by
 // default, per operation with Config.OperationRetention), counted from the

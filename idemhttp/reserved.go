@@ -52,9 +52,11 @@ import (
 // request that reaches the ordinary path while this one holds the key
 // waits for its record instead of inserting its own.
 
-// reserved reports whether the pipelined transactional path applies.
+// reserved reports whether the pipelined transactional path applies: not
+// with Config.NoSessionLock, whose session lock a transaction-pooling
+// proxy would not keep on one server connection.
 func (m *Middleware[TTx]) reserved() bool {
-	return m.cfg.Mode == Transactional && m.q.LockKey != "" && m.d.SupportsPipeline()
+	return m.cfg.Mode == Transactional && !m.cfg.NoSessionLock && m.q.LockKey != "" && m.d.SupportsPipeline()
 }
 
 // What Middleware.iso knows of the pool's default transaction isolation.
