@@ -64,8 +64,9 @@ func handOut(t *testing.T, s *Subscriber, st *settler, tag uint64) *delivery {
 	t.Helper()
 	st.track(tag)
 	id := fmt.Sprintf("m-%d", tag)
-	s.attempt(id, false, -1, time.Now())
-	d := &delivery{s: s, st: st, tag: tag, msg: idem.Message{ID: id}}
+	key := countKey(id, "", nil)
+	s.attempt(key, false, -1, time.Now())
+	d := &delivery{s: s, st: st, tag: tag, msg: idem.Message{ID: id}, count: key}
 	d.timer = time.AfterFunc(time.Hour, d.expire)
 	t.Cleanup(func() { d.timer.Stop() })
 	return d

@@ -3,6 +3,8 @@ package idemamqp
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,8 +44,9 @@ type SubscriberConfig struct {
 // Attempt is x-delivery-count + 1 on quorum queues; on classic queues it
 // is counted by this subscriber (per message id) and is at least 2 for a
 // message the broker flags as redelivered. A message without a message id
-// is not counted: its Attempt is what the broker tells (1, 2 if
-// redelivered, x-delivery-count + 1).
+// is counted by its content (routing key and body): copies with the same
+// content share a count, as a consumer deriving its identity from the
+// payload (consumer.Config.MessageID) sees them as one message.
 type Subscriber struct {
 	cfg SubscriberConfig
 	log *slog.Logger
@@ -226,9 +229,10 @@ func (s *Subscriber) newDelivery(st *settler, d amqp.Delivery) *delivery {
 			m.Headers[k] = fmt.Sprint(v)
 		}
 	}
-	m.Attempt = s.attempt(m.ID, d.Redelivered, xdc, time.Now())
+	count := countKey(m.ID, d.RoutingKey, d.Body)
+	m.Attempt = s.attempt(count, d.Redelivered, xdc, time.Now())
 	st.track(d.DeliveryTag)
-	dl := &delivery{s: s, st: st, tag: d.DeliveryTag, msg: m, exchange: d.Exchange}
+	dl := &delivery{s: s, st: st, tag: d.DeliveryTag, msg: m, exchange: d.Exchange, count: count}
 	dl.mu.Lock() // the timer's settle must see dl.timer
 	dl.timer = time.AfterFunc(s.cfg.AckWait, dl.expire)
 	dl.mu.Unlock()
@@ -254,6 +258,7 @@ type delivery struct {
 	tag      uint64
 	msg      idem.Message
 	exchange string
+	count    string // the key of its attempt count (countKey)
 	timer    *time.Timer
 
 	mu      sync.Mutex
@@ -342,19 +347,27 @@ const (
 	forgetAttemptsAfter = time.Hour
 )
 
-// attempt counts a delivery of message id at now and returns its attempt:
-// one more than this subscriber counted, at least 2 when the broker flags
-// it redelivered, and at least x-delivery-count + 1 (xdc, -1 if absent).
-// Messages without an id are not counted (they would share one count, and
-// any Ack of one would reset it): their attempt is the broker's alone.
-func (s *Subscriber) attempt(id string, redelivered bool, xdc int, now time.Time) int {
-	if id == "" {
-		n := 1
-		if redelivered {
-			n = 2
-		}
-		return max(n, xdc+1)
+// countKey is the key of a message's attempt count: its id, or, for a
+// message without one, a digest of its routing key and body (one count for
+// every message without an id would let a batch of them count each
+// other's deliveries, and any Ack of one reset the count of a poisonous
+// one). The prefix keeps the two kinds apart.
+func countKey(id, routingKey string, body []byte) string {
+	if id != "" {
+		return "id:" + id
 	}
+	h := sha256.New()
+	h.Write([]byte(routingKey))
+	h.Write([]byte{0})
+	h.Write(body)
+	return "body:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// attempt counts a delivery of the message counted under key at now and
+// returns its attempt: one more than this subscriber counted, at least 2
+// when the broker flags it redelivered, and at least x-delivery-count + 1
+// (xdc, -1 if absent).
+func (s *Subscriber) attempt(key string, redelivered bool, xdc int, now time.Time) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.attempts) > sweepAbove && now.Sub(s.swept) >= sweepEvery {
@@ -366,37 +379,34 @@ func (s *Subscriber) attempt(id string, redelivered bool, xdc int, now time.Time
 			}
 		}
 	}
-	n := s.attempts[id].n + 1
+	n := s.attempts[key].n + 1
 	if redelivered && n < 2 {
 		n = 2
 	}
 	if xdc >= 0 {
 		n = max(n, xdc+1)
 	}
-	s.attempts[id] = attemptCount{n: n, seen: now}
+	s.attempts[key] = attemptCount{n: n, seen: now}
 	return n
 }
 
-// holdAttempts keeps the attempt count of message id from the sweep until
+// holdAttempts keeps the attempt count under key from the sweep until
 // until (a Nak holding its delivery that long): a delay longer than the
 // sweep's staleness would otherwise reset the count, and a message that
 // keeps failing would never reach its consumer's MaxAttempts.
-func (s *Subscriber) holdAttempts(id string, until time.Time) {
+func (s *Subscriber) holdAttempts(key string, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if a, ok := s.attempts[id]; ok && a.seen.Before(until) {
+	if a, ok := s.attempts[key]; ok && a.seen.Before(until) {
 		a.seen = until
-		s.attempts[id] = a
+		s.attempts[key] = a
 	}
 }
 
 // forget drops the attempt count of a message settled for good.
 func (d *delivery) forget() {
-	if d.msg.ID == "" {
-		return // not counted (see attempt)
-	}
 	d.s.mu.Lock()
-	delete(d.s.attempts, d.msg.ID)
+	delete(d.s.attempts, d.count)
 	d.s.mu.Unlock()
 }
 
@@ -423,7 +433,7 @@ func (d *delivery) Nak(ctx context.Context, delay time.Duration) error {
 	d.timer.Stop()
 	d.timer = time.AfterFunc(delay, func() { _ = d.settle(true, true, false) })
 	d.mu.Unlock()
-	d.s.holdAttempts(d.msg.ID, time.Now().Add(delay))
+	d.s.holdAttempts(d.count, time.Now().Add(delay))
 	return nil
 }
 
