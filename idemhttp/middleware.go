@@ -848,7 +848,8 @@ func (m *Middleware[TTx]) beginInsert(ctx context.Context, req *request, extra [
 	if err != nil || !ok || !inserted {
 		return tx, 0, false, err
 	}
-	return tx, 1, true, nil
+	// InsertStrict's token is the record's created_at (sqlset.HTTPKeys).
+	return tx, store.Micros(now), true, nil
 }
 
 // attemptTwoPhase is one two-phase attempt: commit an in_progress record with a

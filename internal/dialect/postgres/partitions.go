@@ -215,7 +215,7 @@ END`)
 	keyLock := `PERFORM pg_advisory_xact_lock(hashtextextended(p_tenant || chr(1) || p_op || chr(1) || p_key, ` + keySeed + `));`
 	keyAbsent := ` WHERE NOT EXISTS (SELECT 1 FROM ` + keys + ` k WHERE k.tenant = p_tenant AND k.operation = p_op AND k.idem_key = p_key)`
 	keyInsert := `INSERT INTO ` + keys + ` (tenant, operation, idem_key, fingerprint, state, token, created_at, locked_until, expires_at)
-  SELECT p_tenant, p_op, p_key, p_fp, 'in_progress', 1, p_created, p_locked, p_expires` + keyAbsent
+  SELECT p_tenant, p_op, p_key, p_fp, 'in_progress', p_created, p_created, p_locked, p_expires` + keyAbsent
 	const keyParams = "p_tenant text, p_op text, p_key text, p_fp bytea, p_created bigint, p_locked bigint, p_expires bigint"
 	dupKey := `
     RAISE EXCEPTION USING ERRCODE = 'unique_violation',
@@ -245,7 +245,7 @@ BEGIN
   `+keyLock+`
   INSERT INTO `+keys+` (tenant, operation, idem_key, fingerprint, state, token, status, headers, body,
       body_omitted, resource_type, resource_id, created_at, locked_until, completed_at, expires_at)
-  SELECT p_tenant, p_op, p_key, p_fp, 'completed', 1, p_status, p_headers, p_body, p_omitted, p_rtype, p_rid,
+  SELECT p_tenant, p_op, p_key, p_fp, 'completed', p_created, p_status, p_headers, p_body, p_omitted, p_rtype, p_rid,
       p_created, 0, p_completed, p_expires`+keyAbsent+`
   ON CONFLICT DO NOTHING;
   GET DIAGNOSTICS n = ROW_COUNT;
