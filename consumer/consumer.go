@@ -67,6 +67,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -695,12 +696,7 @@ func (c *Consumer[TTx]) accepted(ctx context.Context, msg idem.Message, res inbo
 		// A panic is logged and the delivery acked: the message committed,
 		// and AfterCommit runs on a worker goroutine, where an unrecovered
 		// panic would kill the process.
-		var herr error
-		_ = panics.Call(ctx, c.log, "AfterCommit hook panicked; the message is committed and acknowledged", func() error {
-			herr = h(msg)
-			return nil
-		}, attrs(c.cfg.Name, msg)...)
-		if herr != nil {
+		if herr := c.afterCommit(ctx, h, msg); herr != nil {
 			c.log.DebugContext(ctx, "AfterCommit hook: skipping the ack", append(attrs(c.cfg.Name, msg), "error", herr)...)
 			return decision, false
 		}
@@ -717,42 +713,59 @@ type safeObserver struct {
 	log *slog.Logger
 }
 
-func (o safeObserver) call(ctx context.Context, method string, fn func()) {
-	_ = panics.Call(ctx, o.log, "Observer."+method+" panicked; ignored", func() error { fn(); return nil })
+// recovered, deferred by each method, logs a panic of the user's
+// Observer.method and stops it there. It builds nothing unless there was a
+// panic: the methods run on every message.
+func (o safeObserver) recovered(ctx context.Context, method string) {
+	if p := recover(); p != nil {
+		pe := &idem.PanicError{Value: p, Stack: debug.Stack()}
+		o.log.ErrorContext(ctx, "Observer."+method+" panicked; ignored", "panic", pe.Error(), "stack", string(pe.Stack))
+	}
 }
 
-func (o safeObserver) Start(consumer string) func() {
-	done := func() {}
-	o.call(context.Background(), "Start", func() { done = o.Observer.Start(consumer) })
-	return func() { o.call(context.Background(), "Start's done", done) }
+func (o safeObserver) Start(consumer string) (done func()) {
+	done = func() {} // what a panicking Start returns
+	defer o.recovered(context.Background(), "Start")
+	d := o.Observer.Start(consumer)
+	return func() {
+		defer o.recovered(context.Background(), "Start's done")
+		d()
+	}
 }
 
 func (o safeObserver) Processed(consumer string) {
-	o.call(context.Background(), "Processed", func() { o.Observer.Processed(consumer) })
+	defer o.recovered(context.Background(), "Processed")
+	o.Observer.Processed(consumer)
 }
 
 func (o safeObserver) DuplicateContext(ctx context.Context, component, consumer string) {
-	o.call(ctx, "DuplicateContext", func() { o.Observer.DuplicateContext(ctx, component, consumer) })
+	defer o.recovered(ctx, "DuplicateContext")
+	o.Observer.DuplicateContext(ctx, component, consumer)
 }
 
 func (o safeObserver) FingerprintConflict(component, consumer string) {
-	o.call(context.Background(), "FingerprintConflict", func() { o.Observer.FingerprintConflict(component, consumer) })
+	defer o.recovered(context.Background(), "FingerprintConflict")
+	o.Observer.FingerprintConflict(component, consumer)
 }
 
 func (o safeObserver) Failed(consumer, class string) {
-	o.call(context.Background(), "Failed", func() { o.Observer.Failed(consumer, class) })
+	defer o.recovered(context.Background(), "Failed")
+	o.Observer.Failed(consumer, class)
 }
 
 func (o safeObserver) Retry(consumer string) {
-	o.call(context.Background(), "Retry", func() { o.Observer.Retry(consumer) })
+	defer o.recovered(context.Background(), "Retry")
+	o.Observer.Retry(consumer)
 }
 
 func (o safeObserver) DeadLetteredContext(ctx context.Context, consumer, class string) {
-	o.call(ctx, "DeadLetteredContext", func() { o.Observer.DeadLetteredContext(ctx, consumer, class) })
+	defer o.recovered(ctx, "DeadLetteredContext")
+	o.Observer.DeadLetteredContext(ctx, consumer, class)
 }
 
 func (o safeObserver) Unidentified(consumer string) {
-	o.call(context.Background(), "Unidentified", func() { o.Observer.Unidentified(consumer) })
+	defer o.recovered(context.Background(), "Unidentified")
+	o.Observer.Unidentified(consumer)
 }
 
 // safeRerouter recovers the panics of Config.Reroute (user code, called on
@@ -840,4 +853,20 @@ func attrs(consumer string, msg idem.Message) []any {
 		out[i] = a
 	}
 	return out
+}
+
+// afterCommit runs the AfterCommit hook h on msg and returns its error; a
+// panic is logged with its stack (the message committed, and the hook runs
+// on a worker goroutine) and returns nil, so the delivery is acked. Nothing
+// is built for the log unless the hook panicked.
+func (c *Consumer[TTx]) afterCommit(ctx context.Context, h func(idem.Message) error, msg idem.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			pe := &idem.PanicError{Value: p, Stack: debug.Stack()}
+			c.log.ErrorContext(ctx, "AfterCommit hook panicked; the message is committed and acknowledged",
+				append(attrs(c.cfg.Name, msg), "panic", pe.Error(), "stack", string(pe.Stack))...)
+			err = nil
+		}
+	}()
+	return h(msg)
 }
