@@ -60,17 +60,14 @@ func (s *Store[TTx]) DiscardWith(ctx context.Context, id int64, by string, opt D
 func (s *Store[TTx]) ReviseWith(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher, opt ReviseOptions) (Letter, idem.Message, error) {
 	var l Letter
 	var rev idem.Message
-	details := fmt.Sprintf("edited payload %d bytes", len(payload))
-	if opt.Force {
-		details += ", forced past the replay check"
-	}
-	err := s.audited(ctx, auditRevise, id, by, opt.Reason, details, func() (string, error) {
+	err := s.audited(ctx, auditRevise, id, by, opt.Reason, fmt.Sprintf("edited payload %d bytes", len(payload)), func() (string, error) {
 		var err error
-		if l, rev, err = s.revise(ctx, id, by, payload, pub, opt); err != nil {
+		var forced bool
+		if l, rev, forced, err = s.revise(ctx, id, by, payload, pub, opt); err != nil {
 			return "", err
 		}
 		d := fmt.Sprintf("original message=%q revision message=%q", l.MessageID, rev.ID)
-		if opt.Force {
+		if forced {
 			d += " forced past the replay check"
 		}
 		return d, nil

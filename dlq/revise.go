@@ -60,7 +60,9 @@ const headerCloudEventsID = "ce-id"
 // [RefusedOriginalProcessed]), or when it holds no record and the letter is
 // older than the consumer's inbox retention (its record may have been
 // collected; [RefusedTooOld]). [Store.ReviseWith] with Force and a Reason
-// revises anyway.
+// revises anyway. An inbox retention given to the store that is longer
+// than the consumer's own is refused even with Force, as for a redrive
+// ([ErrRetentionOverstated]).
 //
 // Like [Store.Redrive], the letter is claimed (parked → discarded) in a
 // transaction that commits only after pub accepted the revision: if
@@ -80,8 +82,12 @@ func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []
 }
 
 // reviseCommitTimeout bounds a revision's transaction once it no longer
-// follows the caller's cancellation.
-const reviseCommitTimeout = time.Minute
+// follows the caller's cancellation; revisePublishTimeout bounds its
+// publish, well within it.
+const (
+	reviseCommitTimeout  = time.Minute
+	revisePublishTimeout = 30 * time.Second
+)
 
 // revisionSpace is the UUID namespace of revision ids (revisionID).
 var revisionSpace = uuid.MustParse("5b0c0c9e-3f0e-5a8e-9d1a-7f7e2c6b4a10")
@@ -96,21 +102,24 @@ func revisionID(l Letter) string {
 	return uuid.NewSHA1(revisionSpace, []byte(name)).String()
 }
 
-// revise is ReviseWith without the audit log.
-func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher, opt ReviseOptions) (Letter, idem.Message, error) {
+// revise is ReviseWith without the audit log. forced reports whether
+// opt.Force overrode a refusal.
+func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher, opt ReviseOptions) (l Letter, rev idem.Message, forced bool, err error) {
 	if opt.Force && strings.TrimSpace(opt.Reason) == "" {
-		return Letter{}, idem.Message{}, checks.Optionf("dlq: a forced revision needs a reason")
+		return Letter{}, idem.Message{}, false, checks.Optionf("dlq: a forced revision needs a reason")
 	}
 	if pub == nil {
-		return Letter{}, idem.Message{}, checks.Optionf("dlq: revise needs a publisher")
+		return Letter{}, idem.Message{}, false, checks.Optionf("dlq: revise needs a publisher")
 	}
-	var l Letter
-	var rev idem.Message
 	// BEGIN and COMMIT run on txCtx, the statements and the publish on ctx:
 	// once pub accepted the revision, the commit no longer follows ctx.
+	// (database/sql binds the whole transaction to txCtx: the publish is
+	// bounded well within it, so a slow broker fails the revision, rolled
+	// back, instead of outliving its transaction.)
 	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviseCommitTimeout)
 	defer cancel()
-	err := store.InTx(txCtx, s.d, func(tx TTx) error {
+	err = store.InTx(txCtx, s.d, func(tx TTx) error {
+		forced = false // a retried transaction decides again
 		q := s.d.Tx(tx)
 		var err error
 		if l, err = scanLetter(q.QueryRow(ctx, s.q.Get, id)); errors.Is(err, store.ErrNoRows) {
@@ -129,21 +138,24 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 			if !opt.Force || !errors.Is(err, ErrRedriveRefused) {
 				return err
 			}
+			forced = true
 			s.log.WarnContext(ctx, "dead letter revised past its replay check", slog.Int64("letter", id),
 				slog.String("by", by), slog.String("reason", opt.Reason), slog.String("refusal", err.Error()))
 		}
 		rev = revision(l, revisionID(l), payload)
-		if err := pub.Publish(ctx, rev); err != nil {
+		pctx, pcancel := context.WithTimeout(ctx, revisePublishTimeout)
+		defer pcancel()
+		if err := pub.Publish(pctx, rev); err != nil {
 			return fmt.Errorf("dlq: revise %d: publish: %w", id, err)
 		}
 		return nil
 	})
 	if err != nil {
-		return Letter{}, idem.Message{}, err
+		return Letter{}, idem.Message{}, false, err
 	}
 	s.log.InfoContext(ctx, "dead letter revised", slog.Int64("letter", id), slog.String("by", by),
 		slog.String("consumer", l.Consumer), slog.String("message_id", l.MessageID), slog.String("revision_id", rev.ID))
-	return l, rev, nil
+	return l, rev, forced, nil
 }
 
 // reviseHorizon records l's original message as consumed in the inbox of

@@ -110,10 +110,19 @@ func testReviseRefuses[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatalf("a refused revision left %d inbox row(s)", n)
 	}
 
-	// A young letter whose id the inbox does not hold is revised.
+	// A young letter whose id the inbox does not hold is revised; with
+	// Force set, its audit entry does not say forced (nothing was refused),
+	// while the forced revision above does.
 	young := park("m-young")
-	if _, _, err := s.Revise(ctx, young, "alice", []byte(`{"n":2}`), pub); err != nil {
+	if _, _, err := s.ReviseWith(ctx, young, "alice", []byte(`{"n":2}`), pub, dlq.ReviseOptions{Force: true, Reason: "bulk"}); err != nil {
 		t.Fatal(err)
+	}
+	forced := func(message string) int {
+		return testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("audit_log")+` WHERE action = 'dlq.revise' AND outcome = 'ok'
+AND details LIKE '%original message="`+message+`"%forced past the replay check%'`)
+	}
+	if forced("m-applied") != 1 || forced("m-young") != 0 {
+		t.Fatalf("audit: m-applied forced %d, m-young forced %d; want 1 and 0", forced("m-applied"), forced("m-young"))
 	}
 }
 

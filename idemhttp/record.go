@@ -174,6 +174,9 @@ func forget[TTx any](ctx context.Context, d store.Driver[TTx], tenant, operation
 			break
 		}
 	}
+	if rec.State != StateInProgress || !rec.LockedUntil.After(now) {
+		return fmt.Errorf("idemhttp: idempotency key %s: its record kept changing while it was being forgotten (state %s); try again", s, rec.State)
+	}
 	return fmt.Errorf("%w: idempotency key %s is being executed (lease until %s): forgetting it would let a retry run beside it; "+
 		"wait for it to finish, or for its lease to run out and the key to be held", idem.ErrInProgress, s,
 		rec.LockedUntil.UTC().Format(time.RFC3339))
