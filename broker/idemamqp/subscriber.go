@@ -351,16 +351,17 @@ const (
 // message without one, a digest of its routing key and body (one count for
 // every message without an id would let a batch of them count each
 // other's deliveries, and any Ack of one reset the count of a poisonous
-// one). The prefix keeps the two kinds apart.
+// one). Its NUL prefix keeps it apart from the ids, used as they are (no
+// allocation per delivery).
 func countKey(id, routingKey string, body []byte) string {
 	if id != "" {
-		return "id:" + id
+		return id
 	}
 	h := sha256.New()
 	h.Write([]byte(routingKey))
 	h.Write([]byte{0})
 	h.Write(body)
-	return "body:" + hex.EncodeToString(h.Sum(nil))
+	return "\x00" + hex.EncodeToString(h.Sum(nil))
 }
 
 // attempt counts a delivery of the message counted under key at now and
