@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem/internal/lease"
 	"github.com/idemkit/idem/internal/operator"
+	"github.com/idemkit/idem/store"
 )
 
 // Stats is the body of GET /stats. Business counts come from the database
@@ -179,6 +180,15 @@ func (s *System[TTx]) OrderTimeline(ctx context.Context) ([]OrderTimes, error) {
 	LEFT JOIN ` + n.Table(d, "effects") + ` e ON e.effect_key = m.effect_key
 	LEFT JOIN ` + s.t.invoices + ` v ON v.order_id = o.order_id
 	WHERE x.type = $3`
+	if d == store.Postgres {
+		// A soak fills these tables in a minute, before autovacuum has
+		// analysed them: without statistics the planner nested a loop over
+		// the inbox and the query ran for minutes at 90,000 orders.
+		if _, err := s.db.Pool().Exec(ctx, `ANALYZE `+n.Table(d, "outbox")+`, `+s.t.orders+`, `+n.Table(d, "inbox")+`, `+
+			s.t.emails+`, `+n.Table(d, "effects")+`, `+s.t.invoices); err != nil {
+			return nil, fmt.Errorf("boxoffice: order timeline: analyze: %w", err)
+		}
+	}
 	rows, err := s.db.Pool().Query(ctx, q, ConsumerNotification, EmailKindConfirmation, EventTypeOrderConfirmed)
 	if err != nil {
 		return nil, fmt.Errorf("boxoffice: order timeline: %w", err)
