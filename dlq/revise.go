@@ -87,6 +87,7 @@ func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []
 const (
 	reviseCommitTimeout  = time.Minute
 	revisePublishTimeout = 30 * time.Second
+	revisePublishMargin  = 10 * time.Second // left to the COMMIT
 )
 
 // revisionSpace is the UUID namespace of revision ids (revisionID).
@@ -119,7 +120,6 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviseCommitTimeout)
 	defer cancel()
 	err = store.InTx(txCtx, s.d, func(tx TTx) error {
-		forced = false // a retried transaction decides again
 		q := s.d.Tx(tx)
 		var err error
 		if l, err = scanLetter(q.QueryRow(ctx, s.q.Get, id)); errors.Is(err, store.ErrNoRows) {
@@ -143,7 +143,13 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 				slog.String("by", by), slog.String("reason", opt.Reason), slog.String("refusal", err.Error()))
 		}
 		rev = revision(l, revisionID(l), payload)
-		pctx, pcancel := context.WithTimeout(ctx, revisePublishTimeout)
+		// The publish ends well before the transaction's bound (a lock
+		// waited for above may have used some of it).
+		deadline := time.Now().Add(revisePublishTimeout)
+		if d, ok := txCtx.Deadline(); ok && d.Add(-revisePublishMargin).Before(deadline) {
+			deadline = d.Add(-revisePublishMargin)
+		}
+		pctx, pcancel := context.WithDeadline(ctx, deadline)
 		defer pcancel()
 		if err := pub.Publish(pctx, rev); err != nil {
 			return fmt.Errorf("dlq: revise %d: publish: %w", id, err)

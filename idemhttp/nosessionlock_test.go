@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/pgproxy"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // Config.NoSessionLock (transaction-pooling proxies): the handler runs on a
@@ -58,5 +59,37 @@ func TestNoSessionLockPgx(t *testing.T) {
 				t.Fatalf("%d executions, want 2 (warm-up and k)", n)
 			}
 		})
+	}
+}
+
+// TestNoSessionLockOnAnOlderPartitionedLayoutPgx: on the partitioned
+// layout a new record is inserted by a function of the database, which may
+// be of another release than this binary (its functions are recreated only
+// by idem migrate partition): one that still writes token 1 must not leave
+// the ordinary path's completion fenced out (the key stuck in progress, its
+// response never stored). The middleware reads the token back there.
+func TestNoSessionLockOnAnOlderPartitionedLayoutPgx(t *testing.T) {
+	d := testdb.PgxPartitioned(t)
+	// The insert functions as an earlier release created them.
+	testdb.Exec(t, d, `DO $$
+DECLARE f record;
+BEGIN
+  FOR f IN SELECT p.oid FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+            WHERE n.nspname = '`+d.Names().Schema+`' AND p.proname IN ('keys_insert', 'keys_insert_locked') LOOP
+    EXECUTE replace(pg_get_functiondef(f.oid), '''in_progress'', p_created, p_created', '''in_progress'', 1, p_created');
+  END LOOP;
+END $$`)
+	e := newEnv(t, d)
+	a := &app{}
+	h := e.handler(t, idemhttp.Config{NoSessionLock: true}, a)
+	first := do(h, req{tenant: "acme", key: "k", body: `{}`})
+	wantStatus(t, first, http.StatusCreated)
+	wantReplay(t, do(h, req{tenant: "acme", key: "k", body: `{}`}), first)
+	rec, err := e.lookup("acme", op, "k")
+	if err != nil || rec.State != idemhttp.StateCompleted || rec.Token != 1 {
+		t.Fatalf("record %+v, %v; want completed with the older function's token 1", rec, err)
+	}
+	if n := a.execs.Load(); n != 1 {
+		t.Fatalf("%d executions, want 1", n)
 	}
 }

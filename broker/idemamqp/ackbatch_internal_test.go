@@ -64,7 +64,7 @@ func handOut(t *testing.T, s *Subscriber, st *settler, tag uint64) *delivery {
 	t.Helper()
 	st.track(tag)
 	id := fmt.Sprintf("m-%d", tag)
-	key := countKey(id, "", nil)
+	key := countKey(id, "", idem.Message{})
 	s.attempt(key, false, -1, time.Now())
 	d := &delivery{s: s, st: st, tag: tag, msg: idem.Message{ID: id}, count: key}
 	d.timer = time.AfterFunc(time.Hour, d.expire)
@@ -371,5 +371,27 @@ func TestAttemptCountsAreSwept(t *testing.T) {
 	}
 	if n := s.attempt("recent", true, -1, later.Add(3*forgetAttemptsAfter)); n != 6 {
 		t.Errorf("after a long Nak: attempt %d, want 6 (its count kept)", n)
+	}
+}
+
+// TestCountKeyOfMessagesWithoutID: a message without an id is counted by
+// its routing key, key, publisher's headers and body, not by the headers
+// the broker adds between deliveries; a message with an id by the id.
+func TestCountKeyOfMessagesWithoutID(t *testing.T) {
+	msg := func(h map[string]string) idem.Message {
+		return idem.Message{Payload: []byte(`{}`), Headers: h}
+	}
+	a := countKey("", "orders", msg(map[string]string{"tenant": "a"}))
+	if b := countKey("", "orders", msg(map[string]string{"tenant": "b"})); a == b {
+		t.Fatal("two messages that differ in a publisher's header share a count")
+	}
+	if again := countKey("", "orders", msg(map[string]string{"tenant": "a", "x-death": "[…]", "x-first-death-queue": "q"})); again != a {
+		t.Fatal("the broker's x- headers changed a message's count")
+	}
+	if c := countKey("", "refunds", msg(map[string]string{"tenant": "a"})); c == a {
+		t.Fatal("two routing keys share a count")
+	}
+	if k := countKey("m-1", "orders", msg(nil)); k != "m-1" {
+		t.Fatalf("count key of id m-1 = %q", k)
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -229,7 +231,7 @@ func (s *Subscriber) newDelivery(st *settler, d amqp.Delivery) *delivery {
 			m.Headers[k] = fmt.Sprint(v)
 		}
 	}
-	count := countKey(m.ID, d.RoutingKey, d.Body)
+	count := countKey(m.ID, d.RoutingKey, m)
 	m.Attempt = s.attempt(count, d.Redelivered, xdc, time.Now())
 	st.track(d.DeliveryTag)
 	dl := &delivery{s: s, st: st, tag: d.DeliveryTag, msg: m, exchange: d.Exchange, count: count}
@@ -348,19 +350,36 @@ const (
 )
 
 // countKey is the key of a message's attempt count: its id, or, for a
-// message without one, a digest of its routing key and body (one count for
-// every message without an id would let a batch of them count each
-// other's deliveries, and any Ack of one reset the count of a poisonous
-// one). Its NUL prefix keeps it apart from the ids, used as they are (no
-// allocation per delivery).
-func countKey(id, routingKey string, body []byte) string {
+// message without one, a digest of its routing key, key, publisher's
+// headers and body (one count for every message without an id would let
+// a batch of them count each other's deliveries, and any Ack of one reset
+// the count of a poisonous one). Its NUL prefix keeps it apart from the
+// ids, used as they are (no allocation per delivery).
+func countKey(id, routingKey string, m idem.Message) string {
 	if id != "" {
 		return id
 	}
 	h := sha256.New()
-	h.Write([]byte(routingKey))
-	h.Write([]byte{0})
-	h.Write(body)
+	field := func(s string) {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	field(routingKey)
+	field(m.Key)
+	// The publisher's headers, in order; not those the broker adds
+	// (x-death, x-first-death-*, …), which change between deliveries.
+	keys := make([]string, 0, len(m.Headers))
+	for k := range m.Headers {
+		if !strings.HasPrefix(k, "x-") {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		field(k)
+		field(m.Headers[k])
+	}
+	h.Write(m.Payload)
 	return "\x00" + hex.EncodeToString(h.Sum(nil))
 }
 
