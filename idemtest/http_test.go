@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/httpserver"
 	"github.com/idemkit/idem/internal/idemtestcase"
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -83,26 +84,6 @@ func TestHTTPRejectsIncompleteService(t *testing.T) {
 	}
 }
 
-// statusWriter records the status written through it.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(p)
-}
-
 // An after-response hook sends the receipt once the client has its answer
 // (still connected, a fresh 2xx), not for a replay: when the answer is
 // lost, the payment is recorded, and the retry, a replay, sends nothing.
@@ -126,10 +107,10 @@ func TestHTTPCatchesEffectAfterTheAnswer(t *testing.T) {
 				idemtestcase.Created(w, key, 1)
 			}))
 			return idemtestcase.Mux("POST /payments", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				sw := &statusWriter{ResponseWriter: w}
+				sw := &httpserver.StatusWriter{ResponseWriter: w}
 				pay.ServeHTTP(sw, r)
 				// the bug: the receipt depends on the client reading the answer
-				if sw.status/100 == 2 && w.Header().Get(idemhttp.HeaderReplayed) == "" && r.Context().Err() == nil {
+				if sw.Status/100 == 2 && w.Header().Get(idemhttp.HeaderReplayed) == "" && r.Context().Err() == nil {
 					p.Mailer.Add(1)
 				}
 			}))
