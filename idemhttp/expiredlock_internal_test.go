@@ -33,15 +33,27 @@ import (
 // other request is seen waiting on the key's lock (or, without the lock,
 // has run the handler a second time).
 func TestExpiredRecordOrdinaryPathTakesKeyLockPgx(t *testing.T) {
-	for _, ordinaryFirst := range []bool{true, false} {
+	for _, tc := range []struct {
+		ordinaryFirst, declined bool
+	}{{true, false}, {false, false}, {true, true}, {false, true}} {
+		ordinaryFirst := tc.ordinaryFirst
 		name := map[bool]string{true: "ordinary-first", false: "reserved-first"}[ordinaryFirst]
+		if tc.declined {
+			// The driver declines the one-round-trip BEGIN (as after a
+			// dropped prepared statement): BEGIN, then the lock.
+			name += "/begin-insert-declined"
+		}
 		t.Run(name, func(t *testing.T) {
 			d := testdb.Pgx(t)
 			ctx := context.Background()
+			var drv store.Driver[pgx.Tx] = d
+			if tc.declined {
+				drv = decliningBeginInsert{d}
+			}
 			// LockTimeout bounds the wait of the request that queues;
 			// the test releases the first handler as soon as it sees
 			// the wait, long before.
-			m, err := New(d, Config{LockTimeout: time.Minute})
+			m, err := New(drv, Config{LockTimeout: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -251,4 +263,12 @@ func waitForLockWaiter[R any](t *testing.T, d *pgxstore.Driver, lk int64, execs 
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// decliningBeginInsert is a driver whose BeginInsert declines, as pgx's
+// does when a statement it had prepared was dropped meanwhile.
+type decliningBeginInsert struct{ store.Driver[pgx.Tx] }
+
+func (decliningBeginInsert) BeginInsert(context.Context, string, ...any) (tx pgx.Tx, inserted, ok bool, err error) {
+	return nil, false, false, nil
 }

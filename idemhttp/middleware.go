@@ -713,6 +713,13 @@ func (m *Middleware[TTx]) attemptTx(w http.ResponseWriter, r *http.Request, h ht
 		// holding it makes this wait, at most LockTimeout (then 409),
 		// and the claim below then finds its record.
 		tx, locked, err = m.beginLocked(txCtx, req)
+		if err == nil && !locked {
+			// The driver declined the one-round-trip BEGIN (a statement
+			// it had prepared was dropped, say): BEGIN, then the lock,
+			// never the claim without it.
+			tx, err = m.beginThenLock(txCtx, req)
+			locked = err == nil
+		}
 	}
 	if !locked && err == nil {
 		// Fast path (pgx): BEGIN and the key INSERT in one round trip.

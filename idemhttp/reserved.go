@@ -142,6 +142,22 @@ func (m *Middleware[TTx]) beginLocked(ctx context.Context, req *request) (tx TTx
 	return tx, true, nil
 }
 
+// beginThenLock is beginLocked in two round trips, for a driver that
+// declined the one: BEGIN, then lockXactSQL in the transaction. On an
+// error the transaction is rolled back.
+func (m *Middleware[TTx]) beginThenLock(ctx context.Context, req *request) (TTx, error) {
+	tx, err := m.d.Begin(ctx)
+	if err != nil {
+		return tx, err
+	}
+	if _, err := m.d.Tx(tx).Exec(ctx, lockXactSQL, lockKey(req.scope), m.lockTO); err != nil {
+		_ = m.d.Rollback(context.WithoutCancel(ctx), tx)
+		var zero TTx
+		return zero, err
+	}
+	return tx, nil
+}
+
 // lockKey is the advisory lock of a scope: FNV-1a (64 bits) of the tenant,
 // operation and key, NUL-separated (none of them holds a NUL). Two scopes
 // that collide only wait on each other; the primary key still decides.
