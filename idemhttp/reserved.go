@@ -131,9 +131,10 @@ SELECT set_config('lock_timeout', lt.prev, true) FROM lt, lk`
 // (lockXactSQL) while the reserved path is in use, BEGIN and the lock in
 // one round trip (store.Driver.BeginInsert runs any one statement after
 // BEGIN; this one inserts nothing). locked=false (nil error) means the
-// driver declined: it does so where it declines BeginReserved too (pgx's
-// simple protocol), so the reserved path holds no lock to exclude there.
-// The lock is released by the transaction's COMMIT or ROLLBACK.
+// driver declined the one round trip (a statement it had prepared was
+// dropped, say): the caller then begins and locks in two
+// (beginThenLock). The lock is released by the transaction's COMMIT or
+// ROLLBACK.
 func (m *Middleware[TTx]) beginLocked(ctx context.Context, req *request) (tx TTx, locked bool, err error) {
 	tx, ran, ok, err := m.d.BeginInsert(ctx, lockXactSQL, lockKey(req.scope), m.lockTO)
 	if err != nil || !ok || !ran {

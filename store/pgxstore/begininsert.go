@@ -355,13 +355,15 @@ func (t *pooledTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 // it is back in the pool and must not be used).
 func (t *pooledTx) Conn() *pgx.Conn { return t.tx.Conn() }
 
-// savepointTx is a pseudo nested transaction of a pooledTx, with pgx's
-// semantics: Commit releases the savepoint, Rollback rolls back to it, and
-// either ends it; everything else runs on the outer transaction (the
-// embedded Tx) while both are open, and reports pgx.ErrTxClosed after.
+// savepointTx is a pseudo nested transaction of a pooledTx or a
+// reservedTx, with pgx's semantics: Commit releases the savepoint,
+// Rollback rolls back to it, and either ends it; everything else runs on
+// the outer transaction (the embedded Tx) while both are open, and reports
+// pgx.ErrTxClosed after, also once the outer transaction has ended (its
+// own statements then report it).
 type savepointTx struct {
-	pgx.Tx // the outer pooledTx, closedTx once the savepoint has ended
-	root   *pooledTx
+	pgx.Tx // the outer transaction, closedTx once the savepoint has ended
+	root   pgx.Tx
 	n      int64
 }
 

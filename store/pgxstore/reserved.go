@@ -254,7 +254,7 @@ func (d *driver) sendList(ctx context.Context, conn *pgx.Conn, list []store.Stmt
 // by adoptTx after execFirst or queryFirst) runs every statement after
 // that. pgx's transaction does not know when EndReserved ends it, so it is
 // handed out only inside its LargeObjects (which make EndReserved end it
-// through pgx): savepoints are reservedSavepoints, checked against gone,
+// through pgx): savepoints are savepointTx on it, whose statements are checked against gone,
 // so that nothing of the transaction keeps working on the connection after
 // EndReserved returned it to the pool. Like any pgx.Tx it is not for
 // concurrent use.
@@ -612,7 +612,7 @@ func (t *reservedTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if _, err := tx.Exec(ctx, "savepoint sp_"+strconv.FormatInt(n, 10)); err != nil {
 		return nil, err
 	}
-	return &reservedSavepoint{Tx: t, root: t, n: n}, nil
+	return &savepointTx{Tx: t, root: t, n: n}, nil
 }
 
 func (t *reservedTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
@@ -659,41 +659,6 @@ func (t *reservedTx) Conn() *pgx.Conn {
 	_, _ = t.live(context.Background())
 	return t.c.Conn()
 }
-
-// reservedSavepoint is a pseudo nested transaction of a reservedTx, with
-// pgx's semantics: Commit releases the savepoint, Rollback rolls back to
-// it, and either ends it; everything else runs on the reserved transaction
-// (the embedded Tx) while both are open, and reports pgx.ErrTxClosed after,
-// also once EndReserved has ended the reserved transaction.
-type reservedSavepoint struct {
-	pgx.Tx // the outer reservedTx, closedTx once the savepoint has ended
-	root   *reservedTx
-	n      int64
-}
-
-var _ pgx.Tx = (*reservedSavepoint)(nil)
-
-// Commit releases the savepoint.
-func (s *reservedSavepoint) Commit(ctx context.Context) error {
-	return s.end(ctx, "release savepoint sp_")
-}
-
-// Rollback rolls back to the savepoint.
-func (s *reservedSavepoint) Rollback(ctx context.Context) error {
-	return s.end(ctx, "rollback to savepoint sp_")
-}
-
-func (s *reservedSavepoint) end(ctx context.Context, stmt string) error {
-	if s.Tx == closedTx {
-		return pgx.ErrTxClosed
-	}
-	s.Tx = closedTx
-	_, err := s.root.Exec(ctx, stmt+strconv.FormatInt(s.n, 10))
-	return err
-}
-
-// Conn returns the connection, also after the end (as pgx does).
-func (s *reservedSavepoint) Conn() *pgx.Conn { return s.root.c.Conn() }
 
 // firstRows are the rows of a statement sent with BEGIN: the batch is
 // closed (its Sync read) once the rows are: a pgx.Batch's results
