@@ -81,6 +81,15 @@ const (
 // parked (already redriven or discarded): nothing was done.
 var ErrNotParked = errors.New("dlq: letter is not parked")
 
+// ErrRevisionPending reports a redrive of a parked letter whose revision
+// ([Store.Revise]) may have been published: its publish failed or timed
+// out, or the letter's resolution after it did not commit. Redriving the
+// original beside a revision that is out would apply both, so it is
+// refused, even with RedriveOptions.Force; nothing was published. Revise
+// the letter again (the same revision id: a duplicate in the consumer's
+// inbox if the first one is out) or discard it.
+var ErrRevisionPending = errors.New("dlq: a revision of the letter may be out")
+
 // ErrDroppedAsDuplicate reports a redrive the broker dropped because the
 // original message id was published inside its duplicate window (JetStream
 // Nats-Msg-Id dedup, default 2 minutes): nothing was delivered, so the
@@ -111,6 +120,12 @@ type Letter struct {
 	// RedriveReason is the reason given for a forced redrive past a
 	// replay-horizon refusal (see [RedriveOptions]); empty otherwise.
 	RedriveReason string `json:"redrive_reason,omitempty"`
+	// RevisionID is the message id of the letter's revision
+	// ([Store.Revise]), recorded before the revision is published; empty
+	// when it has none. A parked letter with a RevisionID has a revision
+	// that may be out ([ErrRevisionPending]); a discarded one was replaced
+	// by it.
+	RevisionID string `json:"revision_id,omitempty"`
 }
 
 // NoIDPrefix begins the message id of a letter whose message came without a
@@ -353,7 +368,8 @@ func (s *Store[TTx]) List(ctx context.Context, f Filter) ([]Letter, error) {
 //
 // A letter whose message id may already have been processed and forgotten
 // is refused with an error wrapping [ErrRedriveRefused] that says why (see
-// [Store.RedriveWith], which can force it).
+// [Store.RedriveWith], which can force it). A letter with a revision that
+// may be out is refused with [ErrRevisionPending], which no option forces.
 func (s *Store[TTx]) Redrive(ctx context.Context, id int64, by string, pub broker.Publisher) (Letter, error) {
 	return s.RedriveWith(ctx, id, by, pub, RedriveOptions{})
 }
@@ -450,7 +466,17 @@ func (s *Store[TTx]) notParked(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: dead letter %d is %s (by %q at %s)", ErrNotParked, id, l.State, l.ResolvedBy,
+	return unclaimable(l)
+}
+
+// unclaimable is the error of a redrive, revision or discard of l that
+// found it resolved (ErrNotParked) or, for a redrive, parked with a
+// revision that may be out (ErrRevisionPending).
+func unclaimable(l Letter) error {
+	if l.State == Parked && l.RevisionID != "" {
+		return revisionPending(l)
+	}
+	return fmt.Errorf("%w: dead letter %d is %s (by %q at %s)", ErrNotParked, l.ID, l.State, l.ResolvedBy,
 		l.ResolvedAt.Format(time.RFC3339))
 }
 
@@ -461,8 +487,9 @@ func (s *Store[TTx]) notParked(ctx context.Context, id int64) error {
 // first error; letters already redriven stay redriven. Letters parked after
 // the call started are not included.
 //
-// Letters refused by the replay-horizon check ([ErrRedriveRefused]) are
-// skipped, not redriven; the others still are, and the refusals are
+// Letters refused by the replay-horizon check ([ErrRedriveRefused]) or
+// with a revision that may be out ([ErrRevisionPending]) are skipped, not
+// redriven; the others still are, and the refusals are
 // returned together at the end.
 func (s *Store[TTx]) RedriveAll(ctx context.Context, f Filter, by string, pub broker.Publisher, progress func(done, total int)) (int, error) {
 	return s.RedriveAllWith(ctx, f, by, pub, RedriveOptions{}, progress)
@@ -483,7 +510,7 @@ func (s *Store[TTx]) RedriveAllWith(ctx context.Context, f Filter, by string, pu
 			if errors.Is(err, ErrNotParked) { // resolved meanwhile by someone else
 				continue
 			}
-			if errors.Is(err, ErrRedriveRefused) {
+			if errors.Is(err, ErrRedriveRefused) || errors.Is(err, ErrRevisionPending) {
 				refused = append(refused, err)
 				continue
 			}
@@ -533,7 +560,7 @@ func scanLetter(r scanner) (Letter, error) {
 	var attempts int64
 	err := r.Scan(&l.ID, &l.Consumer, &l.Source, &l.Position, &l.MessageID, &l.Key, &headers, &l.Payload, &fp,
 		&l.Error, &l.ErrorClass, &attempts, &first, &last, &state, &l.RedrivenBy, &redrivenAt,
-		&l.ResolvedBy, &resolvedAt, &created, &l.RedriveReason)
+		&l.ResolvedBy, &resolvedAt, &created, &l.RedriveReason, &l.RevisionID)
 	if err != nil {
 		return Letter{}, err
 	}

@@ -28,14 +28,7 @@ func TestRedriveAndReviseForTheLettersConsumer(t *testing.T) {
 
 func testRedriveFor[TTx any](t *testing.T, d store.Driver[TTx]) {
 	ctx := context.Background()
-	s, err := dlq.New(d, dlq.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ib, err := inbox.New(d, inbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ib := storeAndInbox(t, d)
 	ran := 0
 	process := func(consumer, id, payload string) (inbox.Result, error) {
 		return ib.Process(ctx, consumer, idem.Message{ID: id, Subject: "orders", Payload: []byte(payload)},
@@ -67,15 +60,20 @@ func testRedriveFor[TTx any](t *testing.T, d store.Driver[TTx]) {
 		t.Fatalf("OfMessage(m-1) = %+v, %v; want the 3 letters, oldest first", ls, err)
 	}
 
-	// A revision whose publish fails records nothing.
+	// A revision whose publish fails may be out (the broker may have
+	// taken it): the letter keeps it, and the original stays recorded as
+	// consumed by search.
 	search := park("search", "m-2", `{"n":2}`)
 	pub.fail = errors.New("broker down")
 	if _, _, err := s.Revise(ctx, search, "op", []byte(`{"n":3}`), pub); err == nil {
 		t.Fatal("revise with a failing publisher succeeded")
 	}
 	pub.fail = nil
-	if n := testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("inbox")+` WHERE consumer = 'search' AND message_id = 'm-2'`); n != 0 {
-		t.Fatalf("a failed revise left %d inbox row(s)", n)
+	if n := testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("inbox")+` WHERE consumer = 'search' AND message_id = 'm-2'`); n != 1 {
+		t.Fatalf("a revise whose publish failed left %d inbox row(s) of its original, want 1", n)
+	}
+	if l, _ := s.Get(ctx, search); l.State != dlq.Parked || l.RevisionID == "" {
+		t.Fatalf("letter after a failed publish: %s, revision %q; want parked with its revision", l.State, l.RevisionID)
 	}
 	_, rev, err := s.Revise(ctx, search, "op", []byte(`{"n":3}`), pub)
 	if err != nil {

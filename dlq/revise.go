@@ -41,9 +41,9 @@ const headerCloudEventsID = "ce-id"
 // The revision is for the letter's consumer only: it carries
 // [broker.HeaderRedriveFor] with the letter's consumer name, so the other
 // consumers of the subject, which applied the original already or hold
-// their own letter for it, acknowledge it without processing it. In the
-// same transaction that resolves the letter, the original message id is
-// recorded as consumed in the inbox of the letter's consumer (with the
+// their own letter for it, acknowledge it without processing it. Before
+// the revision is published, the original message id is recorded as
+// consumed in the inbox of the letter's consumer (with the
 // original payload's fingerprint and that consumer's inbox retention, see
 // Config.InboxRetention): a producer re-sending the original is then a
 // duplicate there, and the revision stays the one copy it applies. A
@@ -64,31 +64,31 @@ const headerCloudEventsID = "ce-id"
 // than the consumer's own is refused even with Force, as for a redrive
 // ([ErrRetentionOverstated]).
 //
-// Like [Store.Redrive], the letter is claimed (parked → discarded) in a
-// transaction that commits only after pub accepted the revision: if
-// publishing fails the letter stays parked and nothing was published that
-// could be processed. The commit does not follow ctx's cancellation once
-// the revision is out (a closed browser tab must not undo a published
-// revision). A letter that is not parked is refused with [ErrNotParked].
-// If the commit fails after the broker accepted the revision (the database
-// or the process is lost), the letter stays parked although its revision
-// is out: revising it again publishes the same revision id, which the
-// consumer's inbox recognises, but a plain redrive would publish the
-// original beside it, so discard it instead (the revision's id is in the
-// log and in the returned message). The revision is recorded in the audit
+// The revision is recorded with the letter (Letter.RevisionID) and the
+// check above made, in a transaction committed before the revision is
+// published; once the broker accepted it, the letter is resolved
+// (discarded by by) in a second one. If publishing fails (or times out: the
+// broker may have taken it) or the second transaction does not commit (the
+// database or the process is lost), the letter stays parked with its
+// revision recorded: it is not redriven ([ErrRevisionPending]; the original
+// beside a revision that is out would be a second effect), and revising it
+// again publishes the same revision id, which the consumer's inbox
+// recognises if the first one is out, without the check that refuses a
+// recorded original (the record is the revision's own; a letter that waited
+// past the inbox retention, whose record was collected, is still refused
+// as too old). Discarding it is the other way out. The second
+// transaction does not follow ctx's cancellation (a closed browser tab must
+// not leave a published revision unresolved). A letter that is not parked
+// is refused with [ErrNotParked]. The revision is recorded in the audit
 // log (see [Store.ReviseWith]).
 func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher) (Letter, idem.Message, error) {
 	return s.ReviseWith(ctx, id, by, payload, pub, ReviseOptions{})
 }
 
-// reviseCommitTimeout bounds a revision's transaction once it no longer
-// follows the caller's cancellation; revisePublishTimeout bounds its
-// publish, well within it.
-const (
-	reviseCommitTimeout  = time.Minute
-	revisePublishTimeout = 30 * time.Second
-	revisePublishMargin  = 10 * time.Second // left to the COMMIT
-)
+// reviseResolveTimeout bounds the transaction that resolves a letter
+// once its revision is published, which no longer follows the caller's
+// cancellation.
+const reviseResolveTimeout = time.Minute
 
 // revisionSpace is the UUID namespace of revision ids (revisionID).
 var revisionSpace = uuid.MustParse("5b0c0c9e-3f0e-5a8e-9d1a-7f7e2c6b4a10")
@@ -112,29 +112,24 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 	if pub == nil {
 		return Letter{}, idem.Message{}, false, checks.Optionf("dlq: revise needs a publisher")
 	}
-	// BEGIN and COMMIT run on txCtx, the statements and the publish on ctx:
-	// once pub accepted the revision, the commit no longer follows ctx.
-	// (database/sql binds the whole transaction to txCtx: the publish is
-	// bounded well within it, so a slow broker fails the revision, rolled
-	// back, instead of outliving its transaction.)
-	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviseCommitTimeout)
-	defer cancel()
-	err = store.InTx(txCtx, s.d, func(tx TTx) error {
+	// First the revision is recorded with the letter, the check made and
+	// the original recorded as consumed: after this commit the letter is
+	// not redriven, whatever happens to the publish.
+	err = store.InTx(ctx, s.d, func(tx TTx) error {
 		q := s.d.Tx(tx)
 		var err error
-		if l, err = scanLetter(q.QueryRow(ctx, s.q.Get, id)); errors.Is(err, store.ErrNoRows) {
+		forced = false // a retried transaction decides again
+		if l, err = scanLetter(q.QueryRow(ctx, s.q.GetLocked, id)); errors.Is(err, store.ErrNoRows) {
 			return fmt.Errorf("%w: dead letter %d", idem.ErrNotFound, id)
 		} else if err != nil {
 			return err
 		}
-		n, err := q.Exec(ctx, s.q.Discard, id, by, store.Micros(s.now()))
-		if err != nil {
-			return fmt.Errorf("dlq: revise %d: %w", id, err)
+		if l.State != Parked {
+			return unclaimable(l)
 		}
-		if n == 0 {
-			return s.notParked(ctx, id)
-		}
-		if err := s.reviseHorizon(ctx, tx, l); err != nil {
+		// A letter revised before keeps its revision id (it may be out).
+		again := l.RevisionID != ""
+		if err := s.reviseHorizon(ctx, tx, l, again); err != nil {
 			if !opt.Force || !errors.Is(err, ErrRedriveRefused) {
 				return err
 			}
@@ -142,26 +137,48 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 			s.log.WarnContext(ctx, "dead letter revised past its replay check", slog.Int64("letter", id),
 				slog.String("by", by), slog.String("reason", opt.Reason), slog.String("refusal", err.Error()))
 		}
-		rev = revision(l, revisionID(l), payload)
-		// The publish ends well before the transaction's bound (a lock
-		// waited for above may have used some of it).
-		deadline := time.Now().Add(revisePublishTimeout)
-		if d, ok := txCtx.Deadline(); ok && d.Add(-revisePublishMargin).Before(deadline) {
-			deadline = d.Add(-revisePublishMargin)
+		if again {
+			return nil
 		}
-		pctx, pcancel := context.WithDeadline(ctx, deadline)
-		defer pcancel()
-		if err := pub.Publish(pctx, rev); err != nil {
-			return fmt.Errorf("dlq: revise %d: publish: %w", id, err)
+		rid := revisionID(l)
+		if _, err := q.Exec(ctx, s.q.SetRevision, id, rid); err != nil {
+			return fmt.Errorf("dlq: revise %d: %w", id, err)
 		}
+		l.RevisionID = rid
 		return nil
 	})
 	if err != nil {
 		return Letter{}, idem.Message{}, false, err
 	}
+	rev = revision(l, l.RevisionID, payload)
+	if err := pub.Publish(ctx, rev); err != nil {
+		return Letter{}, idem.Message{}, false, fmt.Errorf("dlq: revise %d: publish revision %s: %w (it may be out: the letter keeps it, "+
+			"and is revised again or discarded, not redriven)", id, rev.ID, err)
+	}
+	// The revision is out: the letter is resolved even if the caller has
+	// gone away meanwhile.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviseResolveTimeout)
+	defer cancel()
+	n, err := s.d.Pool().Exec(rctx, s.q.ResolveRevision, id, by, store.Micros(s.now()), rev.ID)
+	if err != nil {
+		return Letter{}, idem.Message{}, false, fmt.Errorf("dlq: revise %d: revision %s published, letter not resolved: %w "+
+			"(revise it again, which publishes the same revision, or discard it)", id, rev.ID, err)
+	}
+	if n == 0 { // discarded meanwhile by someone else: the revision is out all the same
+		s.log.WarnContext(ctx, "dead letter resolved by someone else while its revision was published", slog.Int64("letter", id),
+			slog.String("revision_id", rev.ID))
+	}
 	s.log.InfoContext(ctx, "dead letter revised", slog.Int64("letter", id), slog.String("by", by),
 		slog.String("consumer", l.Consumer), slog.String("message_id", l.MessageID), slog.String("revision_id", rev.ID))
+	l.State = Discarded
 	return l, rev, forced, nil
+}
+
+// revisionPending is the error of a redrive of l, a parked letter with a
+// revision that may be out.
+func revisionPending(l Letter) error {
+	return fmt.Errorf("%w: dead letter %d (consumer %q, message %q) has revision %s, which may have been published: "+
+		"revise it again (the same revision) or discard it", ErrRevisionPending, l.ID, l.Consumer, l.MessageID, l.RevisionID)
 }
 
 // reviseHorizon records l's original message as consumed in the inbox of
@@ -171,7 +188,13 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 // processing failed for good does not count) or, finding none, the letter
 // is older than the consumer's inbox retention. The decision is the
 // insert's, in tx: a copy the consumer commits meanwhile is seen by it.
-func (s *Store[TTx]) reviseHorizon(ctx context.Context, tx TTx, l Letter) error {
+//
+// again is set for a letter revised before (l.RevisionID recorded): the
+// record found is the one the first revision wrote, so it refuses nothing;
+// a letter that waited past the inbox retention, whose record was
+// collected, gets it written again and is refused as too old, as a first
+// revision would be.
+func (s *Store[TTx]) reviseHorizon(ctx context.Context, tx TTx, l Letter, again bool) error {
 	in := operator.InTx(s.d, s.d.Tx(tx))
 	rec, recorded, err := operator.RecordedRetention(ctx, in, l.Consumer)
 	if err != nil {
@@ -192,6 +215,9 @@ func (s *Store[TTx]) reviseHorizon(ctx context.Context, tx TTx, l Letter) error 
 	now := s.now()
 	ref := &RefusedError{LetterID: l.ID, Consumer: l.Consumer, MessageID: l.MessageID,
 		Age: now.Sub(l.FirstFailedAt), Retention: retention}
+	if !inserted && again {
+		return nil
+	}
 	if !inserted {
 		original, found, err := operator.InboxRecordOf(ctx, in, l.Consumer, l.MessageID)
 		if err != nil {

@@ -69,8 +69,8 @@ func testReviseRefuses[TTx any](t *testing.T, d store.Driver[TTx]) {
 		if pub.count() != before {
 			t.Fatal("a refused revision published")
 		}
-		if l, _ := s.Get(ctx, id); l.State != dlq.Parked {
-			t.Fatalf("refused letter is %s, want parked", l.State)
+		if l, _ := s.Get(ctx, id); l.State != dlq.Parked || l.RevisionID != "" {
+			t.Fatalf("refused letter is %s with revision %q, want parked without one", l.State, l.RevisionID)
 		}
 	}
 
@@ -127,8 +127,10 @@ AND details LIKE '%original message="`+message+`"%forced past the replay check%'
 }
 
 // TestReviseAgainAfterALostCommit: every revision of one letter has the
-// same message id, so a revision published again, after the first one's
-// transaction did not commit, is a duplicate of it for the consumer.
+// same message id, so a revision published again after the first one's
+// resolution was lost is a duplicate in the consumer's inbox; revising
+// such a letter again needs no force (the inbox record of its original is
+// the first revision's own).
 func TestReviseAgainAfterALostCommit(t *testing.T) {
 	t.Parallel()
 	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) {
@@ -154,6 +156,9 @@ func TestReviseAgainAfterALostCommit(t *testing.T) {
 		if len(lost.msgs) != 1 || rev.ID != lost.msgs[0].ID {
 			t.Fatalf("revision ids %v and %q, want one id for every revision of a letter", lost.msgs, rev.ID)
 		}
+		if got, _ := s.Get(ctx, l); got.State != dlq.Discarded || got.RevisionID != rev.ID {
+			t.Fatalf("revised letter: %s with revision %q, want discarded with %q", got.State, got.RevisionID, rev.ID)
+		}
 		other, err := s.Park(ctx, dlq.FromMessage("billing", idem.Message{ID: "m-2", Subject: "orders", Payload: []byte(`{}`)}, errors.New("bad")))
 		if err != nil {
 			t.Fatal(err)
@@ -163,6 +168,131 @@ func TestReviseAgainAfterALostCommit(t *testing.T) {
 		}
 	})
 }
+
+// TestARevisionThatMayBeOutIsNeverRedrivenBesideIt: when a revision's
+// publish fails (the broker may have taken it) or the process is lost
+// after the broker took it, before the letter is resolved, the letter
+// stays parked with its revision recorded. A redrive of it, a bulk
+// redrive, and a forced one publish nothing (the original beside the
+// revision would be a second effect); the original re-sent by its producer
+// is a duplicate in the consumer's inbox; revising again publishes the
+// same revision and resolves the letter; discarding it works too.
+func TestARevisionThatMayBeOutIsNeverRedrivenBesideIt(t *testing.T) {
+	t.Parallel()
+	testdb.EachDriver(t, func(t *testing.T, e testdb.Driver) { testRevisionOut(t, e.D) })
+}
+
+func testRevisionOut[TTx any](t *testing.T, d store.Driver[TTx]) {
+	ctx := context.Background()
+	s, ib := storeAndInbox(t, d)
+	original := func(id string) idem.Message {
+		return idem.Message{ID: id, Subject: "orders", Payload: []byte(`{"n":1}`)}
+	}
+	for _, c := range []struct {
+		name string
+		fail func(l int64) (published []idem.Message)
+	}{
+		{"publish failed after the broker took it", func(l int64) []idem.Message {
+			p := &acceptThenFail{err: errors.New("publish timed out")}
+			if _, _, err := s.Revise(ctx, l, "alice", []byte(`{"n":2}`), p); err == nil {
+				t.Fatal("revise succeeded")
+			}
+			return p.msgs
+		}},
+		{"process lost after the publish", func(l int64) []idem.Message {
+			p := &panicAfterPublish{}
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Fatal("the publisher did not stop the revision")
+					}
+				}()
+				_, _, _ = s.Revise(ctx, l, "alice", []byte(`{"n":2}`), p)
+			}()
+			return p.msgs
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := "m-" + c.name
+			l, err := s.Park(ctx, dlq.FromMessage("billing", original(id), errors.New("bad")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := c.fail(l)
+			if len(out) != 1 {
+				t.Fatalf("%d revisions out, want 1", len(out))
+			}
+			got, err := s.Get(ctx, l)
+			if err != nil || got.State != dlq.Parked || got.RevisionID != out[0].ID {
+				t.Fatalf("letter after a revision that may be out: %s, revision %q (%v); want parked with %q", got.State, got.RevisionID, err, out[0].ID)
+			}
+			pub := &recPublisher{}
+			if _, err := s.Redrive(ctx, l, "bob", pub); !errors.Is(err, dlq.ErrRevisionPending) {
+				t.Fatalf("redrive: %v, want ErrRevisionPending", err)
+			}
+			if _, err := s.RedriveWith(ctx, l, "bob", pub, dlq.RedriveOptions{Force: true, Reason: "the customer asked"}); !errors.Is(err, dlq.ErrRevisionPending) {
+				t.Fatalf("forced redrive: %v, want ErrRevisionPending", err)
+			}
+			if n, err := s.RedriveAll(ctx, dlq.Filter{Consumer: "billing"}, "bob", pub, nil); !errors.Is(err, dlq.ErrRevisionPending) {
+				t.Fatalf("redrive all: %d, %v; want the letter skipped with ErrRevisionPending", n, err)
+			}
+			if pub.count() != 0 {
+				t.Fatalf("%d original(s) published beside the revision", pub.count())
+			}
+			ran := false
+			res, err := ib.Process(ctx, "billing", original(id), func(context.Context, TTx, idem.Message) error { ran = true; return nil })
+			if err != nil || res != inbox.Duplicate || ran {
+				t.Fatalf("the original re-sent: %v, %v, handler ran %v; want a duplicate", res, err, ran)
+			}
+			if got, _ := s.Get(ctx, l); got.State != dlq.Parked {
+				t.Fatalf("letter %s after refused redrives, want parked", got.State)
+			}
+			_, rev, err := s.Revise(ctx, l, "alice", []byte(`{"n":2}`), pub)
+			if err != nil || rev.ID != out[0].ID || pub.count() != 1 {
+				t.Fatalf("revise again: %q, %v (%d published); want revision %q", rev.ID, err, pub.count(), out[0].ID)
+			}
+			if got, _ := s.Get(ctx, l); got.State != dlq.Discarded {
+				t.Fatalf("letter %s after its revision, want discarded", got.State)
+			}
+		})
+	}
+	t.Run("discarded instead", func(t *testing.T) {
+		l, err := s.Park(ctx, dlq.FromMessage("billing", original("m-discard"), errors.New("bad")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Revise(ctx, l, "alice", []byte(`{"n":2}`), &acceptThenFail{err: errors.New("down")}); err == nil {
+			t.Fatal("revise succeeded")
+		}
+		if err := s.Discard(ctx, l, "bob"); err != nil {
+			t.Fatalf("discard a letter with a revision that may be out: %v", err)
+		}
+	})
+}
+
+// storeAndInbox is a dead-letter store and an inbox on d, with defaults.
+func storeAndInbox[TTx any](t *testing.T, d store.Driver[TTx]) (*dlq.Store[TTx], *inbox.Inbox[TTx]) {
+	t.Helper()
+	s, err := dlq.New(d, dlq.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := inbox.New(d, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ib
+}
+
+// panicAfterPublish records the messages as published, then stops the
+// caller as a lost process would.
+type panicAfterPublish struct{ msgs []idem.Message }
+
+func (p *panicAfterPublish) Publish(_ context.Context, msgs ...idem.Message) error {
+	p.msgs = append(p.msgs, msgs...)
+	panic("process lost")
+}
+func (p *panicAfterPublish) Close() error { return nil }
 
 // TestReviseCommitsWhenTheCallerGoesAway: once the broker accepted the
 // revision, the caller's context ending (a closed browser tab) does not

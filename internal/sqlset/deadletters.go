@@ -6,14 +6,15 @@ package sqlset
 // message_id, msg_key, headers (JSON text), payload, fingerprint (the
 // payload's fingerprint), error, error_class, attempts, first_failed_at,
 // last_failed_at, state ('parked', 'redriven' or 'discarded'), redriven_by,
-// redriven_at, resolved_by, resolved_at, created_at (microseconds) and
-// redrive_reason.
+// redriven_at, resolved_by, resolved_at, created_at (microseconds),
+// redrive_reason and revision_id (migration 0018_letter_revision: the
+// message id of the letter's revision, ” for none).
 //
 // The statements that return letters select, in this order: id, consumer,
 // source, position, message_id, msg_key, headers, payload, fingerprint,
 // error, error_class, attempts, first_failed_at, last_failed_at, state,
 // redriven_by, redriven_at, resolved_by, resolved_at, created_at,
-// redrive_reason.
+// redrive_reason, revision_id.
 type DeadLetters struct {
 	// Park inserts a parked letter, or, when the same (consumer,
 	// message_id, fingerprint) is already parked, updates that letter's
@@ -35,8 +36,9 @@ type DeadLetters struct {
 	// every state, oldest id first (the letter columns). $1 message_id,
 	// $2 limit.
 	OfMessage string
-	// ClaimRedrive moves a parked letter to redriven and returns it (the
-	// letter columns); no row when it is not parked. On PostgreSQL the row
+	// ClaimRedrive moves a parked letter without a revision (revision_id
+	// '') to redriven and returns it (the letter columns); no row when it
+	// is not parked or has a revision that may be out. On PostgreSQL the row
 	// lock it takes is held until the transaction ends, so a concurrent
 	// redrive of the same letter waits, then finds it no longer parked.
 	// $1 id, $2 by (redriven_by, resolved_by), $3 now (redriven_at,
@@ -45,6 +47,18 @@ type DeadLetters struct {
 	// Discard moves a parked letter to discarded; affects 0 rows when it
 	// is not parked. $1 id, $2 resolved_by, $3 resolved_at.
 	Discard string
+	// GetLocked reads one letter (the letter columns) and locks it until
+	// the transaction ends (FOR UPDATE; SQLite's write transaction holds
+	// the database). $1 id.
+	GetLocked string
+	// SetRevision records the message id of a revision about to be
+	// published on a parked letter; affects 0 rows when it is not parked.
+	// $1 id, $2 revision_id.
+	SetRevision string
+	// ResolveRevision moves a parked letter whose revision is $4 to
+	// discarded, once that revision is published; affects 0 rows
+	// otherwise. $1 id, $2 resolved_by, $3 resolved_at, $4 revision_id.
+	ResolveRevision string
 	// CountParked counts parked letters per consumer: consumer, count.
 	// No arguments.
 	CountParked string

@@ -222,7 +222,7 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, idem.ErrInvalidInput), errors.Is(err, errBadForm), errors.Is(err, dlq.ErrRetentionOverstated):
 		return http.StatusBadRequest
-	case errors.Is(err, dlq.ErrNotParked), errors.Is(err, dlq.ErrRedriveRefused), errors.Is(err, effect.ErrNotRetryable), errors.Is(err, outbox.ErrNotParkedEvent),
+	case errors.Is(err, dlq.ErrNotParked), errors.Is(err, dlq.ErrRedriveRefused), errors.Is(err, dlq.ErrRevisionPending), errors.Is(err, effect.ErrNotRetryable), errors.Is(err, outbox.ErrNotParkedEvent),
 		errors.Is(err, errNotHeld), errors.Is(err, errSagaNotHeld), errors.Is(err, idem.ErrInProgress):
 		return http.StatusConflict
 	case errors.Is(err, errNoPublisher), errors.Is(err, dlq.ErrDroppedAsDuplicate):

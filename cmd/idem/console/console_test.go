@@ -461,6 +461,47 @@ func TestRedriveFailureKeepsLetterParked(t *testing.T) {
 	})
 }
 
+// TestARevisionThatMayBeOutIsShownAndNotRedriven: a revision whose
+// publish failed may be out; the letter page says so and disables Redrive,
+// a redrive posted anyway is refused (409, also forced), and publishing the
+// revision again resolves the letter.
+func TestARevisionThatMayBeOutIsShownAndNotRedriven(t *testing.T) {
+	eachDB(t, console.Config{}, func(t *testing.T, h *harness) {
+		id := h.park(letter("billing", "orders", "m-out", `{"n":1}`))
+		h.pub.err = fmt.Errorf("publish timed out")
+		path := func(verb string) string { return fmt.Sprintf("/console/dlq/%d/%s", id, verb) }
+		if r := h.post(path("revise"), url.Values{"payload": {`{"n":2}`}}); r.status != http.StatusInternalServerError {
+			t.Fatalf("revise with the publish failing: %d", r.status)
+		}
+		h.pub.err = nil
+		l := h.letter(id)
+		if l.State != dlq.Parked || l.RevisionID == "" {
+			t.Fatalf("letter %s with revision %q, want parked with its revision", l.State, l.RevisionID)
+		}
+		page := h.get(fmt.Sprintf("/console/dlq/%d", id))
+		if !strings.Contains(page, `data-testid="letter-revision"`) || !strings.Contains(page, l.RevisionID) || !strings.Contains(page, "may be out") {
+			t.Fatal("the letter page does not show the revision that may be out")
+		}
+		if !strings.Contains(page, `title="a revision of this letter may be out"`) {
+			t.Fatal("Redrive is not disabled on a letter whose revision may be out")
+		}
+		for _, form := range []url.Values{{}, {"force": {"1"}, "reason": {"the customer asked"}}} {
+			if r := h.post(path("redrive"), form); r.status != http.StatusConflict || !strings.Contains(r.body, "may be out") {
+				t.Fatalf("redrive (%v): %d %s, want 409", form, r.status, r.body)
+			}
+		}
+		if n := len(h.pub.published()); n != 0 {
+			t.Fatalf("%d published, want none", n)
+		}
+		if r := h.post(path("revise"), url.Values{"payload": {`{"n":2}`}}); r.status != http.StatusSeeOther {
+			t.Fatalf("revise again: %d %s", r.status, r.body)
+		}
+		if l := h.letter(id); l.State != dlq.Discarded || len(h.pub.published()) != 1 || h.pub.published()[0].ID != l.RevisionID {
+			t.Fatalf("letter %s after its revision, %d published", l.State, len(h.pub.published()))
+		}
+	})
+}
+
 func TestBulkActsOnEveryMatchingLetter(t *testing.T) {
 	eachDB(t, console.Config{}, func(t *testing.T, h *harness) {
 		for i := range 10 {
