@@ -62,12 +62,15 @@ func (s *Store[TTx]) ReviseWith(ctx context.Context, id int64, by string, payloa
 	var rev idem.Message
 	err := s.audited(ctx, auditRevise, id, by, opt.Reason, fmt.Sprintf("edited payload %d bytes", len(payload)), func() (string, error) {
 		var err error
-		var forced bool
-		if l, rev, forced, err = s.revise(ctx, id, by, payload, pub, opt); err != nil {
+		var did revised
+		if l, rev, did, err = s.revise(ctx, id, by, payload, pub, opt); err != nil {
 			return "", err
 		}
 		d := fmt.Sprintf("original message=%q revision message=%q", l.MessageID, rev.ID)
-		if forced {
+		if did.again {
+			d += " published again (the revision was recorded earlier)"
+		}
+		if did.forced {
 			d += " forced past the replay check"
 		}
 		return d, nil

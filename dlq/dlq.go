@@ -120,12 +120,17 @@ type Letter struct {
 	// RedriveReason is the reason given for a forced redrive past a
 	// replay-horizon refusal (see [RedriveOptions]); empty otherwise.
 	RedriveReason string `json:"redrive_reason,omitempty"`
-	// RevisionID is the message id of the letter's revision
-	// ([Store.Revise]), recorded before the revision is published; empty
-	// when it has none. A parked letter with a RevisionID has a revision
-	// that may be out ([ErrRevisionPending]); a discarded one was replaced
-	// by it.
-	RevisionID string `json:"revision_id,omitempty"`
+	// RevisionID and RevisionPayload are the message id and payload of
+	// the letter's revision ([Store.Revise]), recorded before the revision
+	// is published; empty when it has none. A parked letter with a
+	// RevisionID has a revision that may be out ([ErrRevisionPending]). A
+	// discarded one keeps them: its revision was published, unless it was
+	// discarded while the revision was pending.
+	RevisionID      string `json:"revision_id,omitempty"`
+	RevisionPayload []byte `json:"revision_payload,omitempty"`
+	// revisionRecord is the expiry (microseconds) of the inbox record the
+	// revision wrote for the original, 0 for none.
+	revisionRecord int64
 }
 
 // NoIDPrefix begins the message id of a letter whose message came without a
@@ -560,7 +565,7 @@ func scanLetter(r scanner) (Letter, error) {
 	var attempts int64
 	err := r.Scan(&l.ID, &l.Consumer, &l.Source, &l.Position, &l.MessageID, &l.Key, &headers, &l.Payload, &fp,
 		&l.Error, &l.ErrorClass, &attempts, &first, &last, &state, &l.RedrivenBy, &redrivenAt,
-		&l.ResolvedBy, &resolvedAt, &created, &l.RedriveReason, &l.RevisionID)
+		&l.ResolvedBy, &resolvedAt, &created, &l.RedriveReason, &l.RevisionID, &l.RevisionPayload, &l.revisionRecord)
 	if err != nil {
 		return Letter{}, err
 	}

@@ -64,20 +64,23 @@ const headerCloudEventsID = "ce-id"
 // than the consumer's own is refused even with Force, as for a redrive
 // ([ErrRetentionOverstated]).
 //
-// The revision is recorded with the letter (Letter.RevisionID) and the
-// check above made, in a transaction committed before the revision is
-// published; once the broker accepted it, the letter is resolved
-// (discarded by by) in a second one. If publishing fails (or times out: the
-// broker may have taken it) or the second transaction does not commit (the
+// The revision (Letter.RevisionID, RevisionPayload) is recorded with the
+// letter and the check above made, in a transaction committed before the
+// revision is published; once the broker accepted it, the letter is
+// resolved (discarded by by). If publishing fails (or times out: the
+// broker may have taken it) or the letter is not resolved after it (the
 // database or the process is lost), the letter stays parked with its
-// revision recorded: it is not redriven ([ErrRevisionPending]; the original
-// beside a revision that is out would be a second effect), and revising it
-// again publishes the same revision id, which the consumer's inbox
-// recognises if the first one is out, without the check that refuses a
-// recorded original (the record is the revision's own; a letter that waited
-// past the inbox retention, whose record was collected, is still refused
-// as too old). Discarding it is the other way out. The second
-// transaction does not follow ctx's cancellation (a closed browser tab must
+// revision recorded: it is not redriven ([ErrRevisionPending]; the
+// original beside a revision that is out would be a second effect).
+// Revising it again publishes the same revision id, which the consumer's
+// inbox recognises if the first one is out; the inbox record of the
+// original the first revision wrote refuses nothing then, but a record a
+// later copy wrote does (see the check above), and so does a payload other
+// than the recorded one ([ErrRevisionPending]; with Force and a Reason it
+// is published under the same id, and should the first be out the
+// consumer parks the second as a fingerprint mismatch). Discarding it is
+// the other way out; the original stays recorded as consumed. The
+// resolution does not follow ctx's cancellation (a closed browser tab must
 // not leave a published revision unresolved). A letter that is not parked
 // is refused with [ErrNotParked]. The revision is recorded in the audit
 // log (see [Store.ReviseWith]).
@@ -85,32 +88,39 @@ func (s *Store[TTx]) Revise(ctx context.Context, id int64, by string, payload []
 	return s.ReviseWith(ctx, id, by, payload, pub, ReviseOptions{})
 }
 
-// reviseResolveTimeout bounds the transaction that resolves a letter
-// once its revision is published, which no longer follows the caller's
-// cancellation.
-const reviseResolveTimeout = time.Minute
+// reviseResolveTimeout bounds the statement that resolves a letter once
+// its revision is published, which no longer follows the caller's
+// cancellation; revisePublishTimeout bounds the publish.
+const (
+	reviseResolveTimeout = time.Minute
+	revisePublishTimeout = 30 * time.Second
+)
 
 // revisionSpace is the UUID namespace of revision ids (revisionID).
 var revisionSpace = uuid.MustParse("5b0c0c9e-3f0e-5a8e-9d1a-7f7e2c6b4a10")
 
 // revisionID is the message id of every revision of letter l: a name-based
 // UUID (version 5) of the letter's consumer, message id, letter id and
-// first failure, so a revision published again (its first transaction's
-// commit failed) is a duplicate of the first one in the consumer's inbox.
+// first failure, so a revision published again (the letter was not
+// resolved after the first publish) is a duplicate of the first one in the
+// consumer's inbox.
 func revisionID(l Letter) string {
 	name := l.Consumer + "\x00" + l.MessageID + "\x00" + strconv.FormatInt(l.ID, 10) + "\x00" +
 		strconv.FormatInt(store.Micros(l.FirstFailedAt), 10)
 	return uuid.NewSHA1(revisionSpace, []byte(name)).String()
 }
 
-// revise is ReviseWith without the audit log. forced reports whether
-// opt.Force overrode a refusal.
-func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher, opt ReviseOptions) (l Letter, rev idem.Message, forced bool, err error) {
+// revised is what revise did: forced when opt.Force overrode a refusal,
+// again when it published a revision recorded earlier.
+type revised struct{ forced, again bool }
+
+// revise is ReviseWith without the audit log.
+func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher, opt ReviseOptions) (l Letter, rev idem.Message, did revised, err error) {
 	if opt.Force && strings.TrimSpace(opt.Reason) == "" {
-		return Letter{}, idem.Message{}, false, checks.Optionf("dlq: a forced revision needs a reason")
+		return Letter{}, idem.Message{}, did, checks.Optionf("dlq: a forced revision needs a reason")
 	}
 	if pub == nil {
-		return Letter{}, idem.Message{}, false, checks.Optionf("dlq: revise needs a publisher")
+		return Letter{}, idem.Message{}, did, checks.Optionf("dlq: revise needs a publisher")
 	}
 	// First the revision is recorded with the letter, the check made and
 	// the original recorded as consumed: after this commit the letter is
@@ -118,7 +128,6 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 	err = store.InTx(ctx, s.d, func(tx TTx) error {
 		q := s.d.Tx(tx)
 		var err error
-		forced = false // a retried transaction decides again
 		if l, err = scanLetter(q.QueryRow(ctx, s.q.GetLocked, id)); errors.Is(err, store.ErrNoRows) {
 			return fmt.Errorf("%w: dead letter %d", idem.ErrNotFound, id)
 		} else if err != nil {
@@ -128,50 +137,86 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 			return unclaimable(l)
 		}
 		// A letter revised before keeps its revision id (it may be out).
-		again := l.RevisionID != ""
-		if err := s.reviseHorizon(ctx, tx, l, again); err != nil {
-			if !opt.Force || !errors.Is(err, ErrRedriveRefused) {
+		did = revised{again: l.RevisionID != ""}
+		refused := func(err error) error {
+			if !opt.Force || !(errors.Is(err, ErrRedriveRefused) || errors.Is(err, ErrRevisionPending)) {
 				return err
 			}
-			forced = true
+			did.forced = true
 			s.log.WarnContext(ctx, "dead letter revised past its replay check", slog.Int64("letter", id),
 				slog.String("by", by), slog.String("reason", opt.Reason), slog.String("refusal", err.Error()))
-		}
-		if again {
 			return nil
 		}
-		rid := revisionID(l)
-		if _, err := q.Exec(ctx, s.q.SetRevision, id, rid); err != nil {
+		// Another payload is what the consumer's fingerprint tells apart
+		// (canonical JSON: the console re-posts the payload indented).
+		if did.again && fpmatch.Payload(payload) != fpmatch.Payload(l.RevisionPayload) {
+			if err := refused(fmt.Errorf("%w: dead letter %d has revision %s with another payload, which may be out: "+
+				"publish it again with that payload, or force with a reason (if the first is out, the consumer "+
+				"parks the second as a fingerprint mismatch)", ErrRevisionPending, id, l.RevisionID)); err != nil {
+				return err
+			}
+		}
+		record, err := s.reviseHorizon(ctx, tx, l)
+		if err := refused(err); err != nil {
+			return err
+		}
+		if !did.again {
+			l.RevisionID = revisionID(l)
+		}
+		if _, err := q.Exec(ctx, s.q.SetRevision, id, l.RevisionID, payload, record); err != nil {
 			return fmt.Errorf("dlq: revise %d: %w", id, err)
 		}
-		l.RevisionID = rid
+		l.RevisionPayload, l.revisionRecord = append([]byte{}, payload...), record
 		return nil
 	})
 	if err != nil {
-		return Letter{}, idem.Message{}, false, err
+		return Letter{}, idem.Message{}, revised{}, err
 	}
 	rev = revision(l, l.RevisionID, payload)
-	if err := pub.Publish(ctx, rev); err != nil {
-		return Letter{}, idem.Message{}, false, fmt.Errorf("dlq: revise %d: publish revision %s: %w (it may be out: the letter keeps it, "+
+	if err := s.publishRevision(ctx, pub, rev); err != nil {
+		return Letter{}, idem.Message{}, revised{}, fmt.Errorf("dlq: revise %d: publish revision %s: %w (it may be out: the letter keeps it, "+
 			"and is revised again or discarded, not redriven)", id, rev.ID, err)
 	}
 	// The revision is out: the letter is resolved even if the caller has
 	// gone away meanwhile.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviseResolveTimeout)
 	defer cancel()
-	n, err := s.d.Pool().Exec(rctx, s.q.ResolveRevision, id, by, store.Micros(s.now()), rev.ID)
+	now := s.now()
+	n, err := s.d.Pool().Exec(rctx, s.q.ResolveRevision, id, by, store.Micros(now), rev.ID)
 	if err != nil {
-		return Letter{}, idem.Message{}, false, fmt.Errorf("dlq: revise %d: revision %s published, letter not resolved: %w "+
+		return Letter{}, idem.Message{}, revised{}, fmt.Errorf("dlq: revise %d: revision %s published, letter not resolved: %w "+
 			"(revise it again, which publishes the same revision, or discard it)", id, rev.ID, err)
 	}
 	if n == 0 { // discarded meanwhile by someone else: the revision is out all the same
 		s.log.WarnContext(ctx, "dead letter resolved by someone else while its revision was published", slog.Int64("letter", id),
 			slog.String("revision_id", rev.ID))
+		if got, err := s.Get(rctx, id); err == nil {
+			l = got
+		}
+	} else {
+		l.State, l.ResolvedBy, l.ResolvedAt = Discarded, by, store.FromMicros(store.Micros(now))
 	}
 	s.log.InfoContext(ctx, "dead letter revised", slog.Int64("letter", id), slog.String("by", by),
 		slog.String("consumer", l.Consumer), slog.String("message_id", l.MessageID), slog.String("revision_id", rev.ID))
-	l.State = Discarded
-	return l, rev, forced, nil
+	return l, rev, did, nil
+}
+
+// publishRevision publishes rev through pub within revisePublishTimeout.
+// A revision the broker drops as a duplicate (JetStream's window) was
+// published before: that copy is out.
+func (s *Store[TTx]) publishRevision(ctx context.Context, pub broker.Publisher, rev idem.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, revisePublishTimeout)
+	defer cancel()
+	rp, ok := pub.(broker.ResultPublisher)
+	if !ok {
+		return pub.Publish(ctx, rev)
+	}
+	res, err := rp.PublishResults(ctx, rev)
+	if err == nil && len(res) == 1 && res[0].Duplicate {
+		s.log.WarnContext(ctx, "the broker dropped the revision as a duplicate: it was published before",
+			slog.String("revision_id", rev.ID))
+	}
+	return err
 }
 
 // revisionPending is the error of a redrive of l, a parked letter with a
@@ -188,55 +233,60 @@ func revisionPending(l Letter) error {
 // processing failed for good does not count) or, finding none, the letter
 // is older than the consumer's inbox retention. The decision is the
 // insert's, in tx: a copy the consumer commits meanwhile is seen by it.
+// record is the expiry (microseconds) of the record the revision wrote or
+// found its own, 0 for none.
 //
-// again is set for a letter revised before (l.RevisionID recorded): the
-// record found is the one the first revision wrote, so it refuses nothing;
-// a letter that waited past the inbox retention, whose record was
-// collected, gets it written again and is refused as too old, as a first
-// revision would be.
-func (s *Store[TTx]) reviseHorizon(ctx context.Context, tx TTx, l Letter, again bool) error {
+// A record found is the revision's own when l was revised before and the
+// record's expiry is the one that revision wrote (l.revisionRecord): it
+// refuses nothing. A record a later copy of the original wrote (the first
+// one collected after the inbox retention, then the original re-sent) has
+// another expiry and refuses the revision again; a letter that waited past
+// the inbox retention, whose record was collected, gets it written again
+// and is refused as too old, as a first revision would be.
+func (s *Store[TTx]) reviseHorizon(ctx context.Context, tx TTx, l Letter) (record int64, err error) {
 	in := operator.InTx(s.d, s.d.Tx(tx))
 	rec, recorded, err := operator.RecordedRetention(ctx, in, l.Consumer)
 	if err != nil {
-		return fmt.Errorf("dlq: revise %d: %w", l.ID, err)
+		return 0, fmt.Errorf("dlq: revise %d: %w", l.ID, err)
 	}
 	retention, err := s.letterRetention(l, rec, recorded)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	keep := rec.Retention
 	if !recorded {
 		keep = DefaultInboxRetention
 	}
-	inserted, err := s.consumed(ctx, tx, l, keep)
-	if err != nil {
-		return fmt.Errorf("dlq: revise %d: %w", l.ID, err)
-	}
 	now := s.now()
+	record = store.Micros(now.Add(keep))
+	inserted, err := s.consumed(ctx, tx, l, now, record)
+	if err != nil {
+		return 0, fmt.Errorf("dlq: revise %d: %w", l.ID, err)
+	}
 	ref := &RefusedError{LetterID: l.ID, Consumer: l.Consumer, MessageID: l.MessageID,
 		Age: now.Sub(l.FirstFailedAt), Retention: retention}
-	if !inserted && again {
-		return nil
-	}
 	if !inserted {
 		original, found, err := operator.InboxRecordOf(ctx, in, l.Consumer, l.MessageID)
 		if err != nil {
-			return fmt.Errorf("dlq: revise %d: %w", l.ID, err)
+			return 0, fmt.Errorf("dlq: revise %d: %w", l.ID, err)
 		}
 		if found && original.State == lease.Failed {
-			return nil // the original was never applied
+			return 0, nil // the original was never applied
+		}
+		if found && l.revisionRecord != 0 && store.Micros(original.ExpiresAt) == l.revisionRecord {
+			return l.revisionRecord, nil // the first revision's own
 		}
 		// Found, or committed by a transaction this one's snapshot
 		// (MySQL's repeatable read) does not show: either way a record
 		// is there.
 		ref.Reason, ref.OriginalState = RefusedOriginalProcessed, original.State
-		return ref
+		return 0, ref
 	}
 	if ref.Retention > 0 && ref.Age > ref.Retention {
 		ref.Reason = RefusedTooOld
-		return ref
+		return 0, ref
 	}
-	return nil
+	return record, nil
 }
 
 // revision is l's message under the new id with the edited payload.
@@ -260,14 +310,12 @@ func revision(l Letter, id string, payload []byte) idem.Message {
 
 // consumed records l's original message as consumed in the inbox of l's
 // consumer, through the inbox's own insert in the caller's transaction tx,
-// kept for keep, the inbox retention that consumer recorded (as its own
-// rows are). inserted is false when a record of the id was there already:
-// it is left as it is.
-func (s *Store[TTx]) consumed(ctx context.Context, tx TTx, l Letter, keep time.Duration) (inserted bool, err error) {
-	now := s.now()
+// at now, expiring at expires (microseconds; now plus the inbox retention
+// that consumer recorded, as its own rows are). inserted is false when a
+// record of the id was there already: it is left as it is.
+func (s *Store[TTx]) consumed(ctx context.Context, tx TTx, l Letter, now time.Time, expires int64) (inserted bool, err error) {
 	fp := fpmatch.Payload(l.Payload)
-	n, err := s.d.Tx(tx).Exec(ctx, s.d.Statements().Inbox.Insert, l.Consumer, l.MessageID, fp[:], store.Micros(now),
-		store.Micros(now.Add(keep)))
+	n, err := s.d.Tx(tx).Exec(ctx, s.d.Statements().Inbox.Insert, l.Consumer, l.MessageID, fp[:], store.Micros(now), expires)
 	if err != nil {
 		return false, fmt.Errorf("record %s/%s in the inbox: %w", l.Consumer, l.MessageID, err)
 	}

@@ -149,7 +149,8 @@ func TestReviseAgainAfterALostCommit(t *testing.T) {
 			t.Fatal("revise succeeded")
 		}
 		pub := &recPublisher{}
-		_, rev, err := s.Revise(ctx, l, "alice", []byte(`{"n":2}`), pub)
+		// The same payload, as the console re-posts it (indented).
+		_, rev, err := s.Revise(ctx, l, "alice", []byte("{\n  \"n\": 1\n}"), pub)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,6 +257,51 @@ func testRevisionOut[TTx any](t *testing.T, d store.Driver[TTx]) {
 			}
 		})
 	}
+	t.Run("another payload", func(t *testing.T) {
+		l, err := s.Park(ctx, dlq.FromMessage("billing", original("m-other-payload"), errors.New("bad")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost := &acceptThenFail{err: errors.New("publish timed out")}
+		if _, _, err := s.Revise(ctx, l, "alice", []byte(`{"n":2}`), lost); err == nil {
+			t.Fatal("revise succeeded")
+		}
+		if got, _ := s.Get(ctx, l); string(got.RevisionPayload) != `{"n":2}` {
+			t.Fatalf("recorded revision payload %q", got.RevisionPayload)
+		}
+		// A second operator's edit would go out under the same id.
+		pub := &recPublisher{}
+		if _, _, err := s.Revise(ctx, l, "bob", []byte(`{"n":3}`), pub); !errors.Is(err, dlq.ErrRevisionPending) || pub.count() != 0 {
+			t.Fatalf("revise again with another payload: %v (%d published), want ErrRevisionPending", err, pub.count())
+		}
+		_, rev, err := s.ReviseWith(ctx, l, "bob", []byte(`{"n":3}`), pub, dlq.ReviseOptions{Force: true, Reason: "the first never reached the broker"})
+		if err != nil || rev.ID != lost.msgs[0].ID || string(rev.Payload) != `{"n":3}` {
+			t.Fatalf("forced revise with another payload: %q %q, %v", rev.ID, rev.Payload, err)
+		}
+	})
+	t.Run("a later copy's record", func(t *testing.T) {
+		id := "m-later-copy"
+		l, err := s.Park(ctx, dlq.FromMessage("billing", original(id), errors.New("bad")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Revise(ctx, l, "alice", []byte(`{"n":2}`), &acceptThenFail{err: errors.New("publish timed out")}); err == nil {
+			t.Fatal("revise succeeded")
+		}
+		// The revision's record of the original is collected, then the
+		// producer re-sends the original, which is applied.
+		if _, err := d.Pool().Exec(ctx, `DELETE FROM `+d.Table("inbox")+` WHERE consumer = 'billing' AND message_id = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := ib.Process(ctx, "billing", original(id), func(context.Context, TTx, idem.Message) error { return nil }); err != nil || res != inbox.Processed {
+			t.Fatalf("the original re-sent after the collection: %v %v", res, err)
+		}
+		pub := &recPublisher{}
+		var re *dlq.RefusedError
+		if _, _, err := s.Revise(ctx, l, "alice", []byte(`{"n":2}`), pub); !errors.As(err, &re) || re.Reason != dlq.RefusedOriginalProcessed || pub.count() != 0 {
+			t.Fatalf("revise again after the original was applied: %v (%d published), want refused %s", err, pub.count(), dlq.RefusedOriginalProcessed)
+		}
+	})
 	t.Run("discarded instead", func(t *testing.T) {
 		l, err := s.Park(ctx, dlq.FromMessage("billing", original("m-discard"), errors.New("bad")))
 		if err != nil {

@@ -444,6 +444,13 @@ func dlqShowLetters(env *Env, ls []dlq.Letter, asJSON bool) error {
 		row("attempts", strconv.Itoa(l.Attempts))
 		row("first failed", l.FirstFailedAt.Format(time.RFC3339Nano))
 		row("last failed", l.LastFailedAt.Format(time.RFC3339Nano))
+		if l.RevisionID != "" {
+			note := ""
+			if l.State == dlq.Parked {
+				note = " (may be out: revise again or discard; not redriven)"
+			}
+			row("revision", l.RevisionID+note)
+		}
 		if l.State != dlq.Parked {
 			row("resolved by", l.ResolvedBy)
 			row("resolved at", l.ResolvedAt.Format(time.RFC3339Nano))

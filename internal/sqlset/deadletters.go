@@ -7,14 +7,16 @@ package sqlset
 // payload's fingerprint), error, error_class, attempts, first_failed_at,
 // last_failed_at, state ('parked', 'redriven' or 'discarded'), redriven_by,
 // redriven_at, resolved_by, resolved_at, created_at (microseconds),
-// redrive_reason and revision_id (migration 0018_letter_revision: the
-// message id of the letter's revision, ” for none).
+// redrive_reason, and (migration 0018_letter_revision) revision_id (the
+// message id of the letter's revision, empty for none), revision_payload
+// and revision_record_expires_at (the expiry of the inbox record the
+// revision wrote, 0 for none).
 //
 // The statements that return letters select, in this order: id, consumer,
 // source, position, message_id, msg_key, headers, payload, fingerprint,
 // error, error_class, attempts, first_failed_at, last_failed_at, state,
 // redriven_by, redriven_at, resolved_by, resolved_at, created_at,
-// redrive_reason, revision_id.
+// redrive_reason, revision_id, revision_payload, revision_record_expires_at.
 type DeadLetters struct {
 	// Park inserts a parked letter, or, when the same (consumer,
 	// message_id, fingerprint) is already parked, updates that letter's
@@ -36,8 +38,8 @@ type DeadLetters struct {
 	// every state, oldest id first (the letter columns). $1 message_id,
 	// $2 limit.
 	OfMessage string
-	// ClaimRedrive moves a parked letter without a revision (revision_id
-	// '') to redriven and returns it (the letter columns); no row when it
+	// ClaimRedrive moves a parked letter without a revision (an empty
+	// revision_id) to redriven and returns it (the letter columns); no row when it
 	// is not parked or has a revision that may be out. On PostgreSQL the row
 	// lock it takes is held until the transaction ends, so a concurrent
 	// redrive of the same letter waits, then finds it no longer parked.
@@ -51,9 +53,9 @@ type DeadLetters struct {
 	// the transaction ends (FOR UPDATE; SQLite's write transaction holds
 	// the database). $1 id.
 	GetLocked string
-	// SetRevision records the message id of a revision about to be
-	// published on a parked letter; affects 0 rows when it is not parked.
-	// $1 id, $2 revision_id.
+	// SetRevision records a revision about to be published on a parked
+	// letter; affects 0 rows when it is not parked. $1 id, $2 revision_id,
+	// $3 revision_payload, $4 revision_record_expires_at.
 	SetRevision string
 	// ResolveRevision moves a parked letter whose revision is $4 to
 	// discarded, once that revision is published; affects 0 rows

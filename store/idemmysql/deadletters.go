@@ -6,7 +6,8 @@ func deadLetters(t func(string) string) sqlset.DeadLetters {
 	table := t("dead_letters")
 	const cols = `id, consumer, source, position, message_id, msg_key, headers, payload, fingerprint,
  error, error_class, attempts, first_failed_at, last_failed_at, state, redriven_by, redriven_at,
- resolved_by, resolved_at, created_at, redrive_reason, revision_id`
+ resolved_by, resolved_at, created_at, redrive_reason, revision_id,
+ revision_payload, revision_record_expires_at`
 	const resolved = `state IN ('redriven', 'discarded') AND resolved_at > 0 AND resolved_at < $1`
 	return sqlset.DeadLetters{
 		// ON CONFLICT … DO UPDATE on the parked letter's unique key
@@ -34,8 +35,9 @@ func deadLetters(t func(string) string) sqlset.DeadLetters {
  /*idem:need*/ SELECT ` + cols + ` FROM ` + table + ` WHERE id = $1`,
 		Discard: `UPDATE ` + table + ` SET state = 'discarded', resolved_by = $2, resolved_at = $3
  WHERE id = $1 AND state = 'parked'`,
-		GetLocked:   `SELECT ` + cols + ` FROM ` + table + ` WHERE id = $1 FOR UPDATE`,
-		SetRevision: `UPDATE ` + table + ` SET revision_id = $2 WHERE id = $1 AND state = 'parked'`,
+		GetLocked: `SELECT ` + cols + ` FROM ` + table + ` WHERE id = $1 FOR UPDATE`,
+		SetRevision: `UPDATE ` + table + ` SET revision_id = $2, revision_payload = $3, revision_record_expires_at = $4
+ WHERE id = $1 AND state = 'parked'`,
 		ResolveRevision: `UPDATE ` + table + ` SET state = 'discarded', resolved_by = $2, resolved_at = $3
  WHERE id = $1 AND state = 'parked' AND revision_id = $4`,
 		CountParked: `SELECT consumer, count(*) FROM ` + table + ` WHERE state = 'parked' GROUP BY consumer`,

@@ -482,6 +482,9 @@ func TestARevisionThatMayBeOutIsShownAndNotRedriven(t *testing.T) {
 		if !strings.Contains(page, `data-testid="letter-revision"`) || !strings.Contains(page, l.RevisionID) || !strings.Contains(page, "may be out") {
 			t.Fatal("the letter page does not show the revision that may be out")
 		}
+		if !strings.Contains(page, "&#34;n&#34;: 2") {
+			t.Fatal("the revise form is not filled with the recorded revision's payload")
+		}
 		if !strings.Contains(page, `title="a revision of this letter may be out"`) {
 			t.Fatal("Redrive is not disabled on a letter whose revision may be out")
 		}
@@ -493,7 +496,7 @@ func TestARevisionThatMayBeOutIsShownAndNotRedriven(t *testing.T) {
 		if n := len(h.pub.published()); n != 0 {
 			t.Fatalf("%d published, want none", n)
 		}
-		if r := h.post(path("revise"), url.Values{"payload": {`{"n":2}`}}); r.status != http.StatusSeeOther {
+		if r := h.post(path("revise"), url.Values{"payload": {"{\n  \"n\": 2\n}"}}); r.status != http.StatusSeeOther {
 			t.Fatalf("revise again: %d %s", r.status, r.body)
 		}
 		if l := h.letter(id); l.State != dlq.Discarded || len(h.pub.published()) != 1 || h.pub.published()[0].ID != l.RevisionID {

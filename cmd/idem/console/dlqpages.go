@@ -192,7 +192,11 @@ func (c *Console[TTx]) dlqShow(w http.ResponseWriter, r *http.Request) {
 		c.renderError(w, r, statusOf(err), "Dead letter", err.Error())
 		return
 	}
+	// A revision that may be out is published again with its own payload.
 	edit, editOK := editable(l.Payload)
+	if l.State == dlq.Parked && l.RevisionID != "" {
+		edit, editOK = editable(l.RevisionPayload)
+	}
 	// A letter resolved by a revision names it (the audit log has its id).
 	var revisedAs []AuditEntry
 	if l.State == dlq.Discarded {
@@ -345,7 +349,7 @@ func (c *Console[TTx]) dlqBulk(w http.ResponseWriter, r *http.Request) error {
 		func() (string, error) {
 			var ids []string
 			var actErr error
-			skipped := 0
+			skipped, pending := 0, 0
 			err := c.eachLetter(ctx, f, maxID, func(l dlq.Letter) bool {
 				var err error
 				// Each letter's action is in the audit log too (the dlq
@@ -359,6 +363,9 @@ func (c *Console[TTx]) dlqBulk(w http.ResponseWriter, r *http.Request) error {
 				case errors.Is(err, dlq.ErrNotParked): // resolved meanwhile by someone else
 					skipped++
 					return true
+				case errors.Is(err, dlq.ErrRevisionPending): // its revision may be out: never redriven
+					pending++
+					return true
 				case err != nil:
 					actErr = fmt.Errorf("after %d letter(s), letter %d: %w", n, l.ID, err)
 					return false
@@ -368,6 +375,9 @@ func (c *Console[TTx]) dlqBulk(w http.ResponseWriter, r *http.Request) error {
 				return true
 			})
 			details := fmt.Sprintf("%s %d, skipped %d (no longer parked); ids: %s", verb, n, skipped, strings.Join(ids, ","))
+			if pending > 0 {
+				details += fmt.Sprintf("; skipped %d with a revision that may be out", pending)
+			}
 			return details, errors.Join(err, actErr)
 		})
 	if err != nil {
