@@ -70,6 +70,9 @@ func (s *Store[TTx]) ReviseWith(ctx context.Context, id int64, by string, payloa
 		if did.again {
 			d += " published again (the revision was recorded earlier)"
 		}
+		if did.changed {
+			d += " with another payload than the one recorded"
+		}
 		if did.forced {
 			d += " forced past the replay check"
 		}

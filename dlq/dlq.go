@@ -93,7 +93,10 @@ var ErrRevisionPending = errors.New("dlq: a revision of the letter may be out")
 // ErrDroppedAsDuplicate reports a redrive the broker dropped because the
 // original message id was published inside its duplicate window (JetStream
 // Nats-Msg-Id dedup, default 2 minutes): nothing was delivered, so the
-// letter stays parked. Redrive it again after the window has passed.
+// letter stays parked. Redrive it again after the window has passed. From
+// [Store.Revise] it reports a revision published again with another
+// payload, dropped because the first one is out: the letter is resolved
+// with the first payload.
 var ErrDroppedAsDuplicate = errors.New("dlq: broker dropped the redrive as a duplicate of the original publish")
 
 // Letter is one dead letter.

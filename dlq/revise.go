@@ -111,8 +111,9 @@ func revisionID(l Letter) string {
 }
 
 // revised is what revise did: forced when opt.Force overrode a refusal,
-// again when it published a revision recorded earlier.
-type revised struct{ forced, again bool }
+// again when it published a revision recorded earlier, changed when that
+// revision's payload was another.
+type revised struct{ forced, again, changed bool }
 
 // revise is ReviseWith without the audit log.
 func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []byte, pub broker.Publisher, opt ReviseOptions) (l Letter, rev idem.Message, did revised, err error) {
@@ -125,6 +126,7 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 	// First the revision is recorded with the letter, the check made and
 	// the original recorded as consumed: after this commit the letter is
 	// not redriven, whatever happens to the publish.
+	var first []byte // the payload of a revision recorded earlier
 	err = store.InTx(ctx, s.d, func(tx TTx) error {
 		q := s.d.Tx(tx)
 		var err error
@@ -143,13 +145,15 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 				return err
 			}
 			did.forced = true
-			s.log.WarnContext(ctx, "dead letter revised past its replay check", slog.Int64("letter", id),
+			s.log.WarnContext(ctx, "dead letter revised past a refusal", slog.Int64("letter", id),
 				slog.String("by", by), slog.String("reason", opt.Reason), slog.String("refusal", err.Error()))
 			return nil
 		}
 		// Another payload is what the consumer's fingerprint tells apart
 		// (canonical JSON: the console re-posts the payload indented).
-		if did.again && fpmatch.Payload(payload) != fpmatch.Payload(l.RevisionPayload) {
+		first = l.RevisionPayload
+		if did.again && fpmatch.Payload(payload) != fpmatch.Payload(first) {
+			did.changed = true
 			if err := refused(fmt.Errorf("%w: dead letter %d has revision %s with another payload, which may be out: "+
 				"publish it again with that payload, or force with a reason (if the first is out, the consumer "+
 				"parks the second as a fingerprint mismatch)", ErrRevisionPending, id, l.RevisionID)); err != nil {
@@ -173,7 +177,8 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 		return Letter{}, idem.Message{}, revised{}, err
 	}
 	rev = revision(l, l.RevisionID, payload)
-	if err := s.publishRevision(ctx, pub, rev); err != nil {
+	dup, err := s.publishRevision(ctx, pub, rev)
+	if err != nil {
 		return Letter{}, idem.Message{}, revised{}, fmt.Errorf("dlq: revise %d: publish revision %s: %w (it may be out: the letter keeps it, "+
 			"and is revised again or discarded, not redriven)", id, rev.ID, err)
 	}
@@ -181,6 +186,18 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 	// gone away meanwhile.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviseResolveTimeout)
 	defer cancel()
+	if dup && did.changed {
+		// The broker kept the first payload under this id and dropped
+		// this one: the first is what is out, and what the letter keeps.
+		if _, err := s.d.Pool().Exec(rctx, s.q.SetRevision, id, rev.ID, first, l.revisionRecord); err != nil {
+			return Letter{}, idem.Message{}, revised{}, fmt.Errorf("dlq: revise %d: %w", id, err)
+		}
+		if _, err := s.d.Pool().Exec(rctx, s.q.ResolveRevision, id, by, store.Micros(s.now()), rev.ID); err != nil {
+			return Letter{}, idem.Message{}, revised{}, fmt.Errorf("dlq: revise %d: %w", id, err)
+		}
+		return Letter{}, idem.Message{}, revised{}, fmt.Errorf("%w: dead letter %d: revision %s was out already with its first payload, "+
+			"which the letter is resolved with; the edited payload was not published", ErrDroppedAsDuplicate, id, rev.ID)
+	}
 	now := s.now()
 	n, err := s.d.Pool().Exec(rctx, s.q.ResolveRevision, id, by, store.Micros(now), rev.ID)
 	if err != nil {
@@ -202,21 +219,22 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 }
 
 // publishRevision publishes rev through pub within revisePublishTimeout.
-// A revision the broker drops as a duplicate (JetStream's window) was
-// published before: that copy is out.
-func (s *Store[TTx]) publishRevision(ctx context.Context, pub broker.Publisher, rev idem.Message) error {
+// dup reports a revision the broker dropped as a duplicate (JetStream's
+// window): it was published before, and that copy is out.
+func (s *Store[TTx]) publishRevision(ctx context.Context, pub broker.Publisher, rev idem.Message) (dup bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, revisePublishTimeout)
 	defer cancel()
 	rp, ok := pub.(broker.ResultPublisher)
 	if !ok {
-		return pub.Publish(ctx, rev)
+		return false, pub.Publish(ctx, rev)
 	}
 	res, err := rp.PublishResults(ctx, rev)
 	if err == nil && len(res) == 1 && res[0].Duplicate {
 		s.log.WarnContext(ctx, "the broker dropped the revision as a duplicate: it was published before",
 			slog.String("revision_id", rev.ID))
+		return true, nil
 	}
-	return err
+	return false, err
 }
 
 // revisionPending is the error of a redrive of l, a parked letter with a
@@ -276,15 +294,14 @@ func (s *Store[TTx]) reviseHorizon(ctx context.Context, tx TTx, l Letter) (recor
 		if found && l.revisionRecord != 0 && store.Micros(original.ExpiresAt) == l.revisionRecord {
 			return l.revisionRecord, nil // the first revision's own
 		}
-		// Found, or committed by a transaction this one's snapshot
-		// (MySQL's repeatable read) does not show: either way a record
-		// is there.
+		// Found, or gone again since the insert met it (collected
+		// meanwhile): either way a record was there.
 		ref.Reason, ref.OriginalState = RefusedOriginalProcessed, original.State
 		return 0, ref
 	}
 	if ref.Retention > 0 && ref.Age > ref.Retention {
 		ref.Reason = RefusedTooOld
-		return 0, ref
+		return record, ref // the record is written: a forced revision keeps it as its own
 	}
 	return record, nil
 }

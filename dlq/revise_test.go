@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/dlq"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/testclock"
@@ -240,6 +241,11 @@ func testRevisionOut[TTx any](t *testing.T, d store.Driver[TTx]) {
 			if pub.count() != 0 {
 				t.Fatalf("%d original(s) published beside the revision", pub.count())
 			}
+			// An older program's claim, which does not know the revision,
+			// fails before it could publish.
+			if _, err := d.Pool().Exec(ctx, `UPDATE `+d.Table("dead_letters")+` SET state = 'redriven' WHERE id = $1 AND state = 'parked'`, l); err == nil {
+				t.Fatal("the schema let a letter with a revision be marked redriven")
+			}
 			ran := false
 			res, err := ib.Process(ctx, "billing", original(id), func(context.Context, TTx, idem.Message) error { ran = true; return nil })
 			if err != nil || res != inbox.Duplicate || ran {
@@ -277,6 +283,43 @@ func testRevisionOut[TTx any](t *testing.T, d store.Driver[TTx]) {
 		_, rev, err := s.ReviseWith(ctx, l, "bob", []byte(`{"n":3}`), pub, dlq.ReviseOptions{Force: true, Reason: "the first never reached the broker"})
 		if err != nil || rev.ID != lost.msgs[0].ID || string(rev.Payload) != `{"n":3}` {
 			t.Fatalf("forced revise with another payload: %q %q, %v", rev.ID, rev.Payload, err)
+		}
+	})
+	t.Run("another payload the broker drops", func(t *testing.T) {
+		l, err := s.Park(ctx, dlq.FromMessage("billing", original("m-dropped"), errors.New("bad")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Revise(ctx, l, "alice", []byte(`{"n":2}`), &acceptThenFail{err: errors.New("publish timed out")}); err == nil {
+			t.Fatal("revise succeeded")
+		}
+		// The broker kept the first publish: the second, with another
+		// payload, is a duplicate of it, and the first is what is out.
+		_, _, err = s.ReviseWith(ctx, l, "bob", []byte(`{"n":3}`), dupPublisher{}, dlq.ReviseOptions{Force: true, Reason: "the first never reached the broker"})
+		if !errors.Is(err, dlq.ErrDroppedAsDuplicate) {
+			t.Fatalf("forced revise the broker dropped: %v, want ErrDroppedAsDuplicate", err)
+		}
+		if got, _ := s.Get(ctx, l); got.State != dlq.Discarded || string(got.RevisionPayload) != `{"n":2}` {
+			t.Fatalf("letter %s with revision payload %q, want discarded with the first payload", got.State, got.RevisionPayload)
+		}
+	})
+	t.Run("forced too old, then published again", func(t *testing.T) {
+		l, err := s.Park(ctx, dlq.FromMessage("billing", original("m-too-old"), errors.New("bad")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		aged, err := dlq.New(d, dlq.Config{Now: func() time.Time { return time.Now().Add(30 * 24 * time.Hour) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := aged.ReviseWith(ctx, l, "alice", []byte(`{"n":2}`), &acceptThenFail{err: errors.New("publish timed out")},
+			dlq.ReviseOptions{Force: true, Reason: "checked the ledger"}); err == nil || errors.Is(err, dlq.ErrRedriveRefused) {
+			t.Fatalf("forced revise of a letter older than the retention: %v, want the publish's error", err)
+		}
+		// The inbox record it wrote is its own: published again without force.
+		pub := &recPublisher{}
+		if _, _, err := aged.Revise(ctx, l, "alice", []byte(`{"n":2}`), pub); err != nil || pub.count() != 1 {
+			t.Fatalf("revise again: %v (%d published)", err, pub.count())
 		}
 	})
 	t.Run("a later copy's record", func(t *testing.T) {
@@ -329,6 +372,19 @@ func storeAndInbox[TTx any](t *testing.T, d store.Driver[TTx]) (*dlq.Store[TTx],
 	}
 	return s, ib
 }
+
+// dupPublisher reports every message as a duplicate the broker dropped.
+type dupPublisher struct{}
+
+func (dupPublisher) Publish(context.Context, ...idem.Message) error { return nil }
+func (dupPublisher) PublishResults(_ context.Context, msgs ...idem.Message) ([]broker.PublishResult, error) {
+	res := make([]broker.PublishResult, len(msgs))
+	for i, m := range msgs {
+		res[i] = broker.PublishResult{ID: m.ID, Duplicate: true}
+	}
+	return res, nil
+}
+func (dupPublisher) Close() error { return nil }
 
 // panicAfterPublish records the messages as published, then stops the
 // caller as a lost process would.

@@ -450,6 +450,11 @@ func dlqShowLetters(env *Env, ls []dlq.Letter, asJSON bool) error {
 				note = " (may be out: revise again or discard; not redriven)"
 			}
 			row("revision", l.RevisionID+note)
+			if utf8.Valid(l.RevisionPayload) {
+				row("revision payload", string(l.RevisionPayload))
+			} else {
+				row("revision payload", fmt.Sprintf("(%d bytes, binary) %x", len(l.RevisionPayload), l.RevisionPayload))
+			}
 		}
 		if l.State != dlq.Parked {
 			row("resolved by", l.ResolvedBy)

@@ -8,7 +8,11 @@
 -- resolution after it did not commit): it is not redriven, since the
 -- original beside the revision would be a second effect; it is revised
 -- again (the same revision id and payload, a duplicate in the consumer's
--- inbox if it is out) or discarded.
+-- inbox if it is out) or discarded. The constraint makes a program
+-- older than this migration fail to redrive such a letter, instead of
+-- marking it redriven while the consumer drops the original as a duplicate
+-- of the revision's record.
 ALTER TABLE {{t}}dead_letters ADD COLUMN revision_id VARBINARY(64) NOT NULL DEFAULT '',
     ADD COLUMN revision_payload LONGBLOB NOT NULL DEFAULT (''),
-    ADD COLUMN revision_record_expires_at BIGINT NOT NULL DEFAULT 0;
+    ADD COLUMN revision_record_expires_at BIGINT NOT NULL DEFAULT 0,
+    ADD CONSTRAINT {{p}}dead_letters_revision_not_redriven CHECK (state <> 'redriven' OR revision_id = '');

@@ -8,7 +8,15 @@
 -- resolution after it did not commit): it is not redriven, since the
 -- original beside the revision would be a second effect; it is revised
 -- again (the same revision id and payload, a duplicate in the consumer's
--- inbox if it is out) or discarded.
+-- inbox if it is out) or discarded. The trigger makes a program
+-- older than this migration fail to redrive such a letter, instead of
+-- marking it redriven while the consumer drops the original as a duplicate
+-- of the revision's record.
 ALTER TABLE {{t}}dead_letters ADD COLUMN revision_id text NOT NULL DEFAULT '';
 ALTER TABLE {{t}}dead_letters ADD COLUMN revision_payload blob NOT NULL DEFAULT x'';
 ALTER TABLE {{t}}dead_letters ADD COLUMN revision_record_expires_at integer NOT NULL DEFAULT 0;
+CREATE TRIGGER {{p}}dead_letters_revision_not_redriven BEFORE UPDATE OF state ON {{t}}dead_letters
+WHEN NEW.state = 'redriven' AND NEW.revision_id <> ''
+BEGIN
+    SELECT RAISE(ABORT, 'dead letter has a revision that may be out: it is not redriven');
+END;
