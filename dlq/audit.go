@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/idemkit/idem"
@@ -63,10 +64,14 @@ func (s *Store[TTx]) ReviseWith(ctx context.Context, id int64, by string, payloa
 	err := s.audited(ctx, auditRevise, id, by, opt.Reason, fmt.Sprintf("edited payload %d bytes", len(payload)), func() (string, error) {
 		var err error
 		var did revised
-		if l, rev, did, err = s.revise(ctx, id, by, payload, pub, opt); err != nil {
+		l, rev, did, err = s.revise(ctx, id, by, payload, pub, opt)
+		if err != nil && !errors.Is(err, ErrDroppedAsDuplicate) {
 			return "", err
 		}
 		d := fmt.Sprintf("original message=%q revision message=%q", l.MessageID, rev.ID)
+		if err != nil { // resolved with the revision recorded before
+			d += " dropped by the broker as a duplicate of the revision published before"
+		}
 		if did.again {
 			d += " published again (the revision was recorded earlier)"
 		}
@@ -76,7 +81,7 @@ func (s *Store[TTx]) ReviseWith(ctx context.Context, id int64, by string, payloa
 		if did.forced {
 			d += " forced past the replay check"
 		}
-		return d, nil
+		return d, err
 	})
 	return l, rev, err
 }

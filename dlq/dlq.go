@@ -97,7 +97,7 @@ var ErrRevisionPending = errors.New("dlq: a revision of the letter may be out")
 // [Store.Revise] it reports a revision published again with another
 // payload, dropped because the first one is out: the letter is resolved
 // with the first payload.
-var ErrDroppedAsDuplicate = errors.New("dlq: broker dropped the redrive as a duplicate of the original publish")
+var ErrDroppedAsDuplicate = errors.New("dlq: the broker dropped the message as a duplicate of an earlier publish")
 
 // Letter is one dead letter.
 type Letter struct {

@@ -77,8 +77,10 @@ const headerCloudEventsID = "ce-id"
 // original the first revision wrote refuses nothing then, but a record a
 // later copy wrote does (see the check above), and so does a payload other
 // than the recorded one ([ErrRevisionPending]; with Force and a Reason it
-// is published under the same id, and should the first be out the
-// consumer parks the second as a fingerprint mismatch). Discarding it is
+// is published under the same id: should the recorded one be out, the
+// consumer parks the second as a fingerprint mismatch, or the broker drops
+// it as a duplicate inside its window, and Revise then resolves the letter
+// with the recorded payload and returns [ErrDroppedAsDuplicate]). Discarding it is
 // the other way out; the original stays recorded as consumed. The
 // resolution does not follow ctx's cancellation (a closed browser tab must
 // not leave a published revision unresolved). A letter that is not parked
@@ -187,16 +189,7 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviseResolveTimeout)
 	defer cancel()
 	if dup && did.changed {
-		// The broker kept the first payload under this id and dropped
-		// this one: the first is what is out, and what the letter keeps.
-		if _, err := s.d.Pool().Exec(rctx, s.q.SetRevision, id, rev.ID, first, l.revisionRecord); err != nil {
-			return Letter{}, idem.Message{}, revised{}, fmt.Errorf("dlq: revise %d: %w", id, err)
-		}
-		if _, err := s.d.Pool().Exec(rctx, s.q.ResolveRevision, id, by, store.Micros(s.now()), rev.ID); err != nil {
-			return Letter{}, idem.Message{}, revised{}, fmt.Errorf("dlq: revise %d: %w", id, err)
-		}
-		return Letter{}, idem.Message{}, revised{}, fmt.Errorf("%w: dead letter %d: revision %s was out already with its first payload, "+
-			"which the letter is resolved with; the edited payload was not published", ErrDroppedAsDuplicate, id, rev.ID)
+		return l, rev, did, s.keepFirstRevision(rctx, l, by, first)
 	}
 	now := s.now()
 	n, err := s.d.Pool().Exec(rctx, s.q.ResolveRevision, id, by, store.Micros(now), rev.ID)
@@ -216,6 +209,34 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 	s.log.InfoContext(ctx, "dead letter revised", slog.Int64("letter", id), slog.String("by", by),
 		slog.String("consumer", l.Consumer), slog.String("message_id", l.MessageID), slog.String("revision_id", rev.ID))
 	return l, rev, did, nil
+}
+
+// keepFirstRevision resolves l, whose revision the broker dropped as a
+// duplicate of an earlier publish under its id with another payload:
+// that one is out, so the letter keeps the payload recorded before this
+// revise (first) and is resolved with it, in one transaction. The error
+// wraps ErrDroppedAsDuplicate: the edited payload was not published.
+func (s *Store[TTx]) keepFirstRevision(ctx context.Context, l Letter, by string, first []byte) error {
+	var n int64
+	err := store.InTx(ctx, s.d, func(tx TTx) error {
+		q := s.d.Tx(tx)
+		var err error
+		if n, err = q.Exec(ctx, s.q.SetRevision, l.ID, l.RevisionID, first, l.revisionRecord); err != nil || n == 0 {
+			return err
+		}
+		n, err = q.Exec(ctx, s.q.ResolveRevision, l.ID, by, store.Micros(s.now()), l.RevisionID)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("dlq: revise %d: the broker dropped revision %s as a duplicate of an earlier publish with another "+
+			"payload, and the letter could not be resolved with that one: %w (%w)", l.ID, l.RevisionID, err, ErrDroppedAsDuplicate)
+	}
+	resolved := "the letter is resolved with the payload recorded before"
+	if n == 0 {
+		resolved = "the letter was resolved meanwhile by someone else"
+	}
+	return fmt.Errorf("%w: dead letter %d: revision %s was out already with the payload recorded before this one; %s, "+
+		"and the edited payload was not published", ErrDroppedAsDuplicate, l.ID, l.RevisionID, resolved)
 }
 
 // publishRevision publishes rev through pub within revisePublishTimeout.

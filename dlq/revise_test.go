@@ -3,6 +3,7 @@ package dlq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -301,6 +302,10 @@ func testRevisionOut[TTx any](t *testing.T, d store.Driver[TTx]) {
 		}
 		if got, _ := s.Get(ctx, l); got.State != dlq.Discarded || string(got.RevisionPayload) != `{"n":2}` {
 			t.Fatalf("letter %s with revision payload %q, want discarded with the first payload", got.State, got.RevisionPayload)
+		}
+		if n := testdb.Count(t, d, `SELECT count(*) FROM `+d.Table("audit_log")+` WHERE action = 'dlq.revise' AND target = $1
+AND outcome LIKE 'failed%' AND details LIKE '%dropped by the broker%another payload%forced%'`, fmt.Sprintf("letter %d", l)); n != 1 {
+			t.Fatalf("%d audit entries say the forced revision was dropped, want 1", n)
 		}
 	})
 	t.Run("forced too old, then published again", func(t *testing.T) {

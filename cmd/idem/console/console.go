@@ -210,6 +210,11 @@ func tableExists[TTx any](ctx context.Context, d store.Driver[TTx], name string)
 // errReadOnly answers a state-changing request in read-only mode.
 var errReadOnly = errors.New("the console runs read-only (--read-only): no action is allowed")
 
+// errRevisionDropped marks a revision the broker dropped as a duplicate of
+// the one published before, with which the letter was resolved: a
+// conflict, not an outage.
+var errRevisionDropped = errors.New("the letter's revision was published before with another payload")
+
 // errNoPublisher answers a redrive without a broker.
 var errNoPublisher = errors.New("no broker is configured: start the console with --nats to redrive")
 
@@ -222,7 +227,7 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, idem.ErrInvalidInput), errors.Is(err, errBadForm), errors.Is(err, dlq.ErrRetentionOverstated):
 		return http.StatusBadRequest
-	case errors.Is(err, dlq.ErrNotParked), errors.Is(err, dlq.ErrRedriveRefused), errors.Is(err, dlq.ErrRevisionPending), errors.Is(err, effect.ErrNotRetryable), errors.Is(err, outbox.ErrNotParkedEvent),
+	case errors.Is(err, dlq.ErrNotParked), errors.Is(err, dlq.ErrRedriveRefused), errors.Is(err, dlq.ErrRevisionPending), errors.Is(err, errRevisionDropped), errors.Is(err, effect.ErrNotRetryable), errors.Is(err, outbox.ErrNotParkedEvent),
 		errors.Is(err, errNotHeld), errors.Is(err, errSagaNotHeld), errors.Is(err, idem.ErrInProgress):
 		return http.StatusConflict
 	case errors.Is(err, errNoPublisher), errors.Is(err, dlq.ErrDroppedAsDuplicate):

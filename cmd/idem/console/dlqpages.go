@@ -279,6 +279,9 @@ func (c *Console[TTx]) dlqRevise(w http.ResponseWriter, r *http.Request) error {
 	}
 	// Recorded in the audit log by the dlq store.
 	_, rev, err := c.dlq.ReviseWith(ctx, id, who, payload, c.cfg.Publisher, dlq.ReviseOptions{Force: force, Reason: why})
+	if errors.Is(err, dlq.ErrDroppedAsDuplicate) { // resolved with the revision published before: no retry helps
+		err = fmt.Errorf("%w: %w", errRevisionDropped, err)
+	}
 	if err := c.logLetterAction(ctx, who, "dlq.revise", id, why, err); err != nil {
 		return err
 	}
