@@ -24,14 +24,8 @@ func testRedriveHorizon[TTx any](t *testing.T, d store.Driver[TTx]) {
 	ctx := context.Background()
 	clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	const retain = 24 * time.Hour
-	ib, err := inbox.New(d, inbox.Config{Retention: retain, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := dlq.New(d, dlq.Config{Now: clock.Now, InboxRetention: func(string) time.Duration { return retain }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ib := storeAndInbox(t, d, dlq.Config{Now: clock.Now, InboxRetention: func(string) time.Duration { return retain }},
+		inbox.Config{Retention: retain, Now: clock.Now})
 	pub := &recPublisher{}
 	park := func(msg idem.Message, cause error) int64 {
 		t.Helper()

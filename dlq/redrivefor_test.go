@@ -28,7 +28,7 @@ func TestRedriveAndReviseForTheLettersConsumer(t *testing.T) {
 
 func testRedriveFor[TTx any](t *testing.T, d store.Driver[TTx]) {
 	ctx := context.Background()
-	s, ib := storeAndInbox(t, d)
+	s, ib := storeAndInbox(t, d, dlq.Config{}, inbox.Config{})
 	ran := 0
 	process := func(consumer, id, payload string) (inbox.Result, error) {
 		return ib.Process(ctx, consumer, idem.Message{ID: id, Subject: "orders", Payload: []byte(payload)},

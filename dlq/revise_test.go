@@ -32,14 +32,8 @@ func testReviseRefuses[TTx any](t *testing.T, d store.Driver[TTx]) {
 	ctx := context.Background()
 	clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	const retain = 24 * time.Hour
-	ib, err := inbox.New(d, inbox.Config{Retention: retain, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := dlq.New(d, dlq.Config{Now: clock.Now, InboxRetention: func(string) time.Duration { return retain }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ib := storeAndInbox(t, d, dlq.Config{Now: clock.Now, InboxRetention: func(string) time.Duration { return retain }},
+		inbox.Config{Retention: retain, Now: clock.Now})
 	pub := &recPublisher{}
 	msg := func(id string) idem.Message {
 		return idem.Message{ID: id, Subject: "orders", Payload: []byte(`{"n":1}`)}
@@ -187,7 +181,7 @@ func TestARevisionThatMayBeOutIsNeverRedrivenBesideIt(t *testing.T) {
 
 func testRevisionOut[TTx any](t *testing.T, d store.Driver[TTx]) {
 	ctx := context.Background()
-	s, ib := storeAndInbox(t, d)
+	s, ib := storeAndInbox(t, d, dlq.Config{}, inbox.Config{})
 	original := func(id string) idem.Message {
 		return idem.Message{ID: id, Subject: "orders", Payload: []byte(`{"n":1}`)}
 	}
@@ -364,14 +358,14 @@ AND outcome LIKE 'failed%' AND details LIKE '%dropped by the broker%another payl
 	})
 }
 
-// storeAndInbox is a dead-letter store and an inbox on d, with defaults.
-func storeAndInbox[TTx any](t *testing.T, d store.Driver[TTx]) (*dlq.Store[TTx], *inbox.Inbox[TTx]) {
+// storeAndInbox is a dead-letter store and an inbox on d.
+func storeAndInbox[TTx any](t *testing.T, d store.Driver[TTx], sc dlq.Config, ic inbox.Config) (*dlq.Store[TTx], *inbox.Inbox[TTx]) {
 	t.Helper()
-	s, err := dlq.New(d, dlq.Config{})
+	s, err := dlq.New(d, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ib, err := inbox.New(d, inbox.Config{})
+	ib, err := inbox.New(d, ic)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -193,6 +193,23 @@ func (in *Inbox[TTx]) forOther(ctx context.Context, consumer string, msg idem.Me
 	return true
 }
 
+// admit checks what Process and ProcessTx are given; done reports that
+// the message goes no further: an error for an invalid consumer or a nil
+// handler, or a Duplicate, with nothing recorded, for a redrive for another
+// consumer.
+func (in *Inbox[TTx]) admit(ctx context.Context, consumer string, msg idem.Message, h Handler[TTx]) (res Result, done bool, err error) {
+	if err := validConsumer(consumer); err != nil {
+		return 0, true, err
+	}
+	if h == nil {
+		return 0, true, checks.Optionf("inbox: nil handler")
+	}
+	if in.forOther(ctx, consumer, msg) {
+		return Duplicate, true, nil
+	}
+	return 0, false, nil
+}
+
 // ProcessTx records msg for consumer inside the caller's transaction tx and,
 // if it is the first delivery, runs h with tx. The caller commits tx and only
 // then acknowledges the broker.
@@ -217,14 +234,8 @@ func (in *Inbox[TTx]) forOther(ctx context.Context, consumer string, msg idem.Me
 // READ or SERIALIZABLE a concurrent duplicate surfaces as a serialization
 // error (store.ErrSerialization) that the caller retries.
 func (in *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, msg idem.Message, h Handler[TTx]) (Result, error) {
-	if err := validConsumer(consumer); err != nil {
-		return 0, err
-	}
-	if h == nil {
-		return 0, checks.Optionf("inbox: nil handler")
-	}
-	if in.forOther(ctx, consumer, msg) {
-		return Duplicate, nil
+	if res, done, err := in.admit(ctx, consumer, msg, h); done {
+		return res, err
 	}
 	if err := validate(consumer, msg); err != nil {
 		return 0, err
@@ -275,14 +286,8 @@ func (in *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, ms
 // transaction and inserts the inbox row in one round trip; a unique
 // violation there (a racing duplicate) falls back to the ordinary path.
 func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg idem.Message, h Handler[TTx]) (Result, error) {
-	if err := validConsumer(consumer); err != nil {
-		return 0, err
-	}
-	if h == nil {
-		return 0, checks.Optionf("inbox: nil handler")
-	}
-	if in.forOther(ctx, consumer, msg) {
-		return Duplicate, nil
+	if res, done, err := in.admit(ctx, consumer, msg, h); done {
+		return res, err
 	}
 	if in.d.SupportsPipeline() && msg.Attempt <= 1 && !in.cfg.DisablePipelining {
 		if err := validate(consumer, msg); err != nil {
