@@ -130,12 +130,24 @@ func (panicky) Unidentified(string)                                 { panic("obs
 // not kill the process nor change how deliveries are settled: a good
 // message is processed and acked, a retried one processed on its second
 // attempt, a poison one dead-lettered, a duplicate acked.
+// The function Start returns is called after the handler, through
+// another path: its panic is recovered too.
 func TestObserverPanic(t *testing.T) {
 	t.Parallel()
-	testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { testObserverPanic(t, d.D) })
+	for name, o := range map[string]idem.Observer{"every method": panicky{}, "the end of Start": panickyEnd{}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testdb.EachDriver(t, func(t *testing.T, d testdb.Driver) { testObserverPanic(t, d.D, o) })
+		})
+	}
 }
 
-func testObserverPanic[TTx any](t *testing.T, d store.Driver[TTx]) {
+// panickyEnd is an Observer whose Start returns a function that panics.
+type panickyEnd struct{ obs.NopObserver }
+
+func (panickyEnd) Start(string) func() { return func() { panic("observer's end broke") } }
+
+func testObserverPanic[TTx any](t *testing.T, d store.Driver[TTx], o idem.Observer) {
 	ctx := context.Background()
 	bizTable(t, d)
 	b := memBroker(t)
@@ -145,7 +157,7 @@ func testObserverPanic[TTx any](t *testing.T, d store.Driver[TTx]) {
 	}
 	letters, _ := dlq.New(d, dlq.Config{})
 	c, err := consumer.New(newInbox(t, d), sub, consumer.Config[TTx]{
-		Name: "billing", FetchWait: 20 * time.Millisecond, DLQ: letters, MaxAttempts: 3, Observer: panicky{},
+		Name: "billing", FetchWait: 20 * time.Millisecond, DLQ: letters, MaxAttempts: 3, Observer: o,
 		Backoff: consumer.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond},
 		Logger:  slog.New(slog.DiscardHandler),
 		Handler: func(ctx context.Context, tx TTx, msg idem.Message) error {

@@ -430,8 +430,7 @@ const msgPanicked = "handler panicked; its writes are rolled back and the messag
 func (c *Consumer[TTx]) handler() inbox.Handler[TTx] {
 	return func(ctx context.Context, tx TTx, msg idem.Message) error {
 		ctx = handlerContext(ctx, msg)
-		done := c.cfg.Observer.Start(c.cfg.Name)
-		defer done()
+		defer c.endObserved(c.cfg.Observer.Start(c.cfg.Name))
 		return panics.Call(ctx, c.log, msgPanicked, func() error { return c.cfg.Handler(ctx, tx, msg) }, attrs(c.cfg.Name, msg)...)
 	}
 }
@@ -440,8 +439,7 @@ func (c *Consumer[TTx]) handler() inbox.Handler[TTx] {
 // one handler duration and one span for the call.
 func (c *Consumer[TTx]) batchHandler() inbox.BatchHandler[TTx] {
 	return func(ctx context.Context, tx TTx, msgs []idem.Message) error {
-		done := c.cfg.Observer.Start(c.cfg.Name)
-		defer done()
+		defer c.endObserved(c.cfg.Observer.Start(c.cfg.Name))
 		return panics.Call(ctx, c.log, "batch handler panicked; its writes are rolled back and its messages applied one by one",
 			func() error { return c.cfg.BatchHandler(ctx, tx, msgs) }, "messages", len(msgs))
 	}
@@ -723,14 +721,20 @@ func (o safeObserver) recovered(ctx context.Context, method string) {
 	}
 }
 
+// Start returns what Observer.Start returns, unwrapped (a wrapper would
+// cost an allocation per message): the consumer calls it through
+// endObserved, which recovers its panic.
 func (o safeObserver) Start(consumer string) (done func()) {
 	done = func() {} // what a panicking Start returns
 	defer o.recovered(context.Background(), "Start")
-	d := o.Observer.Start(consumer)
-	return func() {
-		defer o.recovered(context.Background(), "Start's done")
-		d()
-	}
+	return o.Observer.Start(consumer)
+}
+
+// endObserved calls done, what Config.Observer's Start returned, logging
+// and ignoring its panic.
+func (c *Consumer[TTx]) endObserved(done func()) {
+	defer safeObserver{log: c.log}.recovered(context.Background(), "Start's done")
+	done()
 }
 
 func (o safeObserver) Processed(consumer string) {

@@ -178,7 +178,7 @@ func (s *Store[TTx]) revise(ctx context.Context, id int64, by string, payload []
 	if err != nil {
 		return Letter{}, idem.Message{}, revised{}, err
 	}
-	rev = revision(l, l.RevisionID, payload)
+	rev = revision(l, payload)
 	dup, err := s.publishRevision(ctx, pub, rev)
 	if err != nil {
 		return Letter{}, idem.Message{}, revised{}, fmt.Errorf("dlq: revise %d: publish revision %s: %w (it may be out: the letter keeps it, "+
@@ -327,8 +327,9 @@ func (s *Store[TTx]) reviseHorizon(ctx context.Context, tx TTx, l Letter) (recor
 	return record, nil
 }
 
-// revision is l's message under the new id with the edited payload.
-func revision(l Letter, id string, payload []byte) idem.Message {
+// revision is l's message under its revision id with the edited payload.
+func revision(l Letter, payload []byte) idem.Message {
+	id := l.RevisionID
 	m := l.Message()
 	h := make(map[string]string, len(m.Headers)+1)
 	for k, v := range m.Headers {

@@ -194,9 +194,9 @@ func (in *Inbox[TTx]) forOther(ctx context.Context, consumer string, msg idem.Me
 }
 
 // admit checks what Process and ProcessTx are given; done reports that
-// the message goes no further: an error for an invalid consumer or a nil
-// handler, or a Duplicate, with nothing recorded, for a redrive for another
-// consumer.
+// the message goes no further: an error for an invalid consumer, a nil
+// handler or an invalid message id, or a Duplicate, with nothing recorded,
+// for a redrive for another consumer.
 func (in *Inbox[TTx]) admit(ctx context.Context, consumer string, msg idem.Message, h Handler[TTx]) (res Result, done bool, err error) {
 	if err := validConsumer(consumer); err != nil {
 		return 0, true, err
@@ -206,6 +206,9 @@ func (in *Inbox[TTx]) admit(ctx context.Context, consumer string, msg idem.Messa
 	}
 	if in.forOther(ctx, consumer, msg) {
 		return Duplicate, true, nil
+	}
+	if err := checks.ID(msg.ID); err != nil {
+		return 0, true, fmt.Errorf("inbox: message id: %w", err)
 	}
 	return 0, false, nil
 }
@@ -237,9 +240,11 @@ func (in *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, ms
 	if res, done, err := in.admit(ctx, consumer, msg, h); done {
 		return res, err
 	}
-	if err := validate(consumer, msg); err != nil {
-		return 0, err
-	}
+	return in.processTx(ctx, tx, consumer, msg, h)
+}
+
+// processTx is ProcessTx on a message admit let through.
+func (in *Inbox[TTx]) processTx(ctx context.Context, tx TTx, consumer string, msg idem.Message, h Handler[TTx]) (Result, error) {
 	h = in.recovering(consumer, h)
 	q := in.d.Tx(tx)
 	fp := msg.Fingerprint()
@@ -290,9 +295,6 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg idem.Mes
 		return res, err
 	}
 	if in.d.SupportsPipeline() && msg.Attempt <= 1 && !in.cfg.DisablePipelining {
-		if err := validate(consumer, msg); err != nil {
-			return 0, err
-		}
 		fp := msg.Fingerprint()
 		now := in.cfg.Now()
 		tx, inserted, ok, err := in.d.BeginInsert(ctx, in.q.InsertStrict, consumer, msg.ID, fp[:], store.Micros(now), store.Micros(now.Add(in.retention(consumer))))
@@ -314,7 +316,7 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg idem.Mes
 	if err != nil {
 		return 0, fmt.Errorf("inbox: begin: %w", err)
 	}
-	res, err := in.ProcessTx(ctx, tx, consumer, msg, h)
+	res, err := in.processTx(ctx, tx, consumer, msg, h)
 	if err != nil || res == Duplicate {
 		_ = in.d.Rollback(context.WithoutCancel(ctx), tx)
 		return res, err
