@@ -28,6 +28,15 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 		completed = `'` + lease.Completed + `'`
 		failed    = `'` + lease.Failed + `'`
 	)
+	// A claim names its relay by the MD5 of the relay's name, and a row
+	// nobody claims holds 16 zero bytes (the column's default since
+	// migration 0019): every write of claimed_by keeps its width, so InnoDB
+	// rewrites the row in place instead of moving a record that grew
+	// (BENCHMARKS.md, "MySQL and MariaDB"). The relay passes its name as $1.
+	const (
+		claimant  = `UNHEX(MD5($1))`
+		unclaimed = `x'00000000000000000000000000000000'`
+	)
 	// inSeqs matches the seqs of a JSON array text ($n).
 	inSeqs := func(col string, n int) string {
 		return col + ` IN (SELECT j.v FROM JSON_TABLE($` + strconv.Itoa(n) + `, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j)`
@@ -58,7 +67,7 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 		return o + ` o JOIN JSON_TABLE($` + strconv.Itoa(n) + `, '$[*]' COLUMNS (v BIGINT PATH '$')) AS j ON o.seq = j.v`
 	}
 	updateSeqs := func(n int) string { return `UPDATE ` + joinSeqs(n) }
-	const retrySet = ` SET state = ` + pending + `, attempts = 0, next_attempt_at = 0, claimed_by = '', claim_until = 0
+	const retrySet = ` SET state = ` + pending + `, attempts = 0, next_attempt_at = 0, claimed_by = ` + unclaimed + `, claim_until = 0
 		WHERE state = ` + failed
 	retry := `UPDATE ` + o + retrySet
 	parkedCols := outboxClaimCols + `, last_error`
@@ -99,15 +108,15 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 			/*idem:none nodup*/ INSERT INTO ` + l + ` (name, holder, lease_until) VALUES ($1, $2, $3)`,
 		ReleaseLease: `UPDATE ` + l + ` SET lease_until = 0 WHERE name = $1 AND holder = $2`,
 		Claim: `/*idem:collect*/ ` + claimable + `;
-			UPDATE ` + o + ` SET claimed_by = $1, claim_until = $2 WHERE seq IN ($0);
+			UPDATE ` + o + ` SET claimed_by = ` + claimant + `, claim_until = $2 WHERE seq IN ($0);
 			SELECT ` + outboxClaimCols + ` FROM ` + o + ` WHERE seq IN ($0) ORDER BY seq`,
-		Complete: updateSeqs(2) + ` SET state = ` + completed + `, published_at = $1, claimed_by = '', claim_until = 0, last_error = ''
+		Complete: updateSeqs(2) + ` SET state = ` + completed + `, published_at = $1, claimed_by = ` + unclaimed + `, claim_until = 0, last_error = ''
 			WHERE state = ` + pending,
 		DeletePublished: `DELETE o FROM ` + joinSeqs(1) + ` WHERE o.state = ` + pending,
-		Release: updateSeqs(2) + ` SET claimed_by = '', claim_until = 0
-			WHERE claimed_by = $1 AND state = ` + pending,
-		Fail: `UPDATE ` + o + ` SET state = $3, attempts = attempts + 1, last_error = $4, next_attempt_at = $5, claimed_by = '', claim_until = 0
-			WHERE seq = $2 AND claimed_by = $1 AND state = ` + pending,
+		Release: updateSeqs(2) + ` SET claimed_by = ` + unclaimed + `, claim_until = 0
+			WHERE claimed_by = ` + claimant + ` AND state = ` + pending,
+		Fail: `UPDATE ` + o + ` SET state = $3, attempts = attempts + 1, last_error = $4, next_attempt_at = $5, claimed_by = ` + unclaimed + `, claim_until = 0
+			WHERE seq = $2 AND claimed_by = ` + claimant + ` AND state = ` + pending,
 		Expire:          `DELETE FROM ` + o + ` WHERE state = ` + completed + ` AND published_at < $1 ORDER BY published_at LIMIT $2`,
 		RetryParked:     retry,
 		RetryParkedSeqs: updateSeqs(1) + retrySet,

@@ -3,6 +3,7 @@ package idemmysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -85,5 +86,147 @@ func TestRelayDeletePublished(t *testing.T) {
 	}
 	if got := pub.count(); got != n {
 		t.Fatalf("published %d messages, want %d", got, n)
+	}
+}
+
+// stalled is a broker.Publisher that holds every publish until its context
+// ends, so a test can look at the rows while the relay has them claimed.
+type stalled struct{ started chan struct{} }
+
+func (p *stalled) Publish(ctx context.Context, _ ...idem.Message) error {
+	select {
+	case p.started <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (p *stalled) Close() error { return nil }
+
+// Every write of claimed_by keeps the column 16 bytes wide (migration
+// 0019): a claim writes the MD5 of the relay's name, releasing, parking,
+// retrying and publishing write 16 zero bytes, so InnoDB rewrites the row
+// in place. The hashed name still fences: a relay that stops releases its
+// own claims and leaves another relay's alone.
+func TestRelayClaimKeepsTheRowWidth(t *testing.T) {
+	t.Parallel()
+	d := idemmysqltest.Open(t)
+	ctx := context.Background()
+	o, err := outbox.New(d, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	evs := make([]outbox.Event, n)
+	for i := range evs {
+		evs[i] = outbox.Event{Type: "order.created", Topic: "orders", Key: []string{"", "a"}[i%2], Payload: []byte(`{}`)}
+	}
+	if err := store.InTx(ctx, d, func(tx *sql.Tx) error { _, err := o.EnqueueTx(ctx, tx, evs...); return err }); err != nil {
+		t.Fatal(err)
+	}
+	tbl := d.Table("outbox")
+	count := func(where string, args ...any) int {
+		t.Helper()
+		var c int
+		if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+tbl+` WHERE `+where, args...).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	const unclaimed = `claimed_by = x'00000000000000000000000000000000' AND claim_until = 0`
+	if got := count(unclaimed); got != n {
+		t.Fatalf("%d of %d new rows hold the unclaimed value", got, n)
+	}
+
+	// Another relay's live claim (one that took a row over after a lease
+	// ran out, say), on the last keyless row.
+	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET claimed_by = UNHEX(MD5('other')), claim_until = 9000000000000000 WHERE ordering_key = '' ORDER BY seq DESC LIMIT 1`); err != nil {
+		t.Fatal(err)
+	}
+	others := count(`claimed_by = UNHEX(MD5('other'))`)
+	if others != 1 {
+		t.Fatalf("%d rows under another relay's claim, want 1", others)
+	}
+
+	pub := &stalled{started: make(chan struct{}, 1)}
+	r, err := outbox.NewRelay(d, pub, outbox.RelayConfig{Name: "relay-with-a-long-name-0123456789", BatchSize: n, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	<-pub.started
+	if got := count(`claimed_by = UNHEX(MD5($1)) AND claim_until > 0 AND LENGTH(claimed_by) = 16`, "relay-with-a-long-name-0123456789"); got != n-others {
+		t.Fatalf("%d rows claimed under the relay's hashed name while it publishes, want %d", got, n-others)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := count(`claimed_by = UNHEX(MD5('other')) AND claim_until > 0`); got != others {
+		t.Fatalf("the stopped relay released another relay's claim: %d of %d left", got, others)
+	}
+	if got := count(`claimed_by = UNHEX(MD5($1))`, "relay-with-a-long-name-0123456789"); got != 0 {
+		t.Fatalf("%d claims left after the relay stopped; want them released", got)
+	}
+	if got := count(unclaimed); got != n-others {
+		t.Fatalf("%d rows unclaimed after the stop, want %d", got, n-others)
+	}
+	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET claimed_by = x'00000000000000000000000000000000', claim_until = 0`); err != nil {
+		t.Fatal(err)
+	}
+
+	// A relay that fails every publish parks the events (fenced by its
+	// hashed name); retrying them and publishing them keep the width.
+	failing, err := outbox.NewRelay(d, failPub{}, outbox.RelayConfig{Name: "failing", BatchSize: n, PollInterval: 20 * time.Millisecond, MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntil(t, failing, func() bool { return count(`state = 'failed'`) > 0 })
+	if got := count(`state = 'failed' AND ` + unclaimed); got == 0 || got != count(`state = 'failed'`) {
+		t.Fatalf("%d parked rows hold the unclaimed value, of %d parked", got, count(`state = 'failed'`))
+	}
+	if _, err := o.RetryParked(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	publishing, err := outbox.NewRelay(d, rec, outbox.RelayConfig{Name: "publishing", BatchSize: n, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntil(t, publishing, func() bool { return count(`state = 'completed'`) == n })
+	if got := count(`state = 'completed' AND ` + unclaimed + ` AND LENGTH(claimed_by) = 16`); got != n {
+		t.Fatalf("%d of %d published rows hold the unclaimed value", got, n)
+	}
+}
+
+// failPub refuses every publish for good (a message the broker rejects).
+type failPub struct{}
+
+func (failPub) Publish(context.Context, ...idem.Message) error {
+	return idem.Permanent(errors.New("broker refused the message"))
+}
+func (failPub) Close() error { return nil }
+
+// runUntil runs r until done reports true (at most 30 s), then stops it.
+func runUntil(t *testing.T, r *outbox.Relay[*sql.Tx], done func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !done() {
+		if time.Now().After(deadline) {
+			cancel()
+			<-errc
+			t.Fatal("the relay did not get there in 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
