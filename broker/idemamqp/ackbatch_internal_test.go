@@ -391,6 +391,13 @@ func TestCountKeyOfMessagesWithoutID(t *testing.T) {
 	if c := countKey("", "refunds", msg(map[string]string{"tenant": "a"})); c == a {
 		t.Fatal("two routing keys share a count")
 	}
+	// Parts never run together: a header "t\x00x" with an empty value and
+	// an empty body is not the header "t" of value "x" with a NUL body
+	// (separated by NULs, both were the same bytes).
+	glued := countKey("", "orders", idem.Message{Headers: map[string]string{"t\x00x": ""}})
+	if apart := countKey("", "orders", idem.Message{Headers: map[string]string{"t": "x"}, Payload: []byte{0}}); glued == apart {
+		t.Fatal("two messages whose parts differ only in where one ends share a count")
+	}
 	if k := countKey("m-1", "orders", msg(nil)); k != "m-1" {
 		t.Fatalf("count key of id m-1 = %q", k)
 	}

@@ -3,7 +3,6 @@ package idemamqp
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/internal/checks"
+	"github.com/idemkit/idem/internal/fingerprint"
 	"github.com/idemkit/idem/internal/obs"
 	"github.com/idemkit/idem/internal/origin"
 )
@@ -359,13 +359,11 @@ func countKey(id, routingKey string, m idem.Message) string {
 	if id != "" {
 		return id
 	}
-	h := sha256.New()
-	field := func(s string) {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
-	field(routingKey)
-	field(m.Key)
+	// Each part length-prefixed (fingerprint.Hasher), so no two
+	// messages' parts run together into the same digest.
+	h := fingerprint.New()
+	h.AddString(routingKey)
+	h.AddString(m.Key)
 	// The publisher's headers, in order; not those the broker adds
 	// (x-death, x-first-death-*, …), which change between deliveries.
 	keys := make([]string, 0, len(m.Headers))
@@ -376,11 +374,12 @@ func countKey(id, routingKey string, m idem.Message) string {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		field(k)
-		field(m.Headers[k])
+		h.AddString(k)
+		h.AddString(m.Headers[k])
 	}
-	h.Write(m.Payload)
-	return "\x00" + hex.EncodeToString(h.Sum(nil))
+	h.Add(m.Payload)
+	sum := h.Sum()
+	return "\x00" + hex.EncodeToString(sum[:])
 }
 
 // attempt counts a delivery of the message counted under key at now and
