@@ -141,11 +141,13 @@ type Driver[TTx any] interface {
 	// than running statement by statement).
 	SupportsPipeline() bool
 	// BeginInsert begins a transaction and runs insertSQL (a constant
-	// INSERT without ON CONFLICT, with $n placeholders) as its first
-	// statement, args bound as parameters, in one round trip. When the
-	// INSERT hits a unique violation it rolls back and returns
-	// inserted=false with no transaction open and a nil error; the caller
-	// then takes its ordinary ON CONFLICT path. ok=false (with a nil
+	// statement with $n placeholders: an INSERT without ON CONFLICT, or
+	// any other statement the transaction starts with, such as idemhttp's
+	// lock) as its first statement, args bound as parameters, in one round
+	// trip. When the statement hits a unique violation it rolls back and
+	// returns inserted=false with no transaction open and a nil error; the
+	// caller then takes its ordinary ON CONFLICT path. inserted=true means
+	// the statement ran. ok=false (with a nil
 	// error) means the fast path is unavailable and nothing was done.
 	BeginInsert(ctx context.Context, insertSQL string, args ...any) (tx TTx, inserted, ok bool, err error)
 	// ExecCommit runs stmt (a constant statement, args bound as
