@@ -94,6 +94,18 @@ func (s *Store[TTx]) letterRetention(l Letter, rec operator.Recorded, found bool
 	return r, nil
 }
 
+// letterRetentionIn is letterRetention on what l's consumer recorded, read
+// through in (a transaction's): what was recorded, whether anything was,
+// and the retention l is judged by. op names the operation in errors.
+func (s *Store[TTx]) letterRetentionIn(ctx context.Context, in operator.DB, l Letter, op string) (rec operator.Recorded, recorded bool, retention time.Duration, err error) {
+	rec, recorded, err = operator.RecordedRetention(ctx, in, l.Consumer)
+	if err != nil {
+		return rec, false, 0, fmt.Errorf("dlq: %s %d: %w", op, l.ID, err)
+	}
+	retention, err = s.letterRetention(l, rec, recorded)
+	return rec, recorded, retention, err
+}
+
 // judgeRetention is InboxRetention on what consumer recorded.
 func (s *Store[TTx]) judgeRetention(consumer string, rec operator.Recorded, found bool) (time.Duration, error) {
 	own := rec.Retention
@@ -216,11 +228,7 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRedriveRefuse
 func (s *Store[TTx]) checkHorizon(ctx context.Context, tx TTx, l Letter) error {
 	now := s.now()
 	in := operator.InTx(s.d, s.d.Tx(tx))
-	rec, recorded, err := operator.RecordedRetention(ctx, in, l.Consumer)
-	if err != nil {
-		return fmt.Errorf("dlq: redrive %d: %w", l.ID, err)
-	}
-	retention, err := s.letterRetention(l, rec, recorded)
+	_, _, retention, err := s.letterRetentionIn(ctx, in, l, "redrive")
 	if err != nil {
 		return err
 	}

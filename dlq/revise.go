@@ -284,11 +284,7 @@ func revisionPending(l Letter) error {
 // and is refused as too old, as a first revision would be.
 func (s *Store[TTx]) reviseHorizon(ctx context.Context, tx TTx, l Letter) (record int64, err error) {
 	in := operator.InTx(s.d, s.d.Tx(tx))
-	rec, recorded, err := operator.RecordedRetention(ctx, in, l.Consumer)
-	if err != nil {
-		return 0, fmt.Errorf("dlq: revise %d: %w", l.ID, err)
-	}
-	retention, err := s.letterRetention(l, rec, recorded)
+	rec, recorded, retention, err := s.letterRetentionIn(ctx, in, l, "revise")
 	if err != nil {
 		return 0, err
 	}
