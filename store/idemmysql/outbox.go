@@ -28,11 +28,15 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 		completed = `'` + lease.Completed + `'`
 		failed    = `'` + lease.Failed + `'`
 	)
-	// A claim names its relay by the MD5 of the relay's name, and a row
-	// nobody claims holds 16 zero bytes (the column's default since
-	// migration 0019): every write of claimed_by keeps its width, so InnoDB
-	// rewrites the row in place instead of moving a record that grew
-	// (BENCHMARKS.md, "MySQL and MariaDB"). The relay passes its name as $1.
+	// A claim names its relay by the MD5 of the relay's name, and a
+	// pending or parked row nobody claims holds 16 zero bytes (the
+	// column's default since migration 0019): a claim keeps the column's
+	// width, so InnoDB rewrites the row in place instead of moving a record
+	// that grew (BENCHMARKS.md, "MySQL and MariaDB"). A published row is
+	// never claimed again, and its mark sets claimed_by to '': the mark
+	// lengthens state by two bytes ('pending' to 'completed'), and with 16
+	// bytes taken off claimed_by the record still fits where it was. The
+	// relay passes its name as $1.
 	const (
 		claimant  = `UNHEX(MD5($1))`
 		unclaimed = `x'00000000000000000000000000000000'`
@@ -110,7 +114,7 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 		Claim: `/*idem:collect*/ ` + claimable + `;
 			UPDATE ` + o + ` SET claimed_by = ` + claimant + `, claim_until = $2 WHERE seq IN ($0);
 			SELECT ` + outboxClaimCols + ` FROM ` + o + ` WHERE seq IN ($0) ORDER BY seq`,
-		Complete: updateSeqs(2) + ` SET state = ` + completed + `, published_at = $1, claimed_by = ` + unclaimed + `, claim_until = 0, last_error = ''
+		Complete: updateSeqs(2) + ` SET state = ` + completed + `, published_at = $1, claimed_by = '', claim_until = 0, last_error = ''
 			WHERE state = ` + pending,
 		DeletePublished: `DELETE o FROM ` + joinSeqs(1) + ` WHERE o.state = ` + pending,
 		Release: updateSeqs(2) + ` SET claimed_by = ` + unclaimed + `, claim_until = 0
