@@ -28,17 +28,18 @@ func outboxSQL(t func(string) string) sqlset.Outbox {
 		completed = `'` + lease.Completed + `'`
 		failed    = `'` + lease.Failed + `'`
 	)
-	// A claim names its relay by the MD5 of the relay's name, and a
-	// pending or parked row nobody claims holds 16 zero bytes (the
-	// column's default since migration 0019): a claim keeps the column's
-	// width, so InnoDB rewrites the row in place instead of moving a record
-	// that grew (BENCHMARKS.md, "MySQL and MariaDB"). A published row is
-	// never claimed again, and its mark sets claimed_by to '': the mark
-	// lengthens state by two bytes ('pending' to 'completed'), and with 16
-	// bytes taken off claimed_by the record still fits where it was. The
-	// relay passes its name as $1.
+	// A claim names its relay by the first 16 bytes of the SHA-256 of its
+	// name (not MD5, which a server in FIPS mode may refuse or answer
+	// with zeros), and a pending or parked row nobody claims holds 16 zero
+	// bytes (the column's default since migration 0019): a claim keeps the
+	// column's width, so InnoDB rewrites the row in place instead of moving
+	// a record that grew (BENCHMARKS.md, "MySQL and MariaDB"). A published
+	// row is never claimed again, and its mark sets claimed_by to '': the
+	// mark lengthens state by two bytes ('pending' to 'completed'), and
+	// with 16 bytes taken off claimed_by the record still fits where it
+	// was. The relay passes its name as $1.
 	const (
-		claimant  = `UNHEX(MD5($1))`
+		claimant  = `LEFT(UNHEX(SHA2($1, 256)), 16)`
 		unclaimed = `x'00000000000000000000000000000000'`
 	)
 	// inSeqs matches the seqs of a JSON array text ($n).

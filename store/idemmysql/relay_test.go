@@ -105,7 +105,8 @@ func (p *stalled) Publish(ctx context.Context, _ ...idem.Message) error {
 func (p *stalled) Close() error { return nil }
 
 // A claim keeps claimed_by 16 bytes wide (migration 0019): a new row
-// holds 16 zero bytes, a claim writes the MD5 of the relay's name, and
+// holds 16 zero bytes, a claim writes the first 16 bytes of the SHA-256 of
+// the relay's name, and
 // releasing, parking and retrying write the zero bytes again, so InnoDB
 // rewrites the row in place; a published row's mark empties it. The
 // hashed name still fences: a relay that stops releases its own claims and
@@ -142,10 +143,10 @@ func TestRelayClaimKeepsTheRowWidth(t *testing.T) {
 
 	// Another relay's live claim (one that took a row over after a lease
 	// ran out, say), on the last keyless row.
-	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET claimed_by = UNHEX(MD5('other')), claim_until = 9000000000000000 WHERE ordering_key = '' ORDER BY seq DESC LIMIT 1`); err != nil {
+	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET claimed_by = LEFT(UNHEX(SHA2('other', 256)), 16), claim_until = 9000000000000000 WHERE ordering_key = '' ORDER BY seq DESC LIMIT 1`); err != nil {
 		t.Fatal(err)
 	}
-	others := count(`claimed_by = UNHEX(MD5('other'))`)
+	others := count(`claimed_by = LEFT(UNHEX(SHA2('other', 256)), 16)`)
 	if others != 1 {
 		t.Fatalf("%d rows under another relay's claim, want 1", others)
 	}
@@ -159,17 +160,17 @@ func TestRelayClaimKeepsTheRowWidth(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(rctx) }()
 	<-pub.started
-	if got := count(`claimed_by = UNHEX(MD5($1)) AND claim_until > 0 AND LENGTH(claimed_by) = 16`, "relay-with-a-long-name-0123456789"); got != n-others {
+	if got := count(`claimed_by = LEFT(UNHEX(SHA2($1, 256)), 16) AND claim_until > 0 AND LENGTH(claimed_by) = 16`, "relay-with-a-long-name-0123456789"); got != n-others {
 		t.Fatalf("%d rows claimed under the relay's hashed name while it publishes, want %d", got, n-others)
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if got := count(`claimed_by = UNHEX(MD5('other')) AND claim_until > 0`); got != others {
+	if got := count(`claimed_by = LEFT(UNHEX(SHA2('other', 256)), 16) AND claim_until > 0`); got != others {
 		t.Fatalf("the stopped relay released another relay's claim: %d of %d left", got, others)
 	}
-	if got := count(`claimed_by = UNHEX(MD5($1))`, "relay-with-a-long-name-0123456789"); got != 0 {
+	if got := count(`claimed_by = LEFT(UNHEX(SHA2($1, 256)), 16)`, "relay-with-a-long-name-0123456789"); got != 0 {
 		t.Fatalf("%d claims left after the relay stopped; want them released", got)
 	}
 	if got := count(unclaimed); got != n-others {
@@ -191,6 +192,9 @@ func TestRelayClaimKeepsTheRowWidth(t *testing.T) {
 	}
 	if _, err := o.RetryParked(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if got := count(`state = 'pending' AND ` + unclaimed); got != n {
+		t.Fatalf("%d of %d retried rows hold the unclaimed value", got, n)
 	}
 	rec := &recorder{}
 	publishing, err := outbox.NewRelay(d, rec, outbox.RelayConfig{Name: "publishing", BatchSize: n, PollInterval: 20 * time.Millisecond})
@@ -231,5 +235,95 @@ func runUntil(t *testing.T, r *outbox.Relay[*sql.Tx], done func() bool) {
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// heldFail is a broker.Publisher whose publishes wait until release is
+// closed, then fail for good.
+type heldFail struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (p *heldFail) Publish(ctx context.Context, _ ...idem.Message) error {
+	select {
+	case p.started <- struct{}{}:
+	default:
+	}
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return idem.Permanent(errors.New("broker refused the message"))
+}
+
+func (p *heldFail) Close() error { return nil }
+
+// A relay records a failure only on the rows it still has claimed: an
+// event another relay took over while the publish was out keeps that
+// relay's claim and its attempts (Fail compares the hashed name), and the
+// relay's own event is parked.
+func TestRelayFailIsFencedByTheHashedName(t *testing.T) {
+	t.Parallel()
+	d := idemmysqltest.Open(t)
+	ctx := context.Background()
+	o, err := outbox.New(d, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []outbox.Event
+	evs := []outbox.Event{
+		{Type: "order.created", Topic: "orders", Payload: []byte(`{"n":1}`)},
+		{Type: "order.created", Topic: "orders", Payload: []byte(`{"n":2}`)},
+	}
+	if err := store.InTx(ctx, d, func(tx *sql.Tx) error { out, err = o.EnqueueTx(ctx, tx, evs...); return err }); err != nil {
+		t.Fatal(err)
+	}
+	pub := &heldFail{started: make(chan struct{}, 1), release: make(chan struct{})}
+	parked := make(chan int64, len(evs))
+	r, err := outbox.NewRelay(d, pub, outbox.RelayConfig{Name: "first", BatchSize: len(evs), PollInterval: 20 * time.Millisecond, MaxAttempts: 1,
+		OnParked: func(_ context.Context, ev outbox.Event, _ error) { parked <- ev.Seq }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	<-pub.started
+	tbl := d.Table("outbox")
+	// Another relay takes the first event over while the publish is out.
+	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET claimed_by = LEFT(UNHEX(SHA2('second', 256)), 16), claim_until = 9000000000000000 WHERE seq = $1`, out[0].Seq); err != nil {
+		t.Fatal(err)
+	}
+	close(pub.release)
+	select {
+	case seq := <-parked:
+		if seq != out[1].Seq {
+			t.Fatalf("parked seq %d, want the relay's own event %d", seq, out[1].Seq)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay's own event was not parked in 30 s")
+	}
+	var state string
+	var attempts int
+	var mine int
+	if err := d.Pool().QueryRow(ctx, `SELECT state, attempts, claimed_by = LEFT(UNHEX(SHA2('second', 256)), 16) FROM `+tbl+` WHERE seq = $1`, out[0].Seq).Scan(&state, &attempts, &mine); err != nil {
+		t.Fatal(err)
+	}
+	if state != "pending" || attempts != 0 || mine != 1 {
+		t.Fatalf("the taken-over event: state %s, %d attempts, still the other relay's claim: %v; want pending, 0, true", state, attempts, mine == 1)
+	}
+	if err := d.Pool().QueryRow(ctx, `SELECT state, attempts FROM `+tbl+` WHERE seq = $1 AND claimed_by = x'00000000000000000000000000000000'`, out[1].Seq).Scan(&state, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if state != "failed" || attempts != 1 {
+		t.Fatalf("the relay's own event: state %s, %d attempts; want failed, 1", state, attempts)
 	}
 }

@@ -2,11 +2,16 @@
 -- set claimed_by from '' to the relay's name (about 25 bytes) and the mark
 -- set it back to '': a record that grows does not fit where it was on a
 -- full page, so InnoDB moved it, and the claim's UPDATE took two to three
--- times as long as one that changes fixed-width columns only. A claim now
--- writes the MD5 of the relay's name (16 bytes) and settling writes 16 zero
--- bytes, the column's new default, so every write of the column keeps its
--- width. Only the default changes (no table copy, no row rewritten): a row
+-- times as long as one that changes fixed-width columns only. A pending or
+-- parked row now holds 16 zero bytes, the column's new default; a claim
+-- writes the first 16 bytes of the SHA-256 of the relay's name over them,
+-- and releasing, parking and retrying write the zero bytes back, so a claim
+-- keeps the record's width. The mark of a published row (never claimed
+-- again) sets it to '': the record shrinks, which fits where it was.
+--
+-- Only the default changes (no table copy, no row rewritten): a row
 -- inserted before it grows once, at its first claim. A relay of an older
 -- version still works on this table as before; relays take turns through
--- the relay lease either way.
+-- the relay lease either way. claimed_by <> '' no longer means "claimed":
+-- read claim_until > 0.
 ALTER TABLE {{t}}outbox ALTER COLUMN claimed_by SET DEFAULT x'00000000000000000000000000000000';
