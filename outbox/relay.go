@@ -31,7 +31,9 @@ import (
 
 // RelayConfig configures a Relay. Zero fields take their defaults.
 type RelayConfig struct {
-	// Name identifies this relay instance in claimed_by and in logs.
+	// Name identifies this relay instance in claimed_by (on MySQL as a
+	// 16-byte digest of the name, which keeps the column's width) and in
+	// logs.
 	// Defaults to "<hostname>-<pid>-<random>".
 	Name string
 	// BatchSize is the most events claimed and published at once.

@@ -6,7 +6,8 @@ package sqlset
 // States are those of internal/lease: 'pending' (waiting to be published,
 // claimed or not), 'completed' (published; the API calls it published) and
 // 'failed' (parked: it exhausted its attempts). A claim is a lease on a
-// pending row: claimed_by names the relay, claim_until is when the lease
+// pending row: claimed_by names the relay (MySQL: a 16-byte digest of its
+// name, see store/idemmysql), claim_until is when the lease
 // runs out; a claim whose lease ran out is taken over by the next claim.
 //
 // Seqs lists are bound as one text argument holding a JSON array of
