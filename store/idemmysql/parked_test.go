@@ -2,13 +2,10 @@ package idemmysql_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 
-	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/idemmysql"
-	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
 )
 
 // BlockedBehindSeqs answers only for seqs that are parked, as on the other
@@ -17,21 +14,8 @@ import (
 // events of its key are not reported as blocked behind it.
 func TestBlockedBehindSeqsOnlyParked(t *testing.T) {
 	t.Parallel()
-	d := idemmysqltest.Open(t)
+	d, o, out := enqueued(t, orders(3, "k")...)
 	ctx := context.Background()
-	o, err := outbox.New(d, outbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := []outbox.Event{
-		{Type: "order.created", Topic: "orders", Key: "k", Payload: []byte(`{"n":0}`)},
-		{Type: "order.created", Topic: "orders", Key: "k", Payload: []byte(`{"n":1}`)},
-		{Type: "order.created", Topic: "orders", Key: "k", Payload: []byte(`{"n":2}`)},
-	}
-	var out []outbox.Event
-	if err := store.InTx(ctx, d, func(tx *sql.Tx) error { out, err = o.EnqueueTx(ctx, tx, evs...); return err }); err != nil {
-		t.Fatal(err)
-	}
 	parked := out[0].Seq
 	if _, err := d.Pool().Exec(ctx, `UPDATE `+d.Table("outbox")+` SET state = 'failed', last_error = 'boom' WHERE seq = $1`, parked); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/idemmysql"
 	"github.com/idemkit/idem/store/idemmysql/idemmysqltest"
 )
 
@@ -35,6 +37,32 @@ func (p *recorder) count() int {
 	return len(p.msgs)
 }
 
+// enqueued opens a fresh migrated database and enqueues evs in one
+// transaction: the store, its outbox and the events as stored (seqs set).
+func enqueued(t *testing.T, evs ...outbox.Event) (*idemmysql.Driver, *outbox.Outbox[*sql.Tx], []outbox.Event) {
+	t.Helper()
+	d := idemmysqltest.Open(t)
+	ctx := context.Background()
+	o, err := outbox.New(d, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []outbox.Event
+	if err := store.InTx(ctx, d, func(tx *sql.Tx) error { out, err = o.EnqueueTx(ctx, tx, evs...); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return d, o, out
+}
+
+// orders is n events of topic orders, keyed by keys in turn ("" for none).
+func orders(n int, keys ...string) []outbox.Event {
+	evs := make([]outbox.Event, n)
+	for i := range evs {
+		evs[i] = outbox.Event{Type: "order.created", Topic: "orders", Key: keys[i%len(keys)], Payload: []byte(`{"n":` + strconv.Itoa(i) + `}`)}
+	}
+	return evs
+}
+
 // The relay with DeletePublished on MySQL/MariaDB: the multi-table DELETE
 // joined with JSON_TABLE removes the published rows and only them (the
 // relay deletes a batch in the transaction that claims the next, so a
@@ -42,34 +70,15 @@ func (p *recorder) count() int {
 // of published events would fall short), and every event is published.
 func TestRelayDeletePublished(t *testing.T) {
 	t.Parallel()
-	d := idemmysqltest.Open(t)
-	ctx := context.Background()
-	o, err := outbox.New(d, outbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 40
-	evs := make([]outbox.Event, n)
-	for i := range evs {
-		evs[i] = outbox.Event{Type: "order.created", Topic: "orders", Key: []string{"", "a", "b"}[i%3], Payload: []byte(`{}`)}
-	}
-	if err := store.InTx(ctx, d, func(tx *sql.Tx) error { _, err := o.EnqueueTx(ctx, tx, evs...); return err }); err != nil {
-		t.Fatal(err)
-	}
+	d, _, _ := enqueued(t, orders(n, "", "a", "b")...)
+	ctx := context.Background()
 	pub := &recorder{}
 	r, err := outbox.NewRelay(d, pub, outbox.RelayConfig{Name: "deleting", BatchSize: 16, PollInterval: 20 * time.Millisecond, DeletePublished: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	start(t, r)
 	rows := func() int {
 		var c int
 		if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+d.Table("outbox")).Scan(&c); err != nil {
@@ -113,20 +122,9 @@ func (p *stalled) Close() error { return nil }
 // leaves another relay's alone.
 func TestRelayClaimKeepsTheRowWidth(t *testing.T) {
 	t.Parallel()
-	d := idemmysqltest.Open(t)
-	ctx := context.Background()
-	o, err := outbox.New(d, outbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 6
-	evs := make([]outbox.Event, n)
-	for i := range evs {
-		evs[i] = outbox.Event{Type: "order.created", Topic: "orders", Key: []string{"", "a"}[i%2], Payload: []byte(`{}`)}
-	}
-	if err := store.InTx(ctx, d, func(tx *sql.Tx) error { _, err := o.EnqueueTx(ctx, tx, evs...); return err }); err != nil {
-		t.Fatal(err)
-	}
+	d, o, _ := enqueued(t, orders(n, "", "a")...)
+	ctx := context.Background()
 	tbl := d.Table("outbox")
 	count := func(where string, args ...any) int {
 		t.Helper()
@@ -156,17 +154,12 @@ func TestRelayClaimKeepsTheRowWidth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	<-pub.started
+	stop := start(t, r)
+	waitStarted(t, pub.started)
 	if got := count(`claimed_by = LEFT(UNHEX(SHA2($1, 256)), 16) AND claim_until > 0 AND LENGTH(claimed_by) = 16`, "relay-with-a-long-name-0123456789"); got != n-others {
 		t.Fatalf("%d rows claimed under the relay's hashed name while it publishes, want %d", got, n-others)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	if got := count(`claimed_by = LEFT(UNHEX(SHA2('other', 256)), 16) AND claim_until > 0`); got != others {
 		t.Fatalf("the stopped relay released another relay's claim: %d of %d left", got, others)
 	}
@@ -217,24 +210,36 @@ func (failPub) Publish(context.Context, ...idem.Message) error {
 }
 func (failPub) Close() error { return nil }
 
+// start runs r until stop is called or the test ends; Run's error fails
+// the test.
+func start(t *testing.T, r *outbox.Relay[*sql.Tx]) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
 // runUntil runs r until done reports true (at most 30 s), then stops it.
 func runUntil(t *testing.T, r *outbox.Relay[*sql.Tx], done func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- r.Run(ctx) }()
+	stop := start(t, r)
+	defer stop()
 	deadline := time.Now().Add(30 * time.Second)
 	for !done() {
 		if time.Now().After(deadline) {
-			cancel()
-			<-errc
 			t.Fatal("the relay did not get there in 30 s")
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-errc; err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -266,37 +271,17 @@ func (p *heldFail) Close() error { return nil }
 // relay's own event is parked.
 func TestRelayFailIsFencedByTheHashedName(t *testing.T) {
 	t.Parallel()
-	d := idemmysqltest.Open(t)
+	d, _, out := enqueued(t, orders(2, "")...)
 	ctx := context.Background()
-	o, err := outbox.New(d, outbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []outbox.Event
-	evs := []outbox.Event{
-		{Type: "order.created", Topic: "orders", Payload: []byte(`{"n":1}`)},
-		{Type: "order.created", Topic: "orders", Payload: []byte(`{"n":2}`)},
-	}
-	if err := store.InTx(ctx, d, func(tx *sql.Tx) error { out, err = o.EnqueueTx(ctx, tx, evs...); return err }); err != nil {
-		t.Fatal(err)
-	}
 	pub := &heldFail{started: make(chan struct{}, 1), release: make(chan struct{})}
-	parked := make(chan int64, len(evs))
-	r, err := outbox.NewRelay(d, pub, outbox.RelayConfig{Name: "first", BatchSize: len(evs), PollInterval: 20 * time.Millisecond, MaxAttempts: 1,
+	parked := make(chan int64, len(out))
+	r, err := outbox.NewRelay(d, pub, outbox.RelayConfig{Name: "first", BatchSize: len(out), PollInterval: 20 * time.Millisecond, MaxAttempts: 1,
 		OnParked: func(_ context.Context, ev outbox.Event, _ error) { parked <- ev.Seq }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	<-pub.started
+	start(t, r)
+	waitStarted(t, pub.started)
 	tbl := d.Table("outbox")
 	// Another relay takes the first event over while the publish is out.
 	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET claimed_by = LEFT(UNHEX(SHA2('second', 256)), 16), claim_until = 9000000000000000 WHERE seq = $1`, out[0].Seq); err != nil {
@@ -325,5 +310,15 @@ func TestRelayFailIsFencedByTheHashedName(t *testing.T) {
 	}
 	if state != "failed" || attempts != 1 {
 		t.Fatalf("the relay's own event: state %s, %d attempts; want failed, 1", state, attempts)
+	}
+}
+
+// waitStarted waits (at most 30 s) for a publisher's first publish.
+func waitStarted(t *testing.T, started <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay published nothing in 30 s")
 	}
 }
