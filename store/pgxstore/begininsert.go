@@ -289,12 +289,7 @@ func (t *pooledTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if t.closed.Load() {
 		return nil, pgx.ErrTxClosed
 	}
-	n := t.sp.Add(1)
-	// The name is made of idem's own counter, never of a value.
-	if _, err := t.tx.Exec(ctx, "savepoint sp_"+strconv.FormatInt(n, 10)); err != nil {
-		return nil, err
-	}
-	return &savepointTx{Tx: t, root: t, n: n}, nil
+	return beginSavepoint(ctx, t.tx, t, t.sp.Add(1))
 }
 
 // Commit commits the transaction and releases the connection.
@@ -368,6 +363,17 @@ type savepointTx struct {
 }
 
 var _ pgx.Tx = (*savepointTx)(nil)
+
+// beginSavepoint opens savepoint n on tx, the connection's transaction
+// under root (a pooled or reserved transaction), and returns it as
+// root's nested transaction.
+func beginSavepoint(ctx context.Context, tx, root pgx.Tx, n int64) (pgx.Tx, error) {
+	// The name is made of idem's own counter, never of a value.
+	if _, err := tx.Exec(ctx, "savepoint sp_"+strconv.FormatInt(n, 10)); err != nil {
+		return nil, err
+	}
+	return &savepointTx{Tx: root, root: root, n: n}, nil
+}
 
 // Commit releases the savepoint.
 func (s *savepointTx) Commit(ctx context.Context) error {

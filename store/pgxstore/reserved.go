@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -607,12 +606,7 @@ func (t *reservedTx) Begin(ctx context.Context) (pgx.Tx, error) {
 		return nil, err
 	}
 	t.sp++
-	n := t.sp
-	// The name is made of idem's own counter, never of a value.
-	if _, err := tx.Exec(ctx, "savepoint sp_"+strconv.FormatInt(n, 10)); err != nil {
-		return nil, err
-	}
-	return &savepointTx{Tx: t, root: t, n: n}, nil
+	return beginSavepoint(ctx, tx, t, t.sp)
 }
 
 func (t *reservedTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
