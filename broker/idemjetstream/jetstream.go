@@ -419,38 +419,53 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 		max = 1
 	}
 	maxWait = max2(maxWait, time.Millisecond)
-	fctx, cancel := context.WithTimeout(ctx, maxWait)
-	defer cancel()
-	batch, err := s.cons.Fetch(max, jetstream.FetchContext(fctx))
+	// The pull ends by the server's expiry: its status message comes after
+	// every message the server delivered to the pull, so none is left
+	// behind. A client-side deadline (FetchContext) ended it on the
+	// client's clock instead, a little after the server's expiry: a message
+	// the server sent just before its expiry could arrive after the client
+	// had stopped reading, and it then waited for the server to redeliver it
+	// (AckWait, 30s by default) with its delivery count raised.
+	batch, err := s.cons.Fetch(max, jetstream.FetchMaxWait(maxWait))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if fctx.Err() != nil {
-			return nil, nil
-		}
 		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
 	}
 	var out []broker.Delivery
-	for m := range batch.Messages() {
-		d, err := newDelivery(m)
-		if err != nil {
-			s.log.WarnContext(ctx, "message without metadata", "error", err)
-			continue
-		}
-		d.sub = s
-		out = append(out, d)
-	}
-	if err := batch.Error(); err != nil && len(out) == 0 {
-		switch {
-		case ctx.Err() != nil:
+	msgs := batch.Messages()
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				if err := batch.Error(); err != nil && len(out) == 0 {
+					switch {
+					case ctx.Err() != nil:
+						return nil, ctx.Err()
+					case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+						return nil, nil
+					}
+					return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
+				}
+				return out, nil
+			}
+			d, err := newDelivery(m)
+			if err != nil {
+				s.log.WarnContext(ctx, "message without metadata", "error", err)
+				continue
+			}
+			d.sub = s
+			out = append(out, d)
+		case <-ctx.Done():
+			// What the pull still delivers is redelivered after AckWait,
+			// as for a consumer that stopped with deliveries in hand.
+			if len(out) > 0 {
+				return out, nil
+			}
 			return nil, ctx.Err()
-		case fctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-			return nil, nil
 		}
-		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
 	}
-	return out, nil
 }
 
 func max2(a, b time.Duration) time.Duration {
