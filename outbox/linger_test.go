@@ -102,13 +102,17 @@ func TestLingerOption(t *testing.T) {
 		{500 * time.Millisecond, 0, true},
 		{501 * time.Millisecond, 0, false},
 		{time.Second, 2 * time.Second, true},
+		{0, time.Millisecond, true}, // unset: PollInterval
 	} {
 		r, err := NewRelay(d, &fakePub{}, RelayConfig{Linger: c.linger, PollInterval: c.poll})
 		if (err == nil) != c.ok || (err != nil && !errors.Is(err, idem.ErrInvalidOption)) {
 			t.Errorf("Linger %v, PollInterval %v: %v; want ok=%v (else idem.ErrInvalidOption)", c.linger, c.poll, err, c.ok)
 		}
-		if c.linger == 0 && r != nil && r.cfg.Linger != 2*time.Millisecond {
-			t.Errorf("default Linger %v, want 2ms", r.cfg.Linger)
+		if c.linger != 0 || r == nil {
+			continue
+		}
+		if want := min(2*time.Millisecond, r.cfg.PollInterval); r.cfg.Linger != want {
+			t.Errorf("default Linger %v with PollInterval %v, want %v", r.cfg.Linger, r.cfg.PollInterval, want)
 		}
 	}
 }

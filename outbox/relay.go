@@ -56,12 +56,14 @@ type RelayConfig struct {
 	// go out together: after a batch of fewer than a quarter of BatchSize,
 	// the next claim starts Linger later. The wait overlaps the batch's
 	// publish, so an event already claimed is not held back, and a relay
-	// woken from sleep claims at once; what an event can wait is Linger
-	// before its claim. Without it a steady trickle of events makes the
-	// relay run one claim, publish and mark per handful of events, and
-	// those rounds take the database's CPU from the transactions that
-	// enqueue. Defaults to 2ms; a negative value turns it off. At most
-	// PollInterval.
+	// woken from sleep claims at once: the linger adds at most Linger to
+	// an event's wait for its claim, and as much again to its mark (and
+	// OnPublished), which the next claim's transaction writes. Without it
+	// a steady trickle of events makes the relay run one claim, publish
+	// and mark per handful of events, and those rounds take the
+	// database's CPU from the transactions that enqueue. Defaults to 2ms,
+	// or PollInterval if that is shorter; a negative value turns it off.
+	// At most PollInterval.
 	Linger time.Duration
 	// ClaimTTL is the lease on claimed events (and, on SQLite, on the
 	// single-writer relay lease). If the relay dies, its events are claimed
@@ -254,7 +256,9 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 500*time.Millisecond)
 	cfg.Recheck = cmp.Or(cfg.Recheck, 10*time.Millisecond)
 	cfg.ClaimTTL = cmp.Or(cfg.ClaimTTL, 30*time.Second)
-	cfg.Linger = cmp.Or(cfg.Linger, 2*time.Millisecond)
+	if cfg.Linger == 0 {
+		cfg.Linger = min(2*time.Millisecond, cfg.PollInterval)
+	}
 	cfg.PublishTimeout = cmp.Or(cfg.PublishTimeout, cfg.ClaimTTL/3)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 20)
 	cfg.BaseBackoff = cmp.Or(cfg.BaseBackoff, 100*time.Millisecond)
@@ -488,7 +492,7 @@ func (r *Relay[TTx]) round(ctx context.Context, p *pipe) (int, error) {
 		n, dups, err := r.publishQuiet(ctx, cur, msgsOf(cur))
 		res <- result{n, dups, err}
 	}()
-	if r.cfg.Linger > 0 && len(cur) < r.cfg.BatchSize/4 {
+	if r.cfg.Linger > 0 && 4*len(cur) < r.cfg.BatchSize {
 		// Keeping up: let the next batch gather (RelayConfig.Linger).
 		sleep(ctx, r.cfg.Linger, nil)
 	}

@@ -52,6 +52,14 @@ func TestShortFetchesLoseNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	for len(seen) < n {
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc <- nil
+		default:
+		}
 		ds, err := sub.Fetch(ctx, 100, 2*time.Millisecond)
 		if err != nil {
 			t.Fatalf("after %d of %d messages: %v", len(seen), n, err)

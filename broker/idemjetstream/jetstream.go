@@ -276,7 +276,8 @@ func classify(err error) error {
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoStreamResponse),
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, nats.ErrDisconnected),
-		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, context.DeadlineExceeded):
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, jetstream.ErrNoHeartbeat):
 		return errors.Join(err, broker.ErrUnavailable)
 	}
 	return err
@@ -399,8 +400,10 @@ func (s *Subscriber) MaxDeliveries() int {
 }
 
 // Fetch pulls up to max messages (max < 1 means 1), waiting at most
-// maxWait for the first. It returns no deliveries and a nil error when
-// maxWait passed, and ctx's error when ctx is done.
+// maxWait for them (the server ends the pull; should its answer not come,
+// Fetch stops waiting a quarter of a second, or a tenth of maxWait, after
+// maxWait). It returns no deliveries and a nil error when maxWait passed,
+// and ctx's error when ctx is done.
 func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) ([]broker.Delivery, error) {
 	s.mu.Lock()
 	closed, paused := s.closed, s.paused
@@ -434,7 +437,35 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
 	}
 	var out []broker.Delivery
+	add := func(m jetstream.Msg) {
+		d, err := newDelivery(m)
+		if err != nil {
+			s.log.WarnContext(ctx, "message without metadata", "error", err)
+			return
+		}
+		d.sub = s
+		out = append(out, d)
+	}
+	// A backstop in case the server's answer is lost (a server restart, a
+	// broken connection): nats.go's own waits a second past the last
+	// message.
+	backstop := time.NewTimer(maxWait + max2(250*time.Millisecond, maxWait/10))
+	defer backstop.Stop()
 	msgs := batch.Messages()
+	// arrived adds what already reached the client, without waiting.
+	arrived := func() {
+		for {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					return
+				}
+				add(m)
+			default:
+				return
+			}
+		}
+	}
 	for {
 		select {
 		case m, ok := <-msgs:
@@ -450,16 +481,15 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 				}
 				return out, nil
 			}
-			d, err := newDelivery(m)
-			if err != nil {
-				s.log.WarnContext(ctx, "message without metadata", "error", err)
-				continue
-			}
-			d.sub = s
-			out = append(out, d)
+			add(m)
+		case <-backstop.C:
+			arrived()
+			return out, nil
 		case <-ctx.Done():
-			// What the pull still delivers is redelivered after AckWait,
-			// as for a consumer that stopped with deliveries in hand.
+			// What the pull still delivers after this is redelivered after
+			// AckWait, as for a consumer that stopped with deliveries in
+			// hand.
+			arrived()
 			if len(out) > 0 {
 				return out, nil
 			}
