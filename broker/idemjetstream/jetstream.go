@@ -357,6 +357,11 @@ type Subscriber struct {
 	mu     sync.Mutex
 	closed bool // protected by mu
 	paused bool // protected by mu; see Pause
+	// late holds the pulls Fetch stopped waiting for before the server
+	// ended them (its backstop, a cancelled ctx): what reaches them later
+	// is returned by the next Fetch (takeLate). Protected by lateMu.
+	lateMu sync.Mutex
+	late   []jetstream.MessageBatch
 }
 
 // NewSubscriber creates (or updates) the durable pull consumer described
@@ -421,6 +426,9 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 	if max < 1 {
 		max = 1
 	}
+	if late := s.takeLate(ctx, max); len(late) > 0 {
+		return late, nil
+	}
 	maxWait = max2(maxWait, time.Millisecond)
 	// The pull ends by the server's expiry: its status message comes after
 	// every message the server delivered to the pull, so none is left
@@ -428,8 +436,11 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 	// client's clock instead, a little after the server's expiry: a message
 	// the server sent just before its expiry could arrive after the client
 	// had stopped reading, and it then waited for the server to redeliver it
-	// (AckWait, 30s by default) with its delivery count raised.
-	batch, err := s.cons.Fetch(max, jetstream.FetchMaxWait(maxWait))
+	// (AckWait, 30s by default) with its delivery count raised. The server
+	// still expires the pull a tenth (at most a second) before maxWait, as
+	// FetchContext had it: a pull expiring at the very moment a redelivery
+	// falls due made the server count that redelivery as a first delivery.
+	batch, err := s.cons.Fetch(max, jetstream.FetchMaxWait(maxWait-min(maxWait/10, time.Second)))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -438,17 +449,13 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 	}
 	var out []broker.Delivery
 	add := func(m jetstream.Msg) {
-		d, err := newDelivery(m)
-		if err != nil {
-			s.log.WarnContext(ctx, "message without metadata", "error", err)
-			return
+		if d := s.delivery(ctx, m); d != nil {
+			out = append(out, d)
 		}
-		d.sub = s
-		out = append(out, d)
 	}
-	// A backstop in case the server's answer is lost (a server restart, a
-	// broken connection): nats.go's own waits a second past the last
-	// message.
+	// A backstop in case the server's answer is late or lost (a loaded
+	// server, a restart, a broken connection; nats.go's own waits a second
+	// past the last message): the pull is then kept for the next Fetch.
 	backstop := time.NewTimer(maxWait + max2(250*time.Millisecond, maxWait/10))
 	defer backstop.Stop()
 	msgs := batch.Messages()
@@ -484,18 +491,72 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 			add(m)
 		case <-backstop.C:
 			arrived()
+			s.keepLate(batch)
 			return out, nil
 		case <-ctx.Done():
-			// What the pull still delivers after this is redelivered after
-			// AckWait, as for a consumer that stopped with deliveries in
-			// hand.
 			arrived()
+			s.keepLate(batch)
 			if len(out) > 0 {
 				return out, nil
 			}
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// delivery returns m as a delivery of s, or nil (logged) if m has no
+// JetStream metadata.
+func (s *Subscriber) delivery(ctx context.Context, m jetstream.Msg) *delivery {
+	d, err := newDelivery(m)
+	if err != nil {
+		s.log.WarnContext(ctx, "message without metadata", "error", err)
+		return nil
+	}
+	d.sub = s
+	return d
+}
+
+// keepLate keeps a pull that Fetch stopped waiting for, so that a message
+// the server delivers to it afterwards is returned by a later Fetch instead
+// of waiting for AckWait (nats.go keeps reading the pull until the server
+// ends it, or a second after its last message).
+func (s *Subscriber) keepLate(b jetstream.MessageBatch) {
+	s.lateMu.Lock()
+	s.late = append(s.late, b)
+	s.lateMu.Unlock()
+}
+
+// takeLate returns up to max messages that reached kept pulls, without
+// waiting, and forgets the pulls that are over.
+func (s *Subscriber) takeLate(ctx context.Context, max int) []broker.Delivery {
+	s.lateMu.Lock()
+	defer s.lateMu.Unlock()
+	var out []broker.Delivery
+	kept := s.late[:0]
+	for _, b := range s.late {
+		open := true
+	pull:
+		for len(out) < max {
+			select {
+			case m, ok := <-b.Messages():
+				if !ok {
+					open = false
+					break pull
+				}
+				if d := s.delivery(ctx, m); d != nil {
+					out = append(out, d)
+				}
+			default:
+				break pull
+			}
+		}
+		if open {
+			kept = append(kept, b)
+		}
+	}
+	clear(s.late[len(kept):])
+	s.late = kept
+	return out
 }
 
 func max2(a, b time.Duration) time.Duration {
