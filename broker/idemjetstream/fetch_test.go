@@ -2,6 +2,7 @@ package idemjetstream_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -79,5 +80,56 @@ func TestShortFetchesLoseNothing(t *testing.T) {
 	}
 	if err := <-errc; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A cancelled Fetch gives its pull up at once: messages published after
+// it reach the next Fetch on their first delivery, not after AckWait (a
+// minute here), although the server still holds the cancelled pull.
+func TestCancelledFetchLeavesNothingBehind(t *testing.T) {
+	srv := startEmbedded(t)
+	_, j := dial(t, srv.ClientURL())
+	stream, subject := newStream(t, j)
+	sub, err := idemjetstream.NewSubscriber(t.Context(), j, idemjetstream.SubscriberConfig{Stream: stream, Durable: "cancel", AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := sub.Fetch(ctx, 10, 30*time.Second)
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the pull is with the server
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Fetch: %v, want context.Canceled", err)
+	}
+	pub, err := idemjetstream.NewPublisher(j, idemjetstream.PublisherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		id := strconv.Itoa(i)
+		if err := pub.Publish(t.Context(), idem.Message{ID: id, Subject: subject, Payload: []byte(id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	wctx, wcancel := context.WithTimeout(t.Context(), 20*time.Second) // well under AckWait
+	defer wcancel()
+	for len(seen) < 5 {
+		ds, err := sub.Fetch(wctx, 10, time.Second)
+		if err != nil {
+			t.Fatalf("after %d of 5 messages: %v", len(seen), err)
+		}
+		for _, d := range ds {
+			m := d.Message()
+			if m.Attempt != 1 || seen[m.ID] {
+				t.Fatalf("message %s delivered again (attempt %d)", m.ID, m.Attempt)
+			}
+			seen[m.ID] = true
+		}
 	}
 }

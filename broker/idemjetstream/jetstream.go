@@ -357,11 +357,6 @@ type Subscriber struct {
 	mu     sync.Mutex
 	closed bool // protected by mu
 	paused bool // protected by mu; see Pause
-	// late holds the pulls Fetch stopped waiting for before the server
-	// ended them (its backstop, a cancelled ctx): what reaches them later
-	// is returned by the next Fetch (takeLate). Protected by lateMu.
-	lateMu sync.Mutex
-	late   []jetstream.MessageBatch
 }
 
 // NewSubscriber creates (or updates) the durable pull consumer described
@@ -405,10 +400,13 @@ func (s *Subscriber) MaxDeliveries() int {
 }
 
 // Fetch pulls up to max messages (max < 1 means 1), waiting at most
-// maxWait for them (the server ends the pull; should its answer not come,
-// Fetch stops waiting a quarter of a second, or a tenth of maxWait, after
-// maxWait). It returns no deliveries and a nil error when maxWait passed,
-// and ctx's error when ctx is done.
+// maxWait for them, or until ctx's deadline if that comes first (maxWait is
+// at most a day). The server ends the pull a tenth of the wait early (at
+// most a second); should its answer be late or lost, Fetch stops waiting a
+// quarter of a second, or a tenth of maxWait, after maxWait. It returns no
+// deliveries and a nil error when the wait passed, and ctx's error when ctx
+// is done before any message arrived (the messages that did arrive are
+// returned, with a nil error).
 func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) ([]broker.Delivery, error) {
 	s.mu.Lock()
 	closed, paused := s.closed, s.paused
@@ -426,138 +424,70 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 	if max < 1 {
 		max = 1
 	}
-	if late := s.takeLate(ctx, max); len(late) > 0 {
-		return late, nil
+	maxWait = min(max2(maxWait, time.Millisecond), 24*time.Hour)
+	deadline := time.Now().Add(maxWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
-	maxWait = max2(maxWait, time.Millisecond)
 	// The pull ends by the server's expiry: its status message comes after
 	// every message the server delivered to the pull, so none is left
-	// behind. A client-side deadline (FetchContext) ended it on the
-	// client's clock instead, a little after the server's expiry: a message
-	// the server sent just before its expiry could arrive after the client
-	// had stopped reading, and it then waited for the server to redeliver it
-	// (AckWait, 30s by default) with its delivery count raised. The server
-	// still expires the pull a tenth (at most a second) before maxWait, as
-	// FetchContext had it: a pull expiring at the very moment a redelivery
-	// falls due made the server count that redelivery as a first delivery.
-	batch, err := s.cons.Fetch(max, jetstream.FetchMaxWait(maxWait-min(maxWait/10, time.Second)))
+	// behind. nats.go's FetchContext also ended it at the context's
+	// deadline, on the client's clock, a tenth of the wait after the
+	// server's expiry: a message the server sent just before its expiry
+	// could arrive after the client had stopped reading, and it then
+	// waited for the server to redeliver it (AckWait, 30s by default) with
+	// its delivery count raised. The pull's context gives nats.go the
+	// deadline (the server's expiry is set from it, a tenth early, as
+	// before) but is done only when ctx is or the backstop fires.
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	batch, err := s.cons.Fetch(max, jetstream.FetchContext(pullContext{pctx, deadline}))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if time.Until(deadline) <= 0 {
+			return nil, nil
+		}
 		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
 	}
-	var out []broker.Delivery
-	add := func(m jetstream.Msg) {
-		if d := s.delivery(ctx, m); d != nil {
-			out = append(out, d)
-		}
-	}
-	// A backstop in case the server's answer is late or lost (a loaded
-	// server, a restart, a broken connection; nats.go's own waits a second
-	// past the last message): the pull is then kept for the next Fetch.
-	backstop := time.NewTimer(maxWait + max2(250*time.Millisecond, maxWait/10))
+	// A backstop in case the server's answer is late or lost (a loaded or
+	// restarted server, a broken connection).
+	wait := time.Until(deadline)
+	backstop := time.AfterFunc(wait+max2(250*time.Millisecond, wait/10), stop)
 	defer backstop.Stop()
-	msgs := batch.Messages()
-	// arrived adds what already reached the client, without waiting.
-	arrived := func() {
-		for {
-			select {
-			case m, ok := <-msgs:
-				if !ok {
-					return
-				}
-				add(m)
-			default:
-				return
-			}
-		}
-	}
-	for {
-		select {
-		case m, ok := <-msgs:
-			if !ok {
-				if err := batch.Error(); err != nil && len(out) == 0 {
-					switch {
-					case ctx.Err() != nil:
-						return nil, ctx.Err()
-					case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-						return nil, nil
-					}
-					return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
-				}
-				return out, nil
-			}
-			add(m)
-		case <-backstop.C:
-			arrived()
-			s.keepLate(batch)
-			return out, nil
-		case <-ctx.Done():
-			arrived()
-			s.keepLate(batch)
-			if len(out) > 0 {
-				return out, nil
-			}
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// delivery returns m as a delivery of s, or nil (logged) if m has no
-// JetStream metadata.
-func (s *Subscriber) delivery(ctx context.Context, m jetstream.Msg) *delivery {
-	d, err := newDelivery(m)
-	if err != nil {
-		s.log.WarnContext(ctx, "message without metadata", "error", err)
-		return nil
-	}
-	d.sub = s
-	return d
-}
-
-// keepLate keeps a pull that Fetch stopped waiting for, so that a message
-// the server delivers to it afterwards is returned by a later Fetch instead
-// of waiting for AckWait (nats.go keeps reading the pull until the server
-// ends it, or a second after its last message).
-func (s *Subscriber) keepLate(b jetstream.MessageBatch) {
-	s.lateMu.Lock()
-	s.late = append(s.late, b)
-	s.lateMu.Unlock()
-}
-
-// takeLate returns up to max messages that reached kept pulls, without
-// waiting, and forgets the pulls that are over.
-func (s *Subscriber) takeLate(ctx context.Context, max int) []broker.Delivery {
-	s.lateMu.Lock()
-	defer s.lateMu.Unlock()
 	var out []broker.Delivery
-	kept := s.late[:0]
-	for _, b := range s.late {
-		open := true
-	pull:
-		for len(out) < max {
-			select {
-			case m, ok := <-b.Messages():
-				if !ok {
-					open = false
-					break pull
-				}
-				if d := s.delivery(ctx, m); d != nil {
-					out = append(out, d)
-				}
-			default:
-				break pull
-			}
+	for m := range batch.Messages() {
+		d, err := newDelivery(m)
+		if err != nil {
+			s.log.WarnContext(ctx, "message without metadata", "error", err)
+			continue
 		}
-		if open {
-			kept = append(kept, b)
-		}
+		d.sub = s
+		out = append(out, d)
 	}
-	clear(s.late[len(kept):])
-	s.late = kept
-	return out
+	if err := batch.Error(); err != nil && len(out) == 0 {
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case pctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			return nil, nil // the backstop, or the wait passed
+		}
+		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
+	}
+	return out, nil
 }
+
+// pullContext is the context of one pull: nats.go sets the pull's expiry
+// on the server from its deadline, but it is done only when its parent is
+// (the caller's context, or Fetch's backstop), not at the deadline.
+type pullContext struct {
+	context.Context
+	deadline time.Time
+}
+
+// Deadline returns the pull's deadline.
+func (c pullContext) Deadline() (time.Time, bool) { return c.deadline, true }
 
 func max2(a, b time.Duration) time.Duration {
 	if a < b {
