@@ -11,25 +11,75 @@ import (
 	"github.com/idemkit/idem/broker/idemjetstream"
 )
 
-// Short fetches lose nothing: a message the server delivers to a pull just
-// before the pull's expiry reaches this Fetch, not a pull the client has
-// already given up on (which left it unacknowledged until AckWait, here a
-// minute, redelivered it). Messages are published while a loop fetches
-// with a wait of a few milliseconds, so many pulls expire while messages
-// are on their way; every message must arrive on its first delivery.
-func TestShortFetchesLoseNothing(t *testing.T) {
+// patient returns n subscribers of one durable consumer whose deliveries
+// come back only after a minute (AckWait), a publisher and the subject, on
+// an embedded server.
+func patient(t *testing.T, durable string, n int) ([]*idemjetstream.Subscriber, *idemjetstream.Publisher, string) {
+	t.Helper()
 	srv := startEmbedded(t)
 	_, j := dial(t, srv.ClientURL())
 	stream, subject := newStream(t, j)
-	sub, err := idemjetstream.NewSubscriber(t.Context(), j, idemjetstream.SubscriberConfig{Stream: stream, Durable: "short", AckWait: time.Minute})
-	if err != nil {
-		t.Fatal(err)
+	subs := make([]*idemjetstream.Subscriber, n)
+	for i := range subs {
+		sub, err := idemjetstream.NewSubscriber(t.Context(), j, idemjetstream.SubscriberConfig{Stream: stream, Durable: durable, AckWait: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Close() })
+		subs[i] = sub
 	}
-	defer sub.Close()
 	pub, err := idemjetstream.NewPublisher(j, idemjetstream.PublisherConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return subs, pub, subject
+}
+
+// firstDeliveries fetches (with maxWait) and acks until n distinct
+// messages arrived, each on its first delivery, within 30s: well under
+// the minute after which a message lost to a pull would come back. It
+// fails at once on a redelivery or on an error from errc (nil: none).
+func firstDeliveries(t *testing.T, sub *idemjetstream.Subscriber, n int, maxWait time.Duration, errc chan error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	seen := map[string]bool{}
+	for len(seen) < n {
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc <- nil
+		default:
+		}
+		ds, err := sub.Fetch(ctx, 100, maxWait)
+		if err != nil {
+			t.Fatalf("after %d of %d messages: %v", len(seen), n, err)
+		}
+		for _, d := range ds {
+			m := d.Message()
+			if m.Attempt != 1 || seen[m.ID] {
+				t.Fatalf("message %s delivered again (attempt %d)", m.ID, m.Attempt)
+			}
+			seen[m.ID] = true
+		}
+		if len(ds) > 0 {
+			if err := sub.AckBatch(ctx, ds); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// Short fetches lose nothing: a message the server delivers to a pull just
+// before the pull's expiry reaches this Fetch, not a pull the client has
+// already given up on (which left it unacknowledged until AckWait
+// redelivered it). Messages are published while a loop fetches with a wait
+// of a few milliseconds, so many pulls expire while messages are on their
+// way; every message must arrive on its first delivery.
+func TestShortFetchesLoseNothing(t *testing.T) {
+	subs, pub, subject := patient(t, "short", 1)
 	const n = 3000
 	errc := make(chan error, 1)
 	go func() {
@@ -47,58 +97,22 @@ func TestShortFetchesLoseNothing(t *testing.T) {
 		}
 		errc <- nil
 	}()
-	seen := map[string]bool{}
-	// A progress bound well under AckWait: a message lost to an expired
-	// pull comes back only after a minute.
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	for len(seen) < n {
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Fatal(err)
-			}
-			errc <- nil
-		default:
-		}
-		ds, err := sub.Fetch(ctx, 100, 2*time.Millisecond)
-		if err != nil {
-			t.Fatalf("after %d of %d messages: %v", len(seen), n, err)
-		}
-		for _, d := range ds {
-			m := d.Message()
-			if m.Attempt != 1 || seen[m.ID] {
-				t.Fatalf("message %s delivered again (attempt %d)", m.ID, m.Attempt)
-			}
-			seen[m.ID] = true
-		}
-		if len(ds) > 0 {
-			if err := sub.AckBatch(ctx, ds); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	firstDeliveries(t, subs[0], n, 2*time.Millisecond, errc)
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
 }
 
-// A cancelled Fetch gives its pull up at once: messages published after
-// it reach the next Fetch on their first delivery, not after AckWait (a
-// minute here), although the server still holds the cancelled pull.
+// A cancelled Fetch gives its pull up at once, as a consumer shutting
+// down does: messages published after it reach another instance of the
+// consumer on their first delivery, not after AckWait, although the
+// server still holds the cancelled pull.
 func TestCancelledFetchLeavesNothingBehind(t *testing.T) {
-	srv := startEmbedded(t)
-	_, j := dial(t, srv.ClientURL())
-	stream, subject := newStream(t, j)
-	sub, err := idemjetstream.NewSubscriber(t.Context(), j, idemjetstream.SubscriberConfig{Stream: stream, Durable: "cancel", AckWait: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	subs, pub, subject := patient(t, "cancel", 2)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		_, err := sub.Fetch(ctx, 10, 30*time.Second)
+		_, err := subs[0].Fetch(ctx, 10, 30*time.Second)
 		done <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // the pull is with the server
@@ -106,30 +120,11 @@ func TestCancelledFetchLeavesNothingBehind(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Fetch: %v, want context.Canceled", err)
 	}
-	pub, err := idemjetstream.NewPublisher(j, idemjetstream.PublisherConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i := range 5 {
 		id := strconv.Itoa(i)
 		if err := pub.Publish(t.Context(), idem.Message{ID: id, Subject: subject, Payload: []byte(id)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	seen := map[string]bool{}
-	wctx, wcancel := context.WithTimeout(t.Context(), 20*time.Second) // well under AckWait
-	defer wcancel()
-	for len(seen) < 5 {
-		ds, err := sub.Fetch(wctx, 10, time.Second)
-		if err != nil {
-			t.Fatalf("after %d of 5 messages: %v", len(seen), err)
-		}
-		for _, d := range ds {
-			m := d.Message()
-			if m.Attempt != 1 || seen[m.ID] {
-				t.Fatalf("message %s delivered again (attempt %d)", m.ID, m.Attempt)
-			}
-			seen[m.ID] = true
-		}
-	}
+	firstDeliveries(t, subs[1], 5, time.Second, nil)
 }
