@@ -57,8 +57,9 @@ type RelayConfig struct {
 	// the next claim starts Linger later. The wait overlaps the batch's
 	// publish, so an event already claimed is not held back, and a relay
 	// woken from sleep claims at once: the linger adds at most Linger to
-	// an event's wait for its claim, and as much again to its mark (and
-	// OnPublished), which the next claim's transaction writes. Without it
+	// an event's wait for its claim, and up to twice Linger more to its
+	// mark (and OnPublished), which a later claim's transaction writes
+	// after that claim's own linger. Without it
 	// a steady trickle of events makes the relay run one claim, publish
 	// and mark per handful of events, and those rounds take the
 	// database's CPU from the transactions that enqueue. Defaults to 2ms,

@@ -120,6 +120,9 @@ func TestCancelledFetchLeavesNothingBehind(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Fetch: %v, want context.Canceled", err)
 	}
+	// nats.go sends the pull's unsubscription just after Fetch returns;
+	// let it reach the server before the messages do.
+	time.Sleep(100 * time.Millisecond)
 	for i := range 5 {
 		id := strconv.Itoa(i)
 		if err := pub.Publish(t.Context(), idem.Message{ID: id, Subject: subject, Payload: []byte(id)}); err != nil {

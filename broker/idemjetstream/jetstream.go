@@ -403,10 +403,12 @@ func (s *Subscriber) MaxDeliveries() int {
 // maxWait for them, or until ctx's deadline if that comes first (maxWait is
 // at most a day). The server ends the pull a tenth of the wait early (at
 // most a second); should its answer be late or lost, Fetch stops waiting a
-// quarter of a second, or a tenth of maxWait, after maxWait. It returns no
-// deliveries and a nil error when the wait passed, and ctx's error when ctx
-// is done before any message arrived (the messages that did arrive are
-// returned, with a nil error).
+// quarter of a second, or a tenth of maxWait, after maxWait. A ctx
+// deadline before maxWait ends the fetch at that deadline on the client's
+// clock (the server's expiry a tenth earlier), as a cancellation does. It
+// returns no deliveries and a nil error when the wait passed, and ctx's
+// error when ctx is done before nats.go handed over any message (those it
+// did are returned, with a nil error; the rest come back after AckWait).
 func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) ([]broker.Delivery, error) {
 	s.mu.Lock()
 	closed, paused := s.closed, s.paused
