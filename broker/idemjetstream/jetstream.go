@@ -472,8 +472,8 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 		switch {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case pctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-			return nil, nil // the backstop, or the wait passed
+		case pctx.Err() != nil:
+			return nil, nil // the backstop (nats.go reports the server's expiry as no error)
 		}
 		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
 	}
