@@ -92,9 +92,12 @@ func testPoisonPaths[TTx any](t *testing.T, d store.Driver[TTx], batch int) {
 	for i := range 5 {
 		publish(fmt.Sprintf("ok-%d", i), `{"order_id":"ok"}`)
 	}
-	waitFor(t, "4 dead letters and 6 processed", func() bool {
+	// A letter is parked before the consumer counts it and terminates its
+	// delivery: wait for the terminations too, so the counts read below
+	// are final.
+	waitFor(t, "4 dead letters, 4 terminated deliveries and 6 processed", func() bool {
 		n, _ := letters.CountParked(ctx)
-		return n["billing"] == 4 && value(t, reg, "idem_messages_processed_total", "consumer=billing") == 6
+		return n["billing"] == 4 && b.Stats().Termed == 4 && value(t, reg, "idem_messages_processed_total", "consumer=billing") == 6
 	})
 	if n := effects(t, d, ""); n != 6 {
 		t.Fatalf("effects = %d, want 6 (m-1 once + 5 ok)", n)
