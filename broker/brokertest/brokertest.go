@@ -68,6 +68,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"IndependentSubscriptions", testIndependentSubscriptions},
 		{"DedupByID", testDedupByID},
 		{"AckBatch", testAckBatch},
+		{"FetchReturnsWhatIsAvailable", testFetchReturnsWhatIsAvailable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -297,6 +298,42 @@ func testAckBatch(t *testing.T, h Harness) {
 	}
 	ack(t, again)
 	expectNone(t, s, h.AckWait*2)
+}
+
+// testFetchReturnsWhatIsAvailable: Fetch returns as soon as a delivery is
+// available, with fewer than max, instead of waiting for max deliveries
+// until maxWait runs out (the Subscriber contract). A batch consumer at a
+// light load would otherwise hold every message for its FetchWait.
+func testFetchReturnsWhatIsAvailable(t *testing.T, h Harness) {
+	s := subscribe(t, h, "c")
+	// The subscription is live once its first message arrived (a Kafka
+	// group joins in the background).
+	publish(t, h, msg(h, "w-1", "", "x"))
+	ack(t, collect(t, s, 1, 20*time.Second)...)
+	publish(t, h, msg(h, "w-2", "", "x"), msg(h, "w-3", "", "x"))
+	// Available messages come back in milliseconds; a Fetch that waits
+	// for max deliveries comes back after most of maxWait. The bound
+	// between them is generous for a loaded machine.
+	const maxWait, bound = 30 * time.Second, 10 * time.Second
+	ctx := ctxFor(t)
+	start := time.Now()
+	var got []broker.Delivery
+	for len(got) < 2 {
+		ds, err := s.Fetch(ctx, 100, maxWait)
+		if err != nil {
+			t.Fatalf("Fetch: %v", err)
+		}
+		got = append(got, ds...)
+		if took := time.Since(start); took > bound {
+			t.Fatalf("Fetch(max 100, maxWait %v) returned %d deliveries (2 messages available) after %v: it waited for max deliveries, not for the first", maxWait, len(got), took.Round(time.Millisecond))
+		}
+	}
+	ack(t, got...)
+	for _, d := range got {
+		if id := d.Message().ID; id != "w-2" && id != "w-3" {
+			t.Errorf("delivered %q, want w-2 and w-3", id)
+		}
+	}
 }
 
 func testRedeliverAfterClose(t *testing.T, h Harness) {

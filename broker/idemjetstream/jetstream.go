@@ -357,6 +357,10 @@ type Subscriber struct {
 	mu     sync.Mutex
 	closed bool // protected by mu
 	paused bool // protected by mu; see Pause
+	// caughtUp is set when a Fetch came back with fewer than it asked
+	// for: the next one waits for a message first instead of looking for
+	// waiting ones (a hint only; either way nothing is missed).
+	caughtUp atomic.Bool
 }
 
 // NewSubscriber creates (or updates) the durable pull consumer described
@@ -399,10 +403,21 @@ func (s *Subscriber) MaxDeliveries() int {
 	return s.cons.CachedInfo().Config.MaxDeliver
 }
 
-// Fetch pulls up to max messages (max < 1 means 1), waiting at most
-// maxWait for them, or until ctx's deadline if that comes first (maxWait is
-// at most a day). The server ends the pull a tenth of the wait early (at
-// most a second); should its answer be late or lost, Fetch stops waiting a
+// Fetch returns up to max messages (max < 1 means 1) as soon as one is
+// available, waiting at most maxWait for the first, or until ctx's
+// deadline if that comes first (maxWait is at most a day).
+//
+// A JetStream pull for n messages ends only when n have come or it
+// expires, so Fetch does not ask for max and wait: messages already
+// waiting are taken with a pull that does not wait (no_wait); when there
+// are none, a pull for one message waits, and the messages that came
+// with it are taken with a second pull that does not wait. The first
+// no-wait pull is skipped after a Fetch that came back short (the
+// consumer is caught up, and would find nothing): then a Fetch that
+// finds messages waiting costs two round trips, not one.
+//
+// The server ends a waiting pull a tenth of the wait early (at most a
+// second); should its answer be late or lost, Fetch stops waiting a
 // quarter of a second, or a tenth of maxWait, after maxWait. A ctx
 // deadline before maxWait ends the fetch at that deadline on the client's
 // clock (the server's expiry a tenth earlier), as a cancellation does. It
@@ -431,6 +446,50 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	if max > 1 && !s.caughtUp.Load() {
+		out, err := s.pullNoWait(ctx, max)
+		if err != nil || len(out) > 0 {
+			s.caughtUp.Store(len(out) < max)
+			return out, err
+		}
+	}
+	out, err := s.pull(ctx, 1, deadline)
+	if err != nil || len(out) == 0 || max == 1 {
+		s.caughtUp.Store(true)
+		return out, err
+	}
+	// The first message came: take what came with it, without waiting. An
+	// error here leaves the first to be processed; the next Fetch meets
+	// it again.
+	more, err := s.pullNoWait(ctx, max-1)
+	if err != nil {
+		s.log.DebugContext(ctx, "no-wait pull after the first message failed", "error", err)
+	}
+	out = append(out, more...)
+	s.caughtUp.Store(len(out) < max)
+	return out, nil
+}
+
+// pullNoWait takes up to n messages that are waiting now, in one pull the
+// server answers at once (no_wait): the messages, then a status when they
+// are fewer than n. nats.go stops reading after a second of silence.
+func (s *Subscriber) pullNoWait(ctx context.Context, n int) ([]broker.Delivery, error) {
+	batch, err := s.cons.FetchNoWait(n)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
+	}
+	out := s.deliveries(ctx, batch)
+	if err := batch.Error(); err != nil && len(out) == 0 {
+		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
+	}
+	return out, nil
+}
+
+// pull waits until deadline (or ctx is done) for up to n messages.
+func (s *Subscriber) pull(ctx context.Context, n int, deadline time.Time) ([]broker.Delivery, error) {
 	// The pull ends by the server's expiry: its status message comes after
 	// every message the server delivered to the pull, so none is left
 	// behind. nats.go's FetchContext also ended it at the context's
@@ -443,7 +502,7 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 	// before) but is done only when ctx is or the backstop fires.
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
-	batch, err := s.cons.Fetch(max, jetstream.FetchContext(pullContext{pctx, deadline}))
+	batch, err := s.cons.Fetch(n, jetstream.FetchContext(pullContext{pctx, deadline}))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -458,16 +517,7 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 	wait := time.Until(deadline)
 	backstop := time.AfterFunc(wait+max2(250*time.Millisecond, wait/10), stop)
 	defer backstop.Stop()
-	var out []broker.Delivery
-	for m := range batch.Messages() {
-		d, err := newDelivery(m)
-		if err != nil {
-			s.log.WarnContext(ctx, "message without metadata", "error", err)
-			continue
-		}
-		d.sub = s
-		out = append(out, d)
-	}
+	out := s.deliveries(ctx, batch)
 	if err := batch.Error(); err != nil && len(out) == 0 {
 		switch {
 		case ctx.Err() != nil:
@@ -478,6 +528,21 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
 	}
 	return out, nil
+}
+
+// deliveries reads a pull's messages until nats.go closes it.
+func (s *Subscriber) deliveries(ctx context.Context, batch jetstream.MessageBatch) []broker.Delivery {
+	var out []broker.Delivery
+	for m := range batch.Messages() {
+		d, err := newDelivery(m)
+		if err != nil {
+			s.log.WarnContext(ctx, "message without metadata", "error", err)
+			continue
+		}
+		d.sub = s
+		out = append(out, d)
+	}
+	return out
 }
 
 // pullContext is the context of one pull: nats.go sets the pull's expiry
