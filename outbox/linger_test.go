@@ -67,7 +67,7 @@ func testLingerGathers[TTx any](t *testing.T, d store.Driver[TTx]) {
 	cfg := fastRelay("r1")
 	// Long enough that the two commits below land inside it on a loaded
 	// machine; the relay's claim of the next batch starts after it.
-	cfg.Linger, cfg.PollInterval = time.Second, 2*time.Second
+	cfg.Linger, cfg.PollInterval, cfg.ClaimTTL = time.Second, 2*time.Second, 10*time.Second
 	r, err := NewRelay(d, pub, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -94,19 +94,25 @@ func testLingerGathers[TTx any](t *testing.T, d store.Driver[TTx]) {
 func TestLingerOption(t *testing.T) {
 	d := testdb.SQLite(t)
 	for _, c := range []struct {
-		linger, poll time.Duration
-		ok           bool
+		linger, poll, ttl time.Duration
+		ok                bool
 	}{
-		{0, 0, true}, // 2ms, 500ms
-		{-1, 0, true},
-		{500 * time.Millisecond, 0, true},
-		{501 * time.Millisecond, 0, false},
-		{time.Second, 2 * time.Second, true},
-		{0, time.Millisecond, true}, // unset: PollInterval
+		{0, 0, 0, true}, // 2ms, 500ms
+		{-1, 0, 0, true},
+		{500 * time.Millisecond, 0, 0, true},
+		{501 * time.Millisecond, 0, 0, false},
+		{time.Second, 2 * time.Second, 0, true},
+		{0, time.Millisecond, 0, true}, // unset: PollInterval
+		// A published batch is marked after up to two publishes
+		// (PublishTimeout, ClaimTTL/3 by default) and a linger: the claims
+		// must outlast them.
+		{time.Second, 2 * time.Second, 3 * time.Second, false},
+		{900 * time.Millisecond, 2 * time.Second, 3 * time.Second, true},
+		{-1, 2 * time.Second, 3 * time.Second, true},
 	} {
-		r, err := NewRelay(d, &fakePub{}, RelayConfig{Linger: c.linger, PollInterval: c.poll})
+		r, err := NewRelay(d, &fakePub{}, RelayConfig{Linger: c.linger, PollInterval: c.poll, ClaimTTL: c.ttl})
 		if (err == nil) != c.ok || (err != nil && !errors.Is(err, idem.ErrInvalidOption)) {
-			t.Errorf("Linger %v, PollInterval %v: %v; want ok=%v (else idem.ErrInvalidOption)", c.linger, c.poll, err, c.ok)
+			t.Errorf("Linger %v, PollInterval %v, ClaimTTL %v: %v; want ok=%v (else idem.ErrInvalidOption)", c.linger, c.poll, c.ttl, err, c.ok)
 		}
 		if c.linger != 0 || r == nil {
 			continue
