@@ -150,7 +150,9 @@ type Config[TTx any] struct {
 	// Concurrency is the number of worker goroutines, each fetching and
 	// processing its own deliveries. Defaults to 1.
 	Concurrency int
-	// BatchSize is the most deliveries fetched at once. Above 1 a fetched
+	// BatchSize is the most deliveries fetched at once: a fetch returns
+	// once a delivery is available, with what is available up to
+	// BatchSize (it does not wait for a full batch). Above 1 a fetched
 	// batch is processed in one transaction with inbox.ProcessBatchTx (each
 	// message in a savepoint). Defaults to 1.
 	BatchSize int
