@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/broker/idemjetstream"
 )
 
@@ -130,4 +131,60 @@ func TestCancelledFetchLeavesNothingBehind(t *testing.T) {
 		}
 	}
 	firstDeliveries(t, subs[1], 5, time.Second, nil)
+}
+
+// A batch fetch held back by the consumer's MaxAckPending returns what
+// the limit let through at once, and loses nothing: the pull ends by the
+// server's expiry. (A no_wait pull stays open with the server when the
+// limit holds part of its batch back: nats.go read nothing more for a
+// second, past the Fetch's wait and deaf to its context, before it gave
+// the pull up.) Once acks free room, the rest arrives on first delivery.
+func TestFetchAtMaxAckPending(t *testing.T) {
+	srv := startEmbedded(t)
+	_, j := dial(t, srv.ClientURL())
+	stream, subject := newStream(t, j)
+	sub, err := idemjetstream.NewSubscriber(t.Context(), j, idemjetstream.SubscriberConfig{
+		Stream: stream, Durable: "held", AckWait: time.Minute, MaxAckPending: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	pub, err := idemjetstream.NewPublisher(j, idemjetstream.PublisherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	msgs := make([]idem.Message, n)
+	for i := range msgs {
+		id := strconv.Itoa(i)
+		msgs[i] = idem.Message{ID: id, Subject: subject, Payload: []byte(id)}
+	}
+	if err := pub.Publish(t.Context(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	// Full batches of 3, then the limit of 5 lets 2 of the next through.
+	const maxWait = 100 * time.Millisecond
+	var held []broker.Delivery
+	for len(held) < 5 {
+		start := time.Now()
+		ds, err := sub.Fetch(t.Context(), 3, maxWait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Milliseconds here; the no_wait pull took a second.
+		if took := time.Since(start); len(ds) > 0 && took > 750*time.Millisecond {
+			t.Fatalf("Fetch of %d deliveries (after %d) took %v, with a wait of %v", len(ds), len(held), took.Round(time.Millisecond), maxWait)
+		}
+		held = append(held, ds...)
+	}
+	if len(held) != 5 {
+		t.Fatalf("%d deliveries outstanding, want MaxAckPending's 5", len(held))
+	}
+	if ds, err := sub.Fetch(t.Context(), 3, maxWait); err != nil || len(ds) != 0 {
+		t.Fatalf("Fetch at MaxAckPending: %d deliveries, %v; want none", len(ds), err)
+	}
+	if err := sub.AckBatch(t.Context(), held); err != nil {
+		t.Fatal(err)
+	}
+	firstDeliveries(t, sub, n-5, maxWait, nil)
 }

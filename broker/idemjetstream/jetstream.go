@@ -403,18 +403,20 @@ func (s *Subscriber) MaxDeliveries() int {
 	return s.cons.CachedInfo().Config.MaxDeliver
 }
 
-// Fetch returns up to max messages (max < 1 means 1) as soon as one is
+// Fetch returns up to max messages (max < 1 means 1) once one is
 // available, waiting at most maxWait for the first, or until ctx's
 // deadline if that comes first (maxWait is at most a day).
 //
 // A JetStream pull for n messages ends only when n have come or it
-// expires, so Fetch does not ask for max and wait: messages already
-// waiting are taken with a pull that does not wait (no_wait); when there
-// are none, a pull for one message waits, and the messages that came
-// with it are taken with a second pull that does not wait. The first
-// no-wait pull is skipped after a Fetch that came back short (the
-// consumer is caught up, and would find nothing): then a Fetch that
-// finds messages waiting costs two round trips, not one.
+// expires, so Fetch does not ask for max and wait: when the stream may
+// hold a backlog (the previous Fetch came back full) it pulls max for a
+// few milliseconds (gather), which takes what is waiting; otherwise, or
+// when that found nothing, a pull for one message waits, and a second
+// pull gathers for a few milliseconds what came with it. (A no_wait pull
+// is not used: when the consumer's MaxAckPending holds back part of the
+// batch, the server keeps such a pull open and nats.go stops reading it
+// after a second, which would leave a message delivered later to it
+// unacknowledged until AckWait.)
 //
 // The server ends a waiting pull a tenth of the wait early (at most a
 // second); should its answer be late or lost, Fetch stops waiting a
@@ -446,8 +448,9 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	gatherUntil := func() time.Time { return minTime(deadline, time.Now().Add(gather)) }
 	if max > 1 && !s.caughtUp.Load() {
-		out, err := s.pullNoWait(ctx, max)
+		out, err := s.pull(ctx, max, gatherUntil())
 		if err != nil || len(out) > 0 {
 			s.caughtUp.Store(len(out) < max)
 			return out, err
@@ -458,34 +461,28 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 		s.caughtUp.Store(true)
 		return out, err
 	}
-	// The first message came: take what came with it, without waiting. An
-	// error here leaves the first to be processed; the next Fetch meets
-	// it again.
-	more, err := s.pullNoWait(ctx, max-1)
+	// The first message came: gather what came with it. An error here
+	// leaves the first to be processed; the next Fetch meets it again.
+	more, err := s.pull(ctx, max-1, gatherUntil())
 	if err != nil {
-		s.log.DebugContext(ctx, "no-wait pull after the first message failed", "error", err)
+		s.log.DebugContext(ctx, "pull after the first message failed", "error", err)
 	}
 	out = append(out, more...)
 	s.caughtUp.Store(len(out) < max)
 	return out, nil
 }
 
-// pullNoWait takes up to n messages that are waiting now, in one pull the
-// server answers at once (no_wait): the messages, then a status when they
-// are fewer than n. nats.go stops reading after a second of silence.
-func (s *Subscriber) pullNoWait(ctx context.Context, n int) ([]broker.Delivery, error) {
-	batch, err := s.cons.FetchNoWait(n)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
+// gather is how long Fetch pulls for the messages that came with the
+// first, or that are waiting: a few milliseconds, so the server has
+// answered with what it holds (and what arrives meanwhile, as a relay's
+// batch does), without holding a batch back for FetchWait.
+const gather = 5 * time.Millisecond
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
 	}
-	out := s.deliveries(ctx, batch)
-	if err := batch.Error(); err != nil && len(out) == 0 {
-		return nil, fmt.Errorf("jetstream: fetch: %w", classify(err))
-	}
-	return out, nil
+	return a
 }
 
 // pull waits until deadline (or ctx is done) for up to n messages.
