@@ -104,10 +104,11 @@ func TestLingerOption(t *testing.T) {
 		{time.Second, 2 * time.Second, 0, true},
 		{0, time.Millisecond, 0, true}, // unset: PollInterval
 		// A published batch is marked after up to two publishes
-		// (PublishTimeout, ClaimTTL/3 by default) and a linger: the claims
-		// must outlast them.
+		// (PublishTimeout, ClaimTTL/3 by default) and two lingers: the
+		// claims must outlast them.
 		{time.Second, 2 * time.Second, 3 * time.Second, false},
-		{900 * time.Millisecond, 2 * time.Second, 3 * time.Second, true},
+		{500 * time.Millisecond, 2 * time.Second, 3 * time.Second, false},
+		{400 * time.Millisecond, 2 * time.Second, 3 * time.Second, true},
 		{-1, 2 * time.Second, 3 * time.Second, true},
 	} {
 		r, err := NewRelay(d, &fakePub{}, RelayConfig{Linger: c.linger, PollInterval: c.poll, ClaimTTL: c.ttl})

@@ -64,8 +64,9 @@ type RelayConfig struct {
 	// and mark per handful of events, and those rounds take the
 	// database's CPU from the transactions that enqueue. Defaults to 2ms,
 	// or PollInterval if that is shorter; a negative value turns it off.
-	// At most PollInterval, and two PublishTimeouts and Linger must be
-	// shorter than ClaimTTL (the claims hold a batch until it is marked).
+	// At most PollInterval, and two PublishTimeouts and two Lingers must
+	// be shorter than ClaimTTL (the claims hold a batch until it is
+	// marked).
 	Linger time.Duration
 	// ClaimTTL is the lease on claimed events (and, on SQLite, on the
 	// single-writer relay lease). If the relay dies, its events are claimed
@@ -288,10 +289,11 @@ func NewRelay[TTx any](d store.Driver[TTx], pub broker.Publisher, cfg RelayConfi
 		// A batch is claimed while the one before it is being published,
 		// then published itself: its claims must outlast two publishes.
 		return nil, checks.Optionf("outbox: PublishTimeout %v must be shorter than half of ClaimTTL %v (a batch is claimed while the batch before it is published)", cfg.PublishTimeout, cfg.ClaimTTL)
-	case 2*cfg.PublishTimeout+max(cfg.Linger, 0) >= cfg.ClaimTTL:
-		// The batch is marked by the claim after the next linger: until
-		// then its claims hold it from another relay.
-		return nil, checks.Optionf("outbox: two PublishTimeouts (%v) and Linger %v must be shorter than ClaimTTL %v (a published batch is marked by the claim after the next linger)", cfg.PublishTimeout, cfg.Linger, cfg.ClaimTTL)
+	case 2*(cfg.PublishTimeout+max(cfg.Linger, 0)) >= cfg.ClaimTTL:
+		// A batch is marked by a later round's claim, after two lingers
+		// (its own round's and the marking round's): until then its
+		// claims hold it from another relay.
+		return nil, checks.Optionf("outbox: two PublishTimeouts and two Lingers (%v, %v) must be shorter than ClaimTTL %v (a published batch is marked by a later claim, after two lingers)", cfg.PublishTimeout, cfg.Linger, cfg.ClaimTTL)
 	case cfg.MaxAttempts < 1:
 		return nil, checks.Optionf("outbox: MaxAttempts %d < 1", cfg.MaxAttempts)
 	case cfg.DeletePublished && d.Statements().Outbox.DeletePublished == "":

@@ -329,10 +329,16 @@ func testFetchReturnsWhatIsAvailable(t *testing.T, h Harness) {
 		}
 	}
 	ack(t, got...)
+	ids := map[string]bool{}
 	for _, d := range got {
-		if id := d.Message().ID; id != "w-2" && id != "w-3" {
-			t.Errorf("delivered %q, want w-2 and w-3", id)
+		ids[d.Message().ID] = true
+	}
+	if len(got) != 2 || !ids["w-2"] || !ids["w-3"] {
+		var seen []string
+		for _, d := range got {
+			seen = append(seen, d.Message().ID)
 		}
+		t.Errorf("delivered %v, want w-2 and w-3 once each", seen)
 	}
 }
 

@@ -135,10 +135,11 @@ func TestCancelledFetchLeavesNothingBehind(t *testing.T) {
 
 // A batch fetch held back by the consumer's MaxAckPending returns what
 // the limit let through at once, and loses nothing: the pull ends by the
-// server's expiry. (A no_wait pull stays open with the server when the
-// limit holds part of its batch back: nats.go read nothing more for a
-// second, past the Fetch's wait and deaf to its context, before it gave
-// the pull up.) Once acks free room, the rest arrives on first delivery.
+// server's expiry. (A first form of the fix gathered with no_wait pulls;
+// the server keeps one open when the limit holds part of its batch back,
+// and nats.go read nothing more for a second, past the Fetch's wait and
+// deaf to its context, before it gave the pull up: this test failed it.)
+// Once acks free room, the rest arrives on first delivery.
 func TestFetchAtMaxAckPending(t *testing.T) {
 	srv := startEmbedded(t)
 	_, j := dial(t, srv.ClientURL())

@@ -357,9 +357,11 @@ type Subscriber struct {
 	mu     sync.Mutex
 	closed bool // protected by mu
 	paused bool // protected by mu; see Pause
-	// caughtUp is set when a Fetch came back with fewer than it asked
-	// for: the next one waits for a message first instead of looking for
-	// waiting ones (a hint only; either way nothing is missed).
+	// caughtUp is set when the last Fetch of more than one message came
+	// back short, or one of a single message came back empty: the next
+	// Fetch waits for a message first instead of gathering what is
+	// waiting (a hint only; either way nothing is missed). A new
+	// subscriber gathers first.
 	caughtUp atomic.Bool
 }
 
@@ -409,10 +411,12 @@ func (s *Subscriber) MaxDeliveries() int {
 //
 // A JetStream pull for n messages ends only when n have come or it
 // expires, so Fetch does not ask for max and wait: when the stream may
-// hold a backlog (the previous Fetch came back full) it pulls max for a
-// few milliseconds (gather), which takes what is waiting; otherwise, or
-// when that found nothing, a pull for one message waits, and a second
-// pull gathers for a few milliseconds what came with it. (A no_wait pull
+// hold a backlog (the previous Fetch came back full, or this subscriber
+// has not fetched yet) it pulls max for a few milliseconds (gather), which
+// takes what is waiting; otherwise, or when that found nothing, a pull for
+// one message waits, and a second pull of a few milliseconds, sent once
+// the first message is here, gathers what came with it. Neither of the
+// later pulls is sent once Pause or Close was called. (A no_wait pull
 // is not used: when the consumer's MaxAckPending holds back part of the
 // batch, the server keeps such a pull open and nats.go stops reading it
 // after a second, which would leave a message delivered later to it
@@ -455,14 +459,26 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 			s.caughtUp.Store(len(out) < max)
 			return out, err
 		}
+		// Nothing was waiting. Paused or closed meanwhile: no more pulls.
+		switch s.state() {
+		case stateClosed:
+			return nil, broker.ErrClosed
+		case statePaused:
+			return s.pausedFetch(ctx, time.Until(deadline))
+		}
 	}
 	out, err := s.pull(ctx, 1, deadline)
 	if err != nil || len(out) == 0 || max == 1 {
-		s.caughtUp.Store(true)
+		s.caughtUp.Store(len(out) == 0)
 		return out, err
 	}
-	// The first message came: gather what came with it. An error here
-	// leaves the first to be processed; the next Fetch meets it again.
+	// The first message came: gather what came with it, unless Pause or
+	// Close came meanwhile (Pause promises no pull until Resume). An error
+	// here leaves the first to be processed; the next Fetch meets it again.
+	if s.state() != stateOpen {
+		s.caughtUp.Store(true)
+		return out, nil
+	}
 	more, err := s.pull(ctx, max-1, gatherUntil())
 	if err != nil {
 		s.log.DebugContext(ctx, "pull after the first message failed", "error", err)
@@ -470,6 +486,25 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 	out = append(out, more...)
 	s.caughtUp.Store(len(out) < max)
 	return out, nil
+}
+
+// The subscriber's state, as Fetch reads it between its pulls.
+const (
+	stateOpen = iota
+	statePaused
+	stateClosed
+)
+
+func (s *Subscriber) state() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return stateClosed
+	case s.paused:
+		return statePaused
+	}
+	return stateOpen
 }
 
 // gather is how long Fetch pulls for the messages that came with the
