@@ -189,3 +189,63 @@ func TestFetchAtMaxAckPending(t *testing.T) {
 	}
 	firstDeliveries(t, sub, n-5, maxWait, nil)
 }
+
+// Pause between a Fetch's pulls: the first message, delivered to the pull
+// that waited for it, is returned, and no pull gathers more (Pause
+// promises no pull request until Resume); the rest stay in the stream,
+// undelivered.
+func TestPauseBetweenPulls(t *testing.T) {
+	srv := startEmbedded(t)
+	_, j := dial(t, srv.ClientURL())
+	stream, subject := newStream(t, j)
+	sub, err := idemjetstream.NewSubscriber(t.Context(), j, idemjetstream.SubscriberConfig{Stream: stream, Durable: "between", AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	pub, err := idemjetstream.NewPublisher(j, idemjetstream.PublisherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An empty stream: this Fetch comes back empty, so the next one waits
+	// for a first message before it gathers.
+	if ds, err := sub.Fetch(t.Context(), 10, 20*time.Millisecond); err != nil || len(ds) != 0 {
+		t.Fatalf("Fetch of an empty stream: %d deliveries, %v", len(ds), err)
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ds, err := sub.Fetch(t.Context(), 10, 20*time.Second)
+		done <- result{len(ds), err}
+	}()
+	time.Sleep(100 * time.Millisecond) // the pull for the first message is with the server
+	if err := sub.Pause(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]idem.Message, 3)
+	for i := range msgs {
+		id := strconv.Itoa(i)
+		msgs[i] = idem.Message{ID: id, Subject: subject, Payload: []byte(id)}
+	}
+	if err := pub.Publish(t.Context(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.n != 1 {
+		t.Fatalf("Fetch paused between its pulls: %d deliveries, %v; want the first message alone", r.n, r.err)
+	}
+	cons, err := j.Consumer(t.Context(), stream, "between")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending != 2 || info.NumAckPending != 1 {
+		t.Fatalf("after the paused Fetch: %d messages undelivered and %d unacknowledged, want 2 and 1", info.NumPending, info.NumAckPending)
+	}
+}

@@ -357,11 +357,10 @@ type Subscriber struct {
 	mu     sync.Mutex
 	closed bool // protected by mu
 	paused bool // protected by mu; see Pause
-	// caughtUp is set when the last Fetch of more than one message came
-	// back short, or one of a single message came back empty: the next
-	// Fetch waits for a message first instead of gathering what is
-	// waiting (a hint only; either way nothing is missed). A new
-	// subscriber gathers first.
+	// caughtUp is set when the last Fetch that pulled came back short
+	// (with none, for a Fetch of one message): the next Fetch waits for a
+	// message first instead of gathering what is waiting (a hint only;
+	// either way nothing is missed). A new subscriber gathers first.
 	caughtUp atomic.Bool
 }
 
@@ -411,8 +410,8 @@ func (s *Subscriber) MaxDeliveries() int {
 //
 // A JetStream pull for n messages ends only when n have come or it
 // expires, so Fetch does not ask for max and wait: when the stream may
-// hold a backlog (the previous Fetch came back full, or this subscriber
-// has not fetched yet) it pulls max for a few milliseconds (gather), which
+// hold a backlog (the last Fetch that pulled came back full, or this
+// subscriber has not fetched yet) it pulls max for a few milliseconds (gather), which
 // takes what is waiting; otherwise, or when that found nothing, a pull for
 // one message waits, and a second pull of a few milliseconds, sent once
 // the first message is here, gathers what came with it. Neither of the
@@ -464,6 +463,9 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 		case stateClosed:
 			return nil, broker.ErrClosed
 		case statePaused:
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
 			return s.pausedFetch(ctx, time.Until(deadline))
 		}
 	}
