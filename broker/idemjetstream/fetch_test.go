@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	js "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/broker"
 	"github.com/idemkit/idem/broker/idemjetstream"
@@ -34,6 +36,30 @@ func patient(t *testing.T, durable string, n int) ([]*idemjetstream.Subscriber, 
 		t.Fatal(err)
 	}
 	return subs, pub, subject
+}
+
+// single returns a subscriber made with cfg on a new stream of an
+// embedded server, its durable consumer, a publisher and the subject.
+func single(t *testing.T, cfg idemjetstream.SubscriberConfig) (*idemjetstream.Subscriber, *idemjetstream.Publisher, js.Consumer, string) {
+	t.Helper()
+	srv := startEmbedded(t)
+	_, j := dial(t, srv.ClientURL())
+	stream, subject := newStream(t, j)
+	cfg.Stream = stream
+	sub, err := idemjetstream.NewSubscriber(t.Context(), j, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	pub, err := idemjetstream.NewPublisher(j, idemjetstream.PublisherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := j.Consumer(t.Context(), stream, cfg.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub, pub, cons, subject
 }
 
 // firstDeliveries fetches (with maxWait) and acks until n distinct
@@ -141,19 +167,7 @@ func TestCancelledFetchLeavesNothingBehind(t *testing.T) {
 // deaf to its context, before it gave the pull up: this test failed it.)
 // Once acks free room, the rest arrives on first delivery.
 func TestFetchAtMaxAckPending(t *testing.T) {
-	srv := startEmbedded(t)
-	_, j := dial(t, srv.ClientURL())
-	stream, subject := newStream(t, j)
-	sub, err := idemjetstream.NewSubscriber(t.Context(), j, idemjetstream.SubscriberConfig{
-		Stream: stream, Durable: "held", AckWait: time.Minute, MaxAckPending: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Close() })
-	pub, err := idemjetstream.NewPublisher(j, idemjetstream.PublisherConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub, pub, _, subject := single(t, idemjetstream.SubscriberConfig{Durable: "held", AckWait: time.Minute, MaxAckPending: 5})
 	const n = 20
 	msgs := make([]idem.Message, n)
 	for i := range msgs {
@@ -195,18 +209,7 @@ func TestFetchAtMaxAckPending(t *testing.T) {
 // promises no pull request until Resume); the rest stay in the stream,
 // undelivered.
 func TestPauseBetweenPulls(t *testing.T) {
-	srv := startEmbedded(t)
-	_, j := dial(t, srv.ClientURL())
-	stream, subject := newStream(t, j)
-	sub, err := idemjetstream.NewSubscriber(t.Context(), j, idemjetstream.SubscriberConfig{Stream: stream, Durable: "between", AckWait: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Close() })
-	pub, err := idemjetstream.NewPublisher(j, idemjetstream.PublisherConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub, pub, cons, subject := single(t, idemjetstream.SubscriberConfig{Durable: "between", AckWait: time.Minute})
 	// An empty stream: this Fetch comes back empty, so the next one waits
 	// for a first message before it gathers.
 	if ds, err := sub.Fetch(t.Context(), 10, 20*time.Millisecond); err != nil || len(ds) != 0 {
@@ -236,10 +239,6 @@ func TestPauseBetweenPulls(t *testing.T) {
 	r := <-done
 	if r.err != nil || r.n != 1 {
 		t.Fatalf("Fetch paused between its pulls: %d deliveries, %v; want the first message alone", r.n, r.err)
-	}
-	cons, err := j.Consumer(t.Context(), stream, "between")
-	if err != nil {
-		t.Fatal(err)
 	}
 	info, err := cons.Info(t.Context())
 	if err != nil {
