@@ -47,6 +47,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -517,13 +518,27 @@ func testTwoInstances(t *testing.T, s *suite) {
 	waitFor(t, fmt.Sprintf("%d effects", len(all)), func() bool {
 		return testdb.Count(t, s.d, `SELECT count(DISTINCT message_id) FROM ct_effects`) == len(all)
 	})
-	waitFor(t, "every message acked", func() bool {
-		seen := map[string]bool{}
+	seen := map[string]bool{}
+	acked := func() bool {
+		clear(seen)
 		for _, p := range subs {
 			p.ackedIDs(seen)
 		}
 		return len(seen) == len(all)
-	})
+	}
+	for deadline := time.Now().Add(time.Minute); !acked(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			// Which messages, and whether a redelivery reached an
+			// instance after the failed ack.
+			var missing []string
+			for _, m := range all {
+				if !seen[m.ID] && len(missing) < 20 {
+					missing = append(missing, fmt.Sprintf("%s (fetched %d and %d times)", m.ID, subs[0].fetchedCount(m.ID), subs[1].fetchedCount(m.ID)))
+				}
+			}
+			t.Fatalf("timed out waiting for every message acked: %d of %d never acked: %s", len(all)-len(seen), len(all), strings.Join(missing, ", "))
+		}
+	}
 	s.checkExactlyOnce(t, ids(all))
 	for i, p := range subs {
 		p.check(t)
