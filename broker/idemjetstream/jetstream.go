@@ -417,9 +417,9 @@ func (s *Subscriber) MaxDeliveries() int {
 // the first message is here, gathers what came with it. Neither of the
 // later pulls is sent once Pause or Close was called. (A no_wait pull
 // is not used: when the consumer's MaxAckPending holds back part of the
-// batch, the server keeps such a pull open and nats.go stops reading it
-// after a second, which would leave a message delivered later to it
-// unacknowledged until AckWait.)
+// batch, the server keeps such a pull open, and nats.go stops reading it
+// only after a second of silence, past the fetch's wait and deaf to its
+// context.)
 //
 // The server ends a waiting pull a tenth of the wait early (at most a
 // second); should its answer be late or lost, Fetch stops waiting a
@@ -430,17 +430,8 @@ func (s *Subscriber) MaxDeliveries() int {
 // error when ctx is done before nats.go handed over any message (those it
 // did are returned, with a nil error; the rest come back after AckWait).
 func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) ([]broker.Delivery, error) {
-	s.mu.Lock()
-	closed, paused := s.closed, s.paused
-	s.mu.Unlock()
-	if closed {
-		return nil, broker.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if paused {
-		return s.pausedFetch(ctx, maxWait)
+	if st := s.state(); st != stateOpen || ctx.Err() != nil {
+		return s.idle(ctx, st, maxWait)
 	}
 	max = cmp.Or(max, 1)
 	if max < 1 {
@@ -459,14 +450,8 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 			return out, err
 		}
 		// Nothing was waiting. Paused or closed meanwhile: no more pulls.
-		switch s.state() {
-		case stateClosed:
-			return nil, broker.ErrClosed
-		case statePaused:
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			return s.pausedFetch(ctx, time.Until(deadline))
+		if st := s.state(); st != stateOpen {
+			return s.idle(ctx, st, time.Until(deadline))
 		}
 	}
 	out, err := s.pull(ctx, 1, deadline)
@@ -507,6 +492,18 @@ func (s *Subscriber) state() int {
 		return statePaused
 	}
 	return stateOpen
+}
+
+// idle answers a Fetch that sends no pull: closed (broker.ErrClosed), ctx
+// done (its error), or paused (nothing, after wait).
+func (s *Subscriber) idle(ctx context.Context, st int, wait time.Duration) ([]broker.Delivery, error) {
+	if st == stateClosed {
+		return nil, broker.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.pausedFetch(ctx, wait)
 }
 
 // gather is how long Fetch pulls for the messages that came with the
