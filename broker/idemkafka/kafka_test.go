@@ -402,3 +402,95 @@ func TestAckBatchCommitRefused(t *testing.T) {
 	}
 	_ = s1.Close()
 }
+
+// A commit that fails while the member keeps the partition is tried again
+// by a later Fetch, without another ack of the partition: its settled
+// records are never delivered again here, so otherwise an idle partition's
+// offset would stay behind them until a rebalance or restart, and the
+// group would consume them again. The cluster refuses the first commit
+// (REBALANCE_IN_PROGRESS, for every partition); a new member must then
+// find nothing left.
+func TestFailedCommitRetried(t *testing.T) {
+	t.Run("Ack", func(t *testing.T) { testFailedCommitRetried(t, false) })
+	t.Run("AckBatch", func(t *testing.T) { testFailedCommitRetried(t, true) })
+}
+
+func testFailedCommitRetried(t *testing.T, batch bool) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	sp := newSpread(t, c.ListenAddrs(), "retry")
+	commits := &commitCounter{}
+	s1 := sp.subscriber(kgo.WithHooks(commits))
+	ds := sp.drain(s1, time.Second)
+	if len(ds) != sp.n {
+		t.Fatalf("fetched %d records, want %d", len(ds), sp.n)
+	}
+	// The next OffsetCommit (one control, then the cluster answers
+	// again) is refused for every partition, and nothing is stored.
+	var refused atomic.Int64
+	c.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		refused.Add(1)
+		req := kr.(*kmsg.OffsetCommitRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewOffsetCommitResponseTopicPartition()
+				p.Partition, p.ErrorCode = rp.Partition, kerr.RebalanceInProgress.Code
+				st.Partitions = append(st.Partitions, p)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	// AckBatch acks every record, Ack the first one only: the front of
+	// its partition, so the ack commits, and no later ack of the
+	// partition commits it instead.
+	acked := ds
+	if batch {
+		err = s1.AckBatch(t.Context(), ds)
+		for i := range ds {
+			if broker.BatchAcked(err, i) {
+				t.Fatalf("%s acked although its commit was refused (%v)", ds[i].Message().ID, err)
+			}
+		}
+	} else {
+		acked = ds[:1]
+		err = ds[0].Ack(t.Context())
+	}
+	if !errors.Is(err, kerr.RebalanceInProgress) || refused.Load() != 1 {
+		t.Fatalf("ack with the commit refused: %v (%d requests refused); want an error wrapping kerr.RebalanceInProgress", err, refused.Load())
+	}
+	// Fetch, with nothing to deliver, until a commit was sent after the
+	// refused one (a guard against a hang, not a timing assertion).
+	sent := commits.n.Load()
+	for guard := time.Now().Add(20 * time.Second); commits.n.Load() == sent; {
+		if time.Now().After(guard) {
+			t.Fatal("no commit was tried again after the refused one")
+		}
+		if got, err := s1.Fetch(t.Context(), 10, 100*time.Millisecond); err != nil || len(got) != 0 {
+			t.Fatalf("Fetch: %d deliveries, %v; want none", len(got), err)
+		}
+	}
+	_ = s1.Close()
+	s2 := sp.subscriber()
+	defer s2.Close()
+	var again []broker.Delivery
+	if len(acked) < len(ds) {
+		again = sp.drain(s2, 2*time.Second)
+	} else if again, err = s2.Fetch(t.Context(), 10, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range again {
+		if d.Message().ID == acked[0].Message().ID || len(acked) == len(ds) {
+			t.Errorf("%s delivered to a new member after its commit was retried", d.Message().ID)
+		}
+	}
+	if len(again) != len(ds)-len(acked) {
+		t.Errorf("a new member got %d records, want the %d not acked", len(again), len(ds)-len(acked))
+	}
+}

@@ -60,10 +60,11 @@ type Subscriber struct {
 	pollMu   sync.Mutex // serialises PollRecords
 	commitMu sync.Mutex // serialises commits
 
-	mu     sync.Mutex // protects the fields below
-	parts  map[tp]*partState
-	closed bool
-	token  uint64
+	mu      sync.Mutex // protects the fields below
+	parts   map[tp]*partState
+	closed  bool
+	token   uint64
+	retryAt time.Time // the earliest retry of a failed commit (retryCommits)
 
 	// afterPoll, set by tests only, runs between PollRecords and the
 	// registration of the records it returned.
@@ -78,7 +79,16 @@ type tp struct {
 type partState struct {
 	recs      []*rec // fetched, not yet committed, in offset order
 	committed int64  // last committed offset (next to consume), -1 if none by us
+	// uncommitted is set when a commit of settled records failed while
+	// this member kept the partition (the broker refused it or did not
+	// answer): retryCommits commits them again, so an idle partition's
+	// offset does not stay behind its settled records until a rebalance.
+	uncommitted bool
 }
+
+// commitRetryInterval is how often retryCommits tries again a commit that
+// failed.
+const commitRetryInterval = 500 * time.Millisecond
 
 type rec struct {
 	r        *kgo.Record
@@ -162,6 +172,7 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		s.retryCommits(ctx)
 		now := time.Now()
 		if !now.Before(deadline) {
 			return nil, nil
@@ -277,6 +288,38 @@ func (s *Subscriber) poll(ctx context.Context, max int, wait time.Duration) ([]b
 	return out, nil
 }
 
+// retryCommits commits again, at most every commitRetryInterval, the
+// partitions whose last commit failed while this member kept them (see
+// partState.uncommitted). Their records are settled here and no longer
+// delivered, so without it their offset would move only with the next ack
+// of the partition, or be consumed again after a rebalance or restart.
+// A failure is logged and tried again later.
+func (s *Subscriber) retryCommits(ctx context.Context) {
+	s.mu.Lock()
+	now := time.Now()
+	var parts map[tp]*partState
+	if !now.Before(s.retryAt) {
+		for k, ps := range s.parts {
+			if ps.uncommitted {
+				if parts == nil {
+					parts = map[tp]*partState{}
+				}
+				parts[k] = ps
+			}
+		}
+	}
+	if parts != nil {
+		s.retryAt = now.Add(commitRetryInterval)
+	}
+	s.mu.Unlock()
+	if parts == nil {
+		return
+	}
+	for k, err := range s.commit(ctx, parts) {
+		s.log.DebugContext(ctx, "commit retry failed", "topic", k.topic, "partition", k.part, "error", err)
+	}
+}
+
 // settle marks r settled and commits the offset after the longest settled
 // prefix of its partition, if it advanced.
 func (s *Subscriber) settle(ctx context.Context, d *delivery) error {
@@ -322,6 +365,7 @@ func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp
 			n++
 		}
 		if n == 0 { // nothing settled at the front: nothing to commit
+			ps.uncommitted = false // the ack that settles the front commits
 			continue
 		}
 		last := ps.recs[n-1].r
@@ -368,17 +412,26 @@ func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for k := range parts {
+		// The records of a failed commit stay settled; the next commit of
+		// the partition covers them, or retryCommits does.
+		if errs[k] != nil && !errors.Is(errs[k], ErrRevoked) {
+			parts[k].uncommitted = true
+		}
+	}
 	for k, off := range upto {
 		switch {
 		case cerr != nil:
-			// The records stay settled; a later commit covers them.
 			errs[k] = fmt.Errorf("kafka: commit %s %d/%d: %w", k.topic, k.part, off, classify(cerr))
+			parts[k].uncommitted = true
 			continue
 		case !confirmed[k]:
 			errs[k] = fmt.Errorf("kafka: commit %s %d/%d: the broker's reply does not confirm it: %w", k.topic, k.part, off, broker.ErrUnavailable)
+			parts[k].uncommitted = true
 			continue
 		}
 		ps := parts[k]
+		ps.uncommitted = false
 		ps.committed = max(ps.committed, off)
 		i := 0
 		for i < len(ps.recs) && ps.recs[i].r.Offset < ps.committed {
@@ -395,9 +448,11 @@ func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp
 // subscriber did not make are acked one by one with Ack. When some acks
 // fail (a partition revoked, a commit refused) it returns a
 // [*broker.BatchAckError] naming them: only the failed partitions'
-// deliveries. Their records stay settled here and a later commit covers
-// them, or the group delivers them again and the inbox answers each as a
-// duplicate.
+// deliveries. Their records stay settled here. Of a partition this member
+// keeps, a later commit covers them: the next ack of the partition, or a
+// later Fetch, which tries a failed commit again (at most every 500 ms).
+// Of a revoked partition, the group delivers them again and the inbox
+// answers each as a duplicate.
 func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
 	errs := make([]error, len(ds))
 	var others []int
@@ -471,7 +526,9 @@ func (d *delivery) Origin() map[string]string {
 // Ack settles the record and synchronously commits the partition's offset
 // past every settled record before the first unsettled one. A nil error
 // means the record is settled here; it is committed once every earlier
-// record of its partition is settled too.
+// record of its partition is settled too. When the commit fails and the
+// partition is still this member's, the record stays settled and a later
+// Fetch tries the commit again (see AckBatch).
 func (d *delivery) Ack(ctx context.Context) error { return d.s.settle(ctx, d) }
 
 // Term settles the record like Ack (Kafka has no dead-letter of its own;
