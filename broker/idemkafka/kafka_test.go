@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -422,8 +423,7 @@ func testFailedCommitRetried(t *testing.T, batch bool) {
 	}
 	t.Cleanup(c.Close)
 	sp := newSpread(t, c.ListenAddrs(), "retry")
-	commits := &commitCounter{}
-	s1 := sp.subscriber(kgo.WithHooks(commits))
+	s1 := sp.subscriber()
 	ds := sp.drain(s1, time.Second)
 	if len(ds) != sp.n {
 		t.Fatalf("fetched %d records, want %d", len(ds), sp.n)
@@ -465,12 +465,29 @@ func testFailedCommitRetried(t *testing.T, batch bool) {
 	if !errors.Is(err, kerr.RebalanceInProgress) || refused.Load() != 1 {
 		t.Fatalf("ack with the commit refused: %v (%d requests refused); want an error wrapping kerr.RebalanceInProgress", err, refused.Load())
 	}
-	// Fetch, with nothing to deliver, until a commit was sent after the
-	// refused one (a guard against a hang, not a timing assertion).
-	sent := commits.n.Load()
-	for guard := time.Now().Add(20 * time.Second); commits.n.Load() == sent; {
+	// What the group must store: past every acked record of its
+	// partition, nothing for a partition none of whose records was acked.
+	want := map[int32]int64{}
+	for _, d := range acked {
+		var p int32
+		var o int64
+		if _, err := fmt.Sscanf(d.Message().Position, "%d/%d", &p, &o); err != nil {
+			t.Fatal(err)
+		}
+		want[p] = max(want[p], o+1)
+	}
+	if got := committedOffsets(t, s1, "g-"+sp.topic); len(got) != 0 {
+		t.Fatalf("committed offsets %v after the refused commit, want none", got)
+	}
+	// Fetch, with nothing to deliver, until the group stored them (a
+	// guard against a hang, not a timing assertion).
+	for guard := time.Now().Add(20 * time.Second); ; {
+		got := committedOffsets(t, s1, "g-"+sp.topic)
+		if maps.Equal(got, want) {
+			break
+		}
 		if time.Now().After(guard) {
-			t.Fatal("no commit was tried again after the refused one")
+			t.Fatalf("committed offsets %v 20 s after the refused commit, want %v: the commit was not tried again", got, want)
 		}
 		if got, err := s1.Fetch(t.Context(), 10, 100*time.Millisecond); err != nil || len(got) != 0 {
 			t.Fatalf("Fetch: %d deliveries, %v; want none", len(got), err)
@@ -493,4 +510,48 @@ func testFailedCommitRetried(t *testing.T, batch bool) {
 	if len(again) != len(ds)-len(acked) {
 		t.Errorf("a new member got %d records, want the %d not acked", len(again), len(ds)-len(acked))
 	}
+}
+
+// committedOffsets reads the group's committed offset of each partition
+// that has one, with an OffsetFetch request on s's client.
+func committedOffsets(t *testing.T, s *idemkafka.Subscriber, group string) map[int32]int64 {
+	t.Helper()
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	resp, err := req.RequestWith(t.Context(), idemkafka.Client(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topics := resp.Topics
+	if len(resp.Groups) > 0 {
+		for _, g := range resp.Groups {
+			if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+				t.Fatalf("OffsetFetch: %v", err)
+			}
+		}
+		topics = nil
+		for _, rt := range resp.Groups[0].Topics {
+			st := kmsg.NewOffsetFetchResponseTopic()
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetFetchResponseTopicPartition()
+				sp.Partition, sp.Offset, sp.ErrorCode = rp.Partition, rp.Offset, rp.ErrorCode
+				st.Partitions = append(st.Partitions, sp)
+			}
+			topics = append(topics, st)
+		}
+	} else if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		t.Fatalf("OffsetFetch: %v", err)
+	}
+	out := map[int32]int64{}
+	for _, rt := range topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				t.Fatalf("OffsetFetch partition %d: %v", rp.Partition, err)
+			}
+			if rp.Offset >= 0 {
+				out[rp.Partition] = rp.Offset
+			}
+		}
+	}
+	return out
 }

@@ -60,11 +60,12 @@ type Subscriber struct {
 	pollMu   sync.Mutex // serialises PollRecords
 	commitMu sync.Mutex // serialises commits
 
-	mu      sync.Mutex // protects the fields below
-	parts   map[tp]*partState
-	closed  bool
-	token   uint64
-	retryAt time.Time // the earliest retry of a failed commit (retryCommits)
+	mu        sync.Mutex // protects the fields below
+	parts     map[tp]*partState
+	closed    bool
+	token     uint64
+	retryAt   time.Time     // the earliest retry of a failed commit (retryCommits)
+	retryWait time.Duration // the wait after the last failed retry, doubling
 
 	// afterPoll, set by tests only, runs between PollRecords and the
 	// registration of the records it returned.
@@ -86,9 +87,13 @@ type partState struct {
 	uncommitted bool
 }
 
-// commitRetryInterval is how often retryCommits tries again a commit that
-// failed.
-const commitRetryInterval = 500 * time.Millisecond
+// A failed commit is tried again (retryCommits) commitRetryInterval after
+// it failed, then after twice as long at every retry that fails too, up to
+// maxCommitRetryInterval.
+const (
+	commitRetryInterval    = 500 * time.Millisecond
+	maxCommitRetryInterval = 30 * time.Second
+)
 
 type rec struct {
 	r        *kgo.Record
@@ -172,7 +177,7 @@ func (s *Subscriber) Fetch(ctx context.Context, max int, maxWait time.Duration) 
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		s.retryCommits(ctx)
+		s.retryCommits(ctx, deadline)
 		now := time.Now()
 		if !now.Before(deadline) {
 			return nil, nil
@@ -288,17 +293,20 @@ func (s *Subscriber) poll(ctx context.Context, max int, wait time.Duration) ([]b
 	return out, nil
 }
 
-// retryCommits commits again, at most every commitRetryInterval, the
-// partitions whose last commit failed while this member kept them (see
-// partState.uncommitted). Their records are settled here and no longer
-// delivered, so without it their offset would move only with the next ack
-// of the partition, or be consumed again after a rebalance or restart.
-// A failure is logged and tried again later.
-func (s *Subscriber) retryCommits(ctx context.Context) {
+// retryCommits commits again the partitions whose last commit failed
+// while this member kept them (see partState.uncommitted), once the wait
+// after that failure (retryAt) has passed. Their records are settled here
+// and no longer delivered, so without it their offset would move only with
+// the next ack of the partition, or be consumed again after a rebalance or
+// restart. The commit gives up at deadline, the Fetch's own (franz-go holds
+// a commit back while the group rebalances, the usual reason the first one
+// failed), so a retry never makes a Fetch outlast its wait. A failure is
+// logged and tried again after a wait that doubles.
+func (s *Subscriber) retryCommits(ctx context.Context, deadline time.Time) {
 	s.mu.Lock()
 	now := time.Now()
 	var parts map[tp]*partState
-	if !now.Before(s.retryAt) {
+	if !now.Before(s.retryAt) && now.Before(deadline) {
 		for k, ps := range s.parts {
 			if ps.uncommitted {
 				if parts == nil {
@@ -308,15 +316,27 @@ func (s *Subscriber) retryCommits(ctx context.Context) {
 			}
 		}
 	}
-	if parts != nil {
-		s.retryAt = now.Add(commitRetryInterval)
-	}
 	s.mu.Unlock()
 	if parts == nil {
 		return
 	}
-	for k, err := range s.commit(ctx, parts) {
-		s.log.DebugContext(ctx, "commit retry failed", "topic", k.topic, "partition", k.part, "error", err)
+	cctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	errs := s.commit(cctx, parts)
+	failed := false
+	for k, err := range errs {
+		if !errors.Is(err, ErrRevoked) {
+			failed = true
+			s.log.WarnContext(ctx, "commit retry failed; tried again later", "topic", k.topic, "partition", k.part, "error", err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if failed {
+		s.retryWait = min(max(2*s.retryWait, commitRetryInterval), maxCommitRetryInterval)
+		s.retryAt = time.Now().Add(s.retryWait)
+	} else {
+		s.retryWait = 0
 	}
 }
 
@@ -412,22 +432,13 @@ func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k := range parts {
-		// The records of a failed commit stay settled; the next commit of
-		// the partition covers them, or retryCommits does.
-		if errs[k] != nil && !errors.Is(errs[k], ErrRevoked) {
-			parts[k].uncommitted = true
-		}
-	}
 	for k, off := range upto {
 		switch {
 		case cerr != nil:
 			errs[k] = fmt.Errorf("kafka: commit %s %d/%d: %w", k.topic, k.part, off, classify(cerr))
-			parts[k].uncommitted = true
 			continue
 		case !confirmed[k]:
 			errs[k] = fmt.Errorf("kafka: commit %s %d/%d: the broker's reply does not confirm it: %w", k.topic, k.part, off, broker.ErrUnavailable)
-			parts[k].uncommitted = true
 			continue
 		}
 		ps := parts[k]
@@ -438,6 +449,17 @@ func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp
 			i++
 		}
 		ps.recs = ps.recs[i:]
+	}
+	for k := range parts {
+		// The records of a failed commit stay settled; the next commit of
+		// the partition covers them, or retryCommits does, no sooner than
+		// commitRetryInterval from now.
+		if errs[k] != nil && !errors.Is(errs[k], ErrRevoked) {
+			parts[k].uncommitted = true
+			if at := time.Now().Add(commitRetryInterval); s.retryAt.Before(at) {
+				s.retryAt = at
+			}
+		}
 	}
 	return errs
 }
@@ -450,7 +472,8 @@ func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp
 // [*broker.BatchAckError] naming them: only the failed partitions'
 // deliveries. Their records stay settled here. Of a partition this member
 // keeps, a later commit covers them: the next ack of the partition, or a
-// later Fetch, which tries a failed commit again (at most every 500 ms).
+// later Fetch, which tries a failed commit again (500 ms after the
+// failure, then after a wait that doubles up to 30 s).
 // Of a revoked partition, the group delivers them again and the inbox
 // answers each as a duplicate.
 func (s *Subscriber) AckBatch(ctx context.Context, ds []broker.Delivery) error {
