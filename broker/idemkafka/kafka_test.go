@@ -337,23 +337,32 @@ func TestAckBatchOneCommitRequest(t *testing.T) {
 	}
 }
 
+// drainedCluster starts a cluster whose requests a test can answer
+// (kfake.Cluster.ControlKey), spreads records over its topic's three
+// partitions (newSpread) and returns a member that fetched them all.
+func drainedCluster(t *testing.T, prefix string) (*kfake.Cluster, *spread, *idemkafka.Subscriber, []broker.Delivery) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	sp := newSpread(t, c.ListenAddrs(), prefix)
+	s := sp.subscriber()
+	ds := sp.drain(s, time.Second)
+	if len(ds) != sp.n {
+		t.Fatalf("fetched %d records, want %d", len(ds), sp.n)
+	}
+	return c, sp, s, ds
+}
+
 // A commit the broker refuses for one partition fails only that
 // partition's deliveries, also when the reply names topics by ID only
 // (OffsetCommit v10 and later): AckBatch's BatchAckError says so. (The
 // reply is the test's, so what the cluster stored is not checked here;
 // TestAckBatchPartlyRevoked and TestCommitOnlySettledPrefix check that.)
 func TestAckBatchCommitRefused(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	sp := newSpread(t, c.ListenAddrs(), "refused")
-	s1 := sp.subscriber()
-	ds := sp.drain(s1, time.Second)
-	if len(ds) != sp.n {
-		t.Fatalf("fetched %d records, want %d", len(ds), sp.n)
-	}
+	c, _, s1, ds := drainedCluster(t, "refused")
 	// The next OffsetCommit is answered by the test: partition 1 refused
 	// (a non-retriable error), the others committed, topics by ID from v10.
 	var version atomic.Int64
@@ -381,7 +390,7 @@ func TestAckBatchCommitRefused(t *testing.T) {
 		}
 		return resp, nil, true
 	})
-	err = s1.AckBatch(t.Context(), ds)
+	err := s1.AckBatch(t.Context(), ds)
 	var be *broker.BatchAckError
 	if !errors.As(err, &be) || len(be.Errs) != len(ds) {
 		t.Fatalf("AckBatch with partition 1 refused: %v; want a BatchAckError of %d entries", err, len(ds))
@@ -417,17 +426,8 @@ func TestFailedCommitRetried(t *testing.T) {
 }
 
 func testFailedCommitRetried(t *testing.T, batch bool) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	sp := newSpread(t, c.ListenAddrs(), "retry")
-	s1 := sp.subscriber()
-	ds := sp.drain(s1, time.Second)
-	if len(ds) != sp.n {
-		t.Fatalf("fetched %d records, want %d", len(ds), sp.n)
-	}
+	c, sp, s1, ds := drainedCluster(t, "retry")
+	var err error
 	// The next OffsetCommit (one control, then the cluster answers
 	// again) is refused for every partition, and nothing is stored.
 	var refused atomic.Int64
