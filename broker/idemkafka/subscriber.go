@@ -298,9 +298,11 @@ func (s *Subscriber) poll(ctx context.Context, max int, wait time.Duration) ([]b
 // after that failure (retryAt) has passed. Their records are settled here
 // and no longer delivered, so without it their offset would move only with
 // the next ack of the partition, or be consumed again after a rebalance or
-// restart. The commit gives up at deadline, the Fetch's own (franz-go holds
-// a commit back while the group rebalances, the usual reason the first one
-// failed), so a retry never makes a Fetch outlast its wait. A failure is
+// restart. A retry never makes a Fetch outlast its wait: it is skipped
+// while another commit runs (which may be waiting for a rebalance to end:
+// franz-go holds a commit back meanwhile, the usual reason the first one
+// failed), and gives up at deadline, the Fetch's own. One Fetch at a time
+// runs a retry (it moves retryAt on before committing). A failure is
 // logged and tried again after a wait that doubles.
 func (s *Subscriber) retryCommits(ctx context.Context, deadline time.Time) {
 	s.mu.Lock()
@@ -315,14 +317,22 @@ func (s *Subscriber) retryCommits(ctx context.Context, deadline time.Time) {
 				parts[k] = ps
 			}
 		}
+		if parts == nil {
+			s.retryWait = 0 // nothing left to retry: the next failure starts over
+		} else {
+			s.retryAt = now.Add(max(s.retryWait, commitRetryInterval)) // this Fetch's round
+		}
 	}
 	s.mu.Unlock()
-	if parts == nil {
+	if parts == nil || !s.commitMu.TryLock() {
 		return
 	}
-	cctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	errs := s.commit(cctx, parts)
+	errs := func() map[tp]error {
+		defer s.commitMu.Unlock()
+		cctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		return s.commitLocked(cctx, parts)
+	}()
 	failed := false
 	for k, err := range errs {
 		if !errors.Is(err, ErrRevoked) {
@@ -333,7 +343,7 @@ func (s *Subscriber) retryCommits(ctx context.Context, deadline time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if failed {
-		s.retryWait = min(max(2*s.retryWait, commitRetryInterval), maxCommitRetryInterval)
+		s.retryWait = min(max(2*s.retryWait, 2*commitRetryInterval), maxCommitRetryInterval)
 		s.retryAt = time.Now().Add(s.retryWait)
 	} else {
 		s.retryWait = 0
@@ -366,9 +376,14 @@ func (s *Subscriber) settle(ctx context.Context, d *delivery) error {
 // offset, and returns the error of each partition that failed (a
 // partition revoked from this member, or the broker's refusal).
 func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp]error {
-	errs := map[tp]error{}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
+	return s.commitLocked(ctx, parts)
+}
+
+// commitLocked is commit with s.commitMu held.
+func (s *Subscriber) commitLocked(ctx context.Context, parts map[tp]*partState) map[tp]error {
+	errs := map[tp]error{}
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	upto := map[tp]int64{}
 	s.mu.Lock()
@@ -452,12 +467,13 @@ func (s *Subscriber) commit(ctx context.Context, parts map[tp]*partState) map[tp
 	}
 	for k := range parts {
 		// The records of a failed commit stay settled; the next commit of
-		// the partition covers them, or retryCommits does, no sooner than
-		// commitRetryInterval from now.
+		// the partition covers them, or retryCommits does, commitRetryInterval
+		// from now unless a retry is already due later (a retry pending
+		// is not put off by further failures).
 		if errs[k] != nil && !errors.Is(errs[k], ErrRevoked) {
 			parts[k].uncommitted = true
-			if at := time.Now().Add(commitRetryInterval); s.retryAt.Before(at) {
-				s.retryAt = at
+			if now := time.Now(); !now.Before(s.retryAt) {
+				s.retryAt = now.Add(commitRetryInterval)
 			}
 		}
 	}
