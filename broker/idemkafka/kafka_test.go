@@ -418,8 +418,9 @@ func TestAckBatchCommitRefused(t *testing.T) {
 // records are never delivered again here, so otherwise an idle partition's
 // offset would stay behind them until a rebalance or restart, and the
 // group would consume them again. The cluster refuses the first commit
-// (REBALANCE_IN_PROGRESS, for every partition); a new member must then
-// find nothing left.
+// (REBALANCE_IN_PROGRESS, for every partition); the group's committed
+// offsets must then reach past every acked record, and a new member get
+// only the records not acked.
 func TestFailedCommitRetried(t *testing.T) {
 	t.Run("Ack", func(t *testing.T) { testFailedCommitRetried(t, false) })
 	t.Run("AckBatch", func(t *testing.T) { testFailedCommitRetried(t, true) })

@@ -257,9 +257,19 @@ func start(t *testing.T, c *consumer.Consumer[any], closedOK bool) (stop func())
 // waitFor polls cond until it holds, failing t after a minute.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	waitExplained(t, what, cond, nil)
+}
+
+// waitExplained is waitFor whose failure also says what explain returns
+// (when not nil), read once the wait timed out.
+func waitExplained(t *testing.T, what string, cond func() bool, explain func() string) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if explain != nil {
+				t.Fatalf("timed out waiting for %s: %s", what, explain())
+			}
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -519,26 +529,23 @@ func testTwoInstances(t *testing.T, s *suite) {
 		return testdb.Count(t, s.d, `SELECT count(DISTINCT message_id) FROM ct_effects`) == len(all)
 	})
 	seen := map[string]bool{}
-	acked := func() bool {
+	waitExplained(t, "every message acked", func() bool {
 		clear(seen)
 		for _, p := range subs {
 			p.ackedIDs(seen)
 		}
 		return len(seen) == len(all)
-	}
-	for deadline := time.Now().Add(time.Minute); !acked(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			// Which messages, and whether a redelivery reached an
-			// instance after the failed ack.
-			var missing []string
-			for _, m := range all {
-				if !seen[m.ID] && len(missing) < 20 {
-					missing = append(missing, fmt.Sprintf("%s (fetched %d and %d times)", m.ID, subs[0].fetchedCount(m.ID), subs[1].fetchedCount(m.ID)))
-				}
+	}, func() string {
+		// Which messages, and whether a redelivery reached an instance
+		// after the failed ack.
+		var missing []string
+		for _, m := range all {
+			if !seen[m.ID] && len(missing) < 20 {
+				missing = append(missing, fmt.Sprintf("%s (fetched %d and %d times)", m.ID, subs[0].fetchedCount(m.ID), subs[1].fetchedCount(m.ID)))
 			}
-			t.Fatalf("timed out waiting for every message acked: %d of %d never acked: %s", len(all)-len(seen), len(all), strings.Join(missing, ", "))
 		}
-	}
+		return fmt.Sprintf("%d of %d never acked: %s", len(all)-len(seen), len(all), strings.Join(missing, ", "))
+	})
 	s.checkExactlyOnce(t, ids(all))
 	for i, p := range subs {
 		p.check(t)
